@@ -1,0 +1,152 @@
+# gpuguard build. `make` builds the shim and the command; `make test` runs every test on a machine
+# without a GPU (test doubles of the driver, cuDNN and NVML stand in); `make demo` shows the main job.
+#
+# Sources are picked up by folder, so adding a file needs no edit here:
+#   common/*.cpp            -> build/libgpuguard_common.a   (shared by the shim and the command)
+#   shim/*.cpp, shim/*.S    -> build/libgpuguard.so          (the preload library)
+#   tools/*.cpp             -> build/gpuguard                (the command)
+#   tests/unit/*.cpp        -> build/tests/unit              (doctest; links common + the shim's core)
+#   tests/fake/fake_X.cpp   -> build/fake/<soname of X>      (test doubles of libcuda, cuDNN, NVML, cudart)
+#   tests/integration/*.c*  -> build/tests/bin/<name>        (programs run under the shim)
+
+CUDA_HOME ?= /usr/local/cuda
+PREFIX    ?= /usr/local
+SANITIZE  ?=
+BUILD     ?= build
+
+CXX       ?= g++
+CC        ?= gcc
+WARN      := -Wall -Wextra
+CPPFLAGS  := -Iinclude -Icommon -Ishim -I$(CUDA_HOME)/include -D_GNU_SOURCE
+CXXFLAGS  ?= -O2 -g
+CXXFLAGS  += -std=c++17 -fPIC -fvisibility=hidden $(WARN) -pthread
+CFLAGS    ?= -O2 -g
+CFLAGS    += -std=c11 -fPIC $(WARN) -pthread
+ifneq ($(SANITIZE),)
+  SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+  CXXFLAGS += $(SANFLAGS)
+  CFLAGS   += $(SANFLAGS)
+  LDFLAGS  += $(SANFLAGS)
+endif
+
+COMMON_SRC := $(wildcard common/*.cpp)
+# The shim's entry points (exported hooks, the dlsym and cuGetProcAddress interposers) are kept apart
+# from its core so that unit tests can link the core without interposing anything in the test process.
+SHIM_ENTRY := $(wildcard shim/hooks_*.cpp shim/interpose_*.cpp shim/*.S)
+SHIM_CORE  := $(filter-out $(SHIM_ENTRY),$(wildcard shim/*.cpp))
+TOOL_SRC   := $(wildcard tools/*.cpp)
+UNIT_SRC   := $(wildcard tests/unit/*.cpp)
+INTEG_SRC  := $(wildcard tests/integration/*.c tests/integration/*.cpp)
+
+obj = $(patsubst %,$(BUILD)/obj/%.o,$(1))
+
+LIB        := $(BUILD)/libgpuguard.so
+COMMON_LIB := $(BUILD)/libgpuguard_common.a
+CORE_LIB   := $(BUILD)/libgpuguard_core.a
+CLI        := $(BUILD)/gpuguard
+UNIT       := $(BUILD)/tests/unit
+FAKES      := $(BUILD)/fake/libcuda.so.1 $(BUILD)/fake/libcudnn.so.9 $(BUILD)/fake/libnvidia-ml.so.1 \
+              $(BUILD)/fake/libcudart.so.13
+INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
+
+.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
+all: deps-check $(LIB) $(CLI)
+
+# Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
+deps:
+	@tests/deps.sh
+deps-check:
+	@tests/deps.sh --quiet
+
+$(BUILD)/obj/%.o: %
+	@mkdir -p $(dir $@)
+	$(if $(filter %.c,$<),$(CC) $(CPPFLAGS) $(CFLAGS),$(CXX) $(CPPFLAGS) $(CXXFLAGS)) -MMD -MP -c $< -o $@
+
+$(COMMON_LIB): $(call obj,$(COMMON_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(CORE_LIB): $(call obj,$(SHIM_CORE))
+	@rm -f $@; ar rcs $@ $^
+
+# The shim never links libcuda, cuDNN, NVML or libunwind: it finds them at run time, so that it
+# loads in any container (FACTS.md: a preload library with a missing DT_NEEDED is silently skipped).
+# -Bsymbolic binds the shim's own calls to its own definitions; -z nodelete keeps it mapped even if
+# a program dlcloses it while a hook is on some thread's stack.
+$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB)
+	$(CXX) -shared -o $@ $(call obj,$(SHIM_ENTRY)) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
+	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc -ldl -pthread
+
+$(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o
+	$(CXX) -o $@ $^ $(LDFLAGS) -ldl -pthread
+
+# The HTML viewer's page, script and style live in tools/web/ as real files and are embedded here.
+WEB_FILES := $(wildcard tools/web/*)
+$(BUILD)/tools/embedded.o: $(WEB_FILES) tools/embed.sh
+	@mkdir -p $(dir $@)
+	tools/embed.sh $(BUILD)/tools/embedded.cpp $(WEB_FILES)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $(BUILD)/tools/embedded.cpp -o $@
+
+# Test doubles: each is a shared library with the soname of the library it stands in for.
+$(BUILD)/fake/lib%: $(BUILD)/obj/tests/fake/fake_%.o
+	@true
+$(BUILD)/fake/libcuda.so.1: $(call obj,tests/fake/fake_cuda.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -ldl -pthread -lrt
+	@ln -sf libcuda.so.1 $(BUILD)/fake/libcuda.so
+$(BUILD)/fake/libcudnn.so.9: $(call obj,tests/fake/fake_cudnn.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudnn.so.9 -Wl,-Bsymbolic -ldl -pthread
+	@ln -sf libcudnn.so.9 $(BUILD)/fake/libcudnn.so
+$(BUILD)/fake/libnvidia-ml.so.1: $(call obj,tests/fake/fake_nvml.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libnvidia-ml.so.1 -Wl,-Bsymbolic -ldl -pthread
+	@ln -sf libnvidia-ml.so.1 $(BUILD)/fake/libnvidia-ml.so
+$(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic -ldl -pthread
+	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
+
+$(UNIT): $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt
+
+# Integration programs: a name ending in _linked links the test driver directly (the first way a
+# program reaches the driver); the others dlopen what they need.
+$(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.c.o $(FAKES)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread
+$(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.cpp.o $(FAKES)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread -rdynamic
+comma := ,
+
+unit-test: $(UNIT)
+	$(UNIT)
+
+integration-test: all $(FAKES) $(INTEG_BIN)
+	@BUILD=$(BUILD) tests/integration/run.sh
+
+test: deps-check all $(UNIT) $(FAKES) $(INTEG_BIN)
+	@BUILD=$(BUILD) tests/run_all.sh
+
+demo: deps-check all $(FAKES) $(INTEG_BIN)
+	@BUILD=$(BUILD) examples/demo.sh
+
+bench: all $(FAKES)
+	@BUILD=$(BUILD) tests/bench/run.sh
+
+gpu-test: all
+	@BUILD=$(BUILD) tests/gpu/run.sh
+
+gpu-bench: all
+	@BUILD=$(BUILD) tests/bench/gpu_run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/gpuguard
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 include/gpuguard/gpuguard.h $(DESTDIR)$(PREFIX)/include/gpuguard/
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,47 @@
+#include "log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+
+namespace gg {
+
+void log_vline(const char *fmt, va_list ap) {
+    char buf[1024];
+    static const char prefix[] = "gpuguard: ";
+    size_t n = sizeof(prefix) - 1;
+    memcpy(buf, prefix, n);
+    int k = vsnprintf(buf + n, sizeof(buf) - n - 1, fmt, ap);
+    if (k < 0) k = 0;
+    n += (size_t)k < sizeof(buf) - n - 1 ? (size_t)k : sizeof(buf) - n - 2;
+    if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
+    ssize_t ignored = write(STDERR_FILENO, buf, n);
+    (void)ignored;
+}
+
+void log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_vline(fmt, ap);
+    va_end(ap);
+}
+
+bool debug_enabled() {
+    // Read once: getenv is not safe against a concurrent setenv, and this is called from hooks.
+    static const bool on = [] {
+        const char *v = getenv("GPUGUARD_DEBUG");
+        return v && *v && strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+void log_debug(const char *fmt, ...) {
+    if (!debug_enabled()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_vline(fmt, ap);
+    va_end(ap);
+}
+
+}  // namespace gg

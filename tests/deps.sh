@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing gpuguard need, when one is missing.
+# `make`, `make test` and `make demo` call it, so each works as the first command on a fresh machine.
+set -euo pipefail
+quiet=0; [[ ${1:-} == --quiet ]] && quiet=1
+need=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in libunwind-dev nlohmann-json3-dev doctest-dev; do have "$pkg" || need+=("$pkg"); done
+# chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
+if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
+if ((${#need[@]} == 0)); then
+  ((quiet)) || echo "deps: all present"
+  exit 0
+fi
+if [[ $(id -u) != 0 ]] && ! command -v sudo >/dev/null; then
+  echo "gpuguard: missing Debian packages: ${need[*]} (run as root, or install them)" >&2
+  exit 1
+fi
+SUDO=; [[ $(id -u) != 0 ]] && SUDO=sudo
+echo "deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every tests/integration/t_*.sh (or those named as arguments) and prints one closing line.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export BUILD=${BUILD:-build}
+[[ $BUILD = /* ]] || BUILD="$root/$BUILD"
+export BIN=$BUILD/tests/bin LIB=$BUILD/libgpuguard.so FAKE=$BUILD/fake CLI=$BUILD/gpuguard ROOT=$root
+source "$here/lib.sh"
+total_pass=0; total_fail=0; failures=()
+files=("$@"); ((${#files[@]})) || files=("$here"/t_*.sh)
+for f in "${files[@]}"; do
+  CURRENT_FILE=$(basename "$f")
+  echo "$CURRENT_FILE"
+  TMP=$(mktemp -d /tmp/gpuguard-test.XXXXXX)
+  results=$(mktemp)
+  # Each file runs in a subshell from its own folder, so that its cd, variables and traps stay local.
+  ( PASSED=0; FAILED=0; FAILED_NAMES=()
+    cd "$TMP" && source "$f"
+    echo "$PASSED $FAILED" > "$results"
+    ((${#FAILED_NAMES[@]})) && printf '%s\n' "${FAILED_NAMES[@]}" >> "$results" )
+  if [[ -s $results ]]; then
+    read -r p fl < "$results"
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + fl))
+    mapfile -t -O "${#failures[@]}" failures < <(tail -n +2 "$results")
+  else
+    total_fail=$((total_fail + 1)); failures+=("$CURRENT_FILE: the file itself failed to run")
+  fi
+  rm -rf "$TMP" "$results"
+done
+for n in "${failures[@]}"; do echo "failed: $n"; done
+echo "integration: $total_pass passed, $total_fail failed"
+((total_fail == 0))
