@@ -41,16 +41,21 @@ INTEG_SRC  := $(wildcard tests/integration/*.c tests/integration/*.cpp)
 obj = $(patsubst %,$(BUILD)/obj/%.o,$(1))
 
 LIB        := $(BUILD)/libgpuguard.so
+UNWIND_SO  := $(BUILD)/libunwind.so.8
+UNWIND_SRC ?= /usr/lib/x86_64-linux-gnu/libunwind.so.8
 COMMON_LIB := $(BUILD)/libgpuguard_common.a
 CORE_LIB   := $(BUILD)/libgpuguard_core.a
 CLI        := $(BUILD)/gpuguard
 UNIT       := $(BUILD)/tests/unit
-FAKES      := $(BUILD)/fake/libcuda.so.1 $(BUILD)/fake/libcudnn.so.9 $(BUILD)/fake/libnvidia-ml.so.1 \
-              $(BUILD)/fake/libcudart.so.13
+# Each test double whose source exists (tests/fake/fake_<lib>.cpp -> the soname of <lib>).
+FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so.1) \
+              $(if $(wildcard tests/fake/fake_cudnn.cpp),$(BUILD)/fake/libcudnn.so.9) \
+              $(if $(wildcard tests/fake/fake_nvml.cpp),$(BUILD)/fake/libnvidia-ml.so.1) \
+              $(if $(wildcard tests/fake/fake_cudart.cpp),$(BUILD)/fake/libcudart.so.13)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
 .PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
-all: deps-check $(LIB) $(CLI)
+all: deps-check $(LIB) $(UNWIND_SO) $(CLI)
 
 # Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
 deps:
@@ -60,7 +65,7 @@ deps-check:
 
 $(BUILD)/obj/%.o: %
 	@mkdir -p $(dir $@)
-	$(if $(filter %.c,$<),$(CC) $(CPPFLAGS) $(CFLAGS),$(CXX) $(CPPFLAGS) $(CXXFLAGS)) -MMD -MP -c $< -o $@
+	$(if $(filter %.c,$<),$(CC) $(CPPFLAGS) $(CFLAGS),$(if $(filter %.S,$<),$(CC) $(CPPFLAGS) $(SANFLAGS) -g,$(CXX) $(CPPFLAGS) $(CXXFLAGS))) -MMD -MP -c $< -o $@
 
 $(COMMON_LIB): $(call obj,$(COMMON_SRC))
 	@rm -f $@; ar rcs $@ $^
@@ -75,6 +80,12 @@ $(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB)
 	$(CXX) -shared -o $@ $(call obj,$(SHIM_ENTRY)) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
 	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc -ldl -pthread
 
+# libunwind is shipped beside the shim, where shim/stacks_unwind.cpp dlopens it first: the GPU
+# machine and many container images have none installed (FACTS.md). libgcc's unwinder is the fallback.
+$(UNWIND_SO): $(UNWIND_SRC)
+	@mkdir -p $(dir $@)
+	cp -L $< $@
+
 $(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o
 	$(CXX) -o $@ $^ $(LDFLAGS) -ldl -pthread
 
@@ -86,8 +97,6 @@ $(BUILD)/tools/embedded.o: $(WEB_FILES) tools/embed.sh
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $(BUILD)/tools/embedded.cpp -o $@
 
 # Test doubles: each is a shared library with the soname of the library it stands in for.
-$(BUILD)/fake/lib%: $(BUILD)/obj/tests/fake/fake_%.o
-	@true
 $(BUILD)/fake/libcuda.so.1: $(call obj,tests/fake/fake_cuda.cpp)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -ldl -pthread -lrt
@@ -107,7 +116,15 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 
 $(UNIT): $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt
+	$(CXX) -o $@ $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic
+
+# The Python-frame tests (t_pyframes.sh) load this into a real interpreter through ctypes, which
+# releases the GIL around the call as PyTorch does around an allocation.
+PYPROBE_OBJ := $(call obj,$(wildcard tests/integration/pyprobe/*.cpp))
+INTEG_BIN   += $(BUILD)/tests/libpyprobe.so
+$(BUILD)/tests/libpyprobe.so: $(PYPROBE_OBJ) $(CORE_LIB) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $(PYPROBE_OBJ) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread
 
 # Integration programs: a name ending in _linked links the test driver directly (the first way a
 # program reaches the driver); the others dlopen what they need.
@@ -143,6 +160,7 @@ gpu-bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/gpuguard
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(UNWIND_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 include/gpuguard/gpuguard.h $(DESTDIR)$(PREFIX)/include/gpuguard/
 

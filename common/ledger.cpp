@@ -1,0 +1,432 @@
+#include "ledger.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+namespace gg::ledger {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'P', 'U', 'G', 'L', 'E', 'D', 'G'};
+
+uint64_t now_ns(clockid_t clock) {
+    timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+std::string errno_text(int e) { return strerror(e); }
+
+void read_command(char *out, size_t size) {
+    memset(out, 0, size);
+    int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, out, size - 1);
+    close(fd);
+    for (ssize_t i = 0; i + 1 < n; i++)
+        if (out[i] == '\0') out[i] = ' ';
+}
+
+void init_header(Header *h, const std::string &spec) {
+    memcpy(h->magic, kMagic, sizeof kMagic);
+    h->layout_version = kLayoutVersion;
+    h->header_size = sizeof(Header);
+    h->file_size = sizeof(Header);
+    h->max_devices = kMaxDevices;
+    h->max_slots = kMaxSlots;
+    h->created_unix_ns = now_ns(CLOCK_REALTIME);
+    h->creator_pid = getpid();
+    snprintf(h->limit_spec, sizeof h->limit_spec, "%s", spec.c_str());
+}
+
+// Creates a complete ledger at `path`: written under a temporary name, then linked (or, when
+// `replace`, renamed) into place, so nobody maps a half-written file.
+bool create_file(const std::string &path, const std::string &spec, int group, bool replace, std::string *error) {
+    std::string tmp = path + ".tmp." + std::to_string(getpid());
+    mode_t mode = group >= 0 ? 0660 : 0600;
+    int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) {
+        *error = "cannot create ledger " + path + ": " + errno_text(errno);
+        return false;
+    }
+    bool ok = ftruncate(fd, sizeof(Header)) == 0;
+    if (ok && group >= 0) ok = fchown(fd, (uid_t)-1, (gid_t)group) == 0 && fchmod(fd, mode) == 0;
+    void *p = ok ? mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        *error = "cannot create ledger " + path + ": " + errno_text(errno);
+        close(fd);
+        unlink(tmp.c_str());
+        return false;
+    }
+    init_header(static_cast<Header *>(p), spec);
+    munmap(p, sizeof(Header));
+    close(fd);
+    int rc = replace ? rename(tmp.c_str(), path.c_str()) : link(tmp.c_str(), path.c_str());
+    int e = errno;
+    unlink(tmp.c_str());
+    if (rc != 0 && !(e == EEXIST && !replace)) {
+        *error = "cannot create ledger " + path + ": " + errno_text(e);
+        return false;
+    }
+    return true;  // EEXIST: another process created it first; the caller opens theirs
+}
+
+bool slot_is_live(const Slot &s) { return s.state.load() == kSlotLive; }
+
+}  // namespace
+
+std::string uuid_string(const uint8_t u[16]) {
+    char buf[48];
+    snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return buf;
+}
+
+std::string default_path() {
+    struct stat st;
+    const char *dir = (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
+                          ? "/dev/shm"
+                          : "/tmp";
+    return std::string(dir) + "/gpuguard-" + std::to_string(getuid()) + ".ledger";
+}
+
+std::string validate(const void *data, size_t size) {
+    if (size < sizeof(kMagic) + 8) return "too short to be a ledger (" + std::to_string(size) + " bytes)";
+    const Header *h = static_cast<const Header *>(data);
+    if (memcmp(h->magic, kMagic, sizeof kMagic) != 0) return "not a gpuguard ledger (bad magic)";
+    if (h->layout_version != kLayoutVersion)
+        return "ledger layout version " + std::to_string(h->layout_version) + ", this gpuguard reads version " +
+               std::to_string(kLayoutVersion);
+    if (size < sizeof(Header)) return "truncated ledger (" + std::to_string(size) + " bytes)";
+    if (h->header_size != sizeof(Header) || h->file_size != sizeof(Header) || h->max_devices != kMaxDevices ||
+        h->max_slots != kMaxSlots)
+        return "ledger sizes do not match this gpuguard's layout";
+    if (memchr(h->limit_spec, '\0', sizeof h->limit_spec) == nullptr) return "ledger limit is not terminated";
+    if (h->slot_high.load() > kMaxSlots) return "ledger slot count out of range";
+    return "";
+}
+
+uint64_t process_start_ticks(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    // The command field can hold spaces and parentheses: fields are counted after the last ')'.
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    char state = p[2];
+    if (state == 'Z' || state == 'X') return 1;  // exited; its device memory is already gone
+    int field = 2;
+    for (char *q = p + 1; *q; q++) {
+        if (*q == ' ' && ++field == 22) return strtoull(q + 1, nullptr, 10);
+    }
+    return 0;
+}
+
+bool process_alive(int pid, uint64_t start_ticks) {
+    if (pid <= 0) return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    uint64_t now = process_start_ticks(pid);
+    if (now == 1) return false;                         // a zombie
+    if (now != 0 && start_ticks != 0 && now != start_ticks) return false;  // the pid was reused
+    return true;
+}
+
+Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *notice) {
+    Ledger *l = new Ledger();
+    l->read_only_ = o.read_only;
+    if (o.path.empty()) {
+        void *p = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            *error = "cannot map a private ledger: " + errno_text(errno);
+            delete l;
+            return nullptr;
+        }
+        l->header_ = static_cast<Header *>(p);
+        l->map_size_ = sizeof(Header);
+        init_header(l->header_, o.limit_spec);
+        return l;
+    }
+    l->path_ = o.path;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT && !o.read_only) {
+            if (!create_file(o.path, o.limit_spec, o.group, false, error)) break;
+            continue;
+        }
+        if (fd < 0) {
+            *error = "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
+            break;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            *error = "ledger " + o.path + " is not a regular file";
+            close(fd);
+            break;
+        }
+        if (!o.read_only && st.st_uid != geteuid() && (st.st_mode & 0060) != 0060) {
+            *error = "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+            close(fd);
+            break;
+        }
+        size_t size = (size_t)st.st_size;
+        if (size < sizeof(Header)) {
+            // Read what is there to say precisely what it is; never map past the end of the file.
+            char head[64] = {};
+            ssize_t n = pread(fd, head, sizeof head, 0);
+            close(fd);
+            std::string why = validate(head, n > 0 ? (size_t)n : 0);
+            *error = "ledger " + o.path + ": " + (why.empty() ? "truncated ledger" : why);
+            break;
+        }
+        void *p = mmap(nullptr, sizeof(Header), o.read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            *error = "cannot map ledger " + o.path + ": " + errno_text(errno);
+            break;
+        }
+        std::string why = validate(p, size);
+        if (!why.empty()) {
+            munmap(p, sizeof(Header));
+            *error = "ledger " + o.path + ": " + why;
+            break;
+        }
+        l->header_ = static_cast<Header *>(p);
+        l->map_size_ = sizeof(Header);
+        if (o.read_only) return l;
+        std::string theirs = l->limit_spec();
+        if (theirs != o.limit_spec) {
+            // The limit belongs to the processes using the ledger now. When none is alive (the
+            // ledger is left from an earlier run) this process's limit replaces it.
+            l->reclaim_dead(false);
+            bool idle = true;
+            for (uint32_t i = 0; i < l->header_->slot_high.load(); i++)
+                if (slot_is_live(l->header_->slots[i])) idle = false;
+            if (idle) {
+                munmap(p, sizeof(Header));
+                l->header_ = nullptr;
+                if (!create_file(o.path, o.limit_spec, o.group, true, error)) break;
+                continue;
+            }
+            if (!o.limit_spec.empty())
+                *notice = "the limit '" + o.limit_spec + "' differs from the limit '" + (theirs.empty() ? "none" : theirs) +
+                          "' of the shared ledger " + o.path + ", which stands";
+        }
+        return l;
+    }
+    if (error->empty()) *error = "cannot open ledger " + o.path;
+    delete l;
+    return nullptr;
+}
+
+Ledger::~Ledger() {
+    if (slot_ && slot_pid_ == getpid()) {
+        // A clean exit: the driver frees the process's memory, so its slot is free as well.
+        for (auto &b : slot_->bytes) b.store(0);
+        slot_->state.store(kSlotReclaimed);
+    }
+    if (header_) munmap(header_, map_size_);
+}
+
+std::string Ledger::limit_spec() const { return header_ ? header_->limit_spec : ""; }
+
+int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name) {
+    for (int i = 0; i < kMaxDevices; i++) {
+        DeviceEntry &d = header_->devices[i];
+        for (int spin = 0;; spin++) {
+            uint32_t s = d.state.load();
+            if (s == kDeviceReady) {
+                if (memcmp(d.uuid, uuid, 16) == 0) return i;
+                break;
+            }
+            if (s == kDeviceFree) {
+                uint32_t expected = kDeviceFree;
+                if (read_only_ || !d.state.compare_exchange_strong(expected, kDeviceClaiming)) continue;
+                memcpy(d.uuid, uuid, 16);
+                d.limit.store(limit_if_new);
+                d.physical_total.store(physical_total);
+                snprintf(d.name, sizeof d.name, "%s", name ? name : "");
+                d.state.store(kDeviceReady);
+                return i;
+            }
+            // Another process is registering this entry: it takes microseconds. A claimer killed in
+            // that window leaves the entry unusable; after a second it is skipped, not waited on.
+            if (spin > 1000) break;
+            usleep(1000);
+        }
+    }
+    return -1;
+}
+
+bool Ledger::join() {
+    if (slot_ && slot_pid_ == getpid()) return true;
+    if (read_only_) return false;
+    slot_ = nullptr;
+    int pid = getpid();
+    uint64_t ticks = process_start_ticks(pid);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < kMaxSlots; i++) {
+            Slot &s = header_->slots[i];
+            uint32_t st = s.state.load();
+            if (st != kSlotFree && st != kSlotReclaimed) continue;
+            if (!s.state.compare_exchange_strong(st, kSlotClaiming)) continue;
+            s.pid.store(pid);
+            s.start_ticks.store(ticks);
+            read_command(s.command, sizeof s.command);
+            for (int d = 0; d < kMaxDevices; d++) {
+                s.bytes[d].store(0);
+                s.peak[d].store(0);
+            }
+            s.state.store(kSlotLive);
+            uint32_t high = header_->slot_high.load();
+            while (high < (uint32_t)i + 1 && !header_->slot_high.compare_exchange_weak(high, (uint32_t)i + 1)) {
+            }
+            slot_ = &s;
+            slot_pid_ = pid;
+            return true;
+        }
+        if (reclaim_dead(false) == 0) break;
+    }
+    return false;
+}
+
+void Ledger::on_fork_child() {
+    slot_ = nullptr;
+    slot_pid_ = 0;
+}
+
+uint64_t Ledger::sum(int dev) const {
+    uint64_t total = 0;
+    uint32_t high = header_->slot_high.load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) total += header_->slots[i].bytes[dev].load();
+    return total;
+}
+
+static void raise_to(std::atomic<uint64_t> &peak, uint64_t v) {
+    uint64_t cur = peak.load(std::memory_order_relaxed);
+    while (v > cur && !peak.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+}
+
+bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
+    if (!join()) return false;
+    uint64_t limit = header_->devices[dev].limit.load();
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
+        uint64_t total = sum(dev);
+        if (total <= limit) {
+            raise_to(slot_->peak[dev], mine);
+            raise_to(header_->devices[dev].peak, total);
+            if (container_used) *container_used = total;
+            return true;
+        }
+        slot_->bytes[dev].fetch_sub(bytes);
+        // Two admissions racing near the limit can both see the other's bytes and both back out;
+        // try again while the bytes would fit without this request.
+        uint64_t without = sum(dev);
+        if (container_used) *container_used = without;
+        if (without > limit || limit - without < bytes) return false;
+    }
+    return false;
+}
+
+void Ledger::charge(int dev, uint64_t bytes) {
+    if (!join()) return;
+    uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
+    raise_to(slot_->peak[dev], mine);
+    raise_to(header_->devices[dev].peak, sum(dev));
+}
+
+uint64_t Ledger::release(int dev, uint64_t bytes) {
+    if (!slot_ || slot_pid_ != getpid()) return 0;
+    std::atomic<uint64_t> &b = slot_->bytes[dev];
+    uint64_t cur = b.load();
+    uint64_t take;
+    do {
+        take = cur < bytes ? cur : bytes;
+    } while (!b.compare_exchange_weak(cur, cur - take));
+    if (take < bytes) log_debug("released %llu bytes on device %d but the process held %llu", (unsigned long long)bytes, dev,
+                                (unsigned long long)take);
+    return take;
+}
+
+uint64_t Ledger::container_used(int dev) const { return sum(dev); }
+uint64_t Ledger::own_bytes(int dev) const { return slot_ ? slot_->bytes[dev].load() : 0; }
+uint64_t Ledger::own_peak(int dev) const { return slot_ ? slot_->peak[dev].load() : 0; }
+
+int Ledger::reclaim_dead(bool periodic) {
+    if (read_only_ || path_.empty()) return 0;
+    if (periodic) {
+        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        uint64_t last = header_->last_reclaim_ns.load(std::memory_order_relaxed);
+        if (now - last < 500000000ull) return 0;
+        if (!header_->last_reclaim_ns.compare_exchange_strong(last, now)) return 0;
+    }
+    int reclaimed = 0;
+    int self = getpid();
+    uint32_t high = header_->slot_high.load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) {
+        Slot &s = header_->slots[i];
+        if (!slot_is_live(s)) continue;
+        int pid = s.pid.load();
+        if (pid == self || process_alive(pid, s.start_ticks.load())) continue;
+        uint32_t expected = kSlotLive;
+        if (!s.state.compare_exchange_strong(expected, kSlotReclaiming)) continue;  // another process won
+        uint64_t freed = 0;
+        for (auto &b : s.bytes) freed += b.exchange(0);
+        s.state.store(kSlotReclaimed);
+        header_->reclaimed_processes.fetch_add(1);
+        reclaimed++;
+        if (freed) log_debug("reclaimed %llu bytes of dead process %d from ledger %s", (unsigned long long)freed, pid, path_.c_str());
+    }
+    return reclaimed;
+}
+
+std::vector<Ledger::DeviceView> Ledger::devices() const {
+    std::vector<DeviceView> out;
+    for (int i = 0; i < kMaxDevices; i++) {
+        const DeviceEntry &d = header_->devices[i];
+        if (d.state.load() != kDeviceReady) continue;
+        out.push_back({i, uuid_string(d.uuid), std::string(d.name, strnlen(d.name, sizeof d.name)), d.limit.load(),
+                       sum(i), d.peak.load(), d.physical_total.load()});
+    }
+    return out;
+}
+
+std::vector<Ledger::ProcessView> Ledger::processes() const {
+    std::vector<ProcessView> out;
+    uint32_t high = header_->slot_high.load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) {
+        const Slot &s = header_->slots[i];
+        uint32_t st = s.state.load();
+        if (st != kSlotLive && st != kSlotReclaimed) continue;
+        ProcessView v;
+        v.slot = (int)i;
+        v.pid = s.pid.load();
+        v.command.assign(s.command, strnlen(s.command, sizeof s.command));
+        for (int d = 0; d < kMaxDevices; d++) {
+            v.bytes.push_back(s.bytes[d].load());
+            v.peak.push_back(s.peak[d].load());
+        }
+        v.reclaimed = st == kSlotReclaimed;
+        v.alive = !v.reclaimed && process_alive(v.pid, s.start_ticks.load());
+        v.self = &s == slot_;
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+}  // namespace gg::ledger

@@ -1,0 +1,159 @@
+// The shared per-container ledger: one small file, mapped by every process of a container that names
+// the same GPUGUARD_LEDGER path, holding per-device limits and per-process byte counts.
+//
+// Why it is shaped this way (the peers' failures, FACTS.md): a process-shared lock plus an owner pid
+// hangs everyone when its holder is SIGKILLed; a single "used" counter updated beside a per-process
+// one leaks or goes negative when a process dies between the two updates; compacting slots leaves
+// other processes with stale pointers. So:
+//   - there is no lock at all: every counter is a lock-free std::atomic<uint64_t> in the mapping;
+//   - the only counters are per (process slot, device); the container's usage is their sum, so a
+//     dead process's bytes are exactly its slot's, and reclaiming them is one exchange per device;
+//   - admission adds to its own slot first, then sums all slots, and backs out if the sum passes the
+//     limit. With sequentially consistent operations, of two racing admissions the later one always
+//     sees the earlier one's bytes, so admitted bytes together never exceed the limit;
+//   - slots never move; a freed slot is reused in place.
+// The file is created complete (written to a temporary name, then linked into place), so no process
+// ever maps a half-initialised ledger.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gg::ledger {
+
+constexpr int kMaxDevices = 32;
+constexpr int kMaxSlots = 512;
+constexpr uint32_t kLayoutVersion = 1;
+constexpr uint64_t kNoLimit = UINT64_MAX;
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
+
+enum DeviceState : uint32_t { kDeviceFree = 0, kDeviceClaiming = 1, kDeviceReady = 2 };
+enum SlotState : uint32_t { kSlotFree = 0, kSlotClaiming = 1, kSlotLive = 2, kSlotReclaiming = 3, kSlotReclaimed = 4 };
+
+struct DeviceEntry {
+    std::atomic<uint32_t> state;
+    uint32_t reserved;
+    uint8_t uuid[16];
+    std::atomic<uint64_t> limit;           // kNoLimit when none
+    std::atomic<uint64_t> peak;            // high-water mark of the container's bytes on this device
+    std::atomic<uint64_t> physical_total;  // as the driver reported it
+    char name[64];
+};
+
+struct Slot {
+    std::atomic<uint32_t> state;
+    std::atomic<int32_t> pid;
+    std::atomic<uint64_t> start_ticks;  // /proc/<pid>/stat field 22: tells a reused pid from the old process
+    char command[96];
+    std::atomic<uint64_t> bytes[kMaxDevices];
+    std::atomic<uint64_t> peak[kMaxDevices];
+};
+
+struct Header {
+    char magic[8];  // "GPUGLEDG"
+    uint32_t layout_version;
+    uint32_t header_size;
+    uint64_t file_size;
+    uint32_t max_devices;
+    uint32_t max_slots;
+    uint64_t created_unix_ns;
+    int32_t creator_pid;
+    uint32_t reserved;
+    char limit_spec[256];  // the limit as the creator gave it; empty for none. Never changes.
+    std::atomic<uint32_t> slot_high;  // slots [0, slot_high) have been used at least once
+    uint32_t reserved2;
+    std::atomic<uint64_t> reclaimed_processes;
+    std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
+    DeviceEntry devices[kMaxDevices];
+    Slot slots[kMaxSlots];
+};
+
+std::string uuid_string(const uint8_t uuid[16]);  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+
+// Where the ledger is when GPUGUARD_LEDGER is not set: the container's private /dev/shm, one per
+// user id (outside a container that makes it per user), or /tmp when /dev/shm is missing.
+std::string default_path();
+
+struct OpenOptions {
+    std::string path;        // empty: a private, per-process ledger (anonymous memory)
+    std::string limit_spec;  // this process's wish; "" for none
+    int group = -1;          // gid for mode 0660 (GPUGUARD_LEDGER_GROUP), -1 for 0600
+    bool read_only = false;  // gpuguard top
+};
+
+class Ledger {
+public:
+    // Opens or creates. On failure returns null and sets *error to one line naming the file and the
+    // problem; the file is left as it was. *notice gets a line worth printing (a differing limit).
+    static Ledger *open(const OpenOptions &options, std::string *error, std::string *notice);
+    ~Ledger();
+
+    const std::string &path() const { return path_; }  // "" for a private ledger
+    bool shared() const { return !path_.empty(); }
+    std::string limit_spec() const;
+
+    // The device's index in this ledger, registering it on first use with the limit computed by the
+    // caller. Returns -1 when the table is full.
+    int device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name);
+    uint64_t limit(int dev) const { return header_->devices[dev].limit.load(); }
+
+    // This process's slot; claims one on first use and again after fork (a child must never write
+    // into its parent's slot). Returns false when every slot is held by a live process.
+    bool join();
+    void on_fork_child();  // called in the child: forget the parent's slot
+
+    // Admission: true and the bytes are charged to this process, or false and nothing changed.
+    // *container_used receives the container's usage on the device as seen by the decision.
+    bool try_charge(int dev, uint64_t bytes, uint64_t *container_used);
+    // Unconditional charge (an allocation that grew after admission, e.g. a pitch).
+    void charge(int dev, uint64_t bytes);
+    // Returns what was charged; subtraction is clamped and never underflows. Returns the bytes
+    // actually released (less than asked when the slot held less: a bug or a foreign pointer).
+    uint64_t release(int dev, uint64_t bytes);
+
+    uint64_t container_used(int dev) const;
+    uint64_t own_bytes(int dev) const;
+    uint64_t own_peak(int dev) const;
+
+    // Frees the slots of processes that died. Returns how many were reclaimed. `periodic` limits it
+    // to once per 500 ms across all processes of the ledger.
+    int reclaim_dead(bool periodic);
+
+    // Snapshot for reports and `gpuguard top`.
+    struct DeviceView {
+        int index;
+        std::string uuid, name;
+        uint64_t limit, used, peak, physical_total;
+    };
+    struct ProcessView {
+        int slot;
+        int pid;
+        std::string command;
+        std::vector<uint64_t> bytes, peak;  // per device index
+        bool alive, reclaimed, self;
+    };
+    std::vector<DeviceView> devices() const;
+    std::vector<ProcessView> processes() const;
+
+    Header *header() const { return header_; }  // tests only
+
+private:
+    Ledger() = default;
+    Header *header_ = nullptr;
+    size_t map_size_ = 0;
+    std::string path_;
+    Slot *slot_ = nullptr;
+    int slot_pid_ = 0;
+    bool read_only_ = false;
+    uint64_t sum(int dev) const;
+};
+
+// Validation of a mapped file, shared with the fuzz target: "" when good, else why not.
+std::string validate(const void *data, size_t size);
+
+// Whether a process with this pid and start time is still the one that took a slot.
+bool process_alive(int pid, uint64_t start_ticks);
+uint64_t process_start_ticks(int pid);  // 0 when unknown
+
+}  // namespace gg::ledger

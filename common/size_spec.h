@@ -1,0 +1,46 @@
+// Parsing of sizes and limits, as users write them in GPUGUARD_MEM_LIMIT, `gpuguard run --limit`,
+// HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and GPUGUARD_CUDNN_WORKSPACE_LIMIT.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gg {
+
+// "8GiB", "8G", "8g", "512MiB", "1024m", "4096" (bytes), "1.5GiB", "64KiB", "2TiB". Units are
+// 1024-based whatever their spelling (HAMi-core's "1g" means 1 GiB, and so does ours). "kB"/"GB"
+// (SI spelling) are accepted as 1024-based too: a quota is never a place for a 7% surprise.
+// Returns false with a reason in *why for anything else (negative, empty, overflow, junk).
+bool parse_size(const std::string &text, uint64_t *bytes, std::string *why);
+
+// One limit: bytes, or a percentage of the device's physical memory.
+struct Limit {
+    enum Kind { kNone, kBytes, kPercent } kind = kNone;
+    uint64_t bytes = 0;
+    double percent = 0;  // 0 < percent <= 100
+    uint64_t resolve(uint64_t physical_total) const;  // UINT64_MAX for kNone
+    std::string str() const;                          // "2.00 GiB", "50%", "none"
+};
+
+// A whole specification: a default for every device, and per-device entries keyed by ordinal ("0")
+// or by UUID ("GPU-5e1d..." or a unique prefix of it). "8GiB", "50%", "0=8GiB,1=4GiB",
+// "4GiB,1=2GiB" (a default plus an override).
+struct LimitSpec {
+    Limit all;
+    struct Entry {
+        std::string key;  // ordinal digits, or a UUID (prefix) starting with "GPU-"
+        Limit limit;
+    };
+    std::vector<Entry> per_device;
+    bool empty() const { return all.kind == Limit::kNone && per_device.empty(); }
+    // The limit of one device, given its ordinal in the caller's view and its UUID string.
+    Limit for_device(int ordinal, const std::string &uuid) const;
+};
+
+bool parse_limit(const std::string &text, Limit *out, std::string *why);
+bool parse_limit_spec(const std::string &text, LimitSpec *out, std::string *why);
+
+// "1.50 GiB" style, for messages and reports.
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace gg

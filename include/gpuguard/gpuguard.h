@@ -1,0 +1,29 @@
+/* gpuguard's public C API, for programs that want to ask for a report themselves.
+ *
+ * Programs need not link anything: gpuguard_report_now() finds the function with dlsym when the
+ * program runs under the shim (LD_PRELOAD=libgpuguard.so) and does nothing otherwise, so the same
+ * binary runs with and without gpuguard. Link with -ldl on glibc older than 2.34. */
+#ifndef GPUGUARD_GPUGUARD_H
+#define GPUGUARD_GPUGUARD_H
+
+#include <dlfcn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exported by libgpuguard.so: writes a report (reason "request") whose message is `reason`, into
+ * GPUGUARD_REPORT_DIR. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
+int gpuguard_report(const char *reason);
+
+/* Calls gpuguard_report when the shim is loaded. Returns 0 on success, -1 on failure, 1 when the
+ * program is not running under gpuguard. */
+static inline int gpuguard_report_now(const char *reason) {
+    int (*fn)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "gpuguard_report");
+    return fn ? fn(reason) : 1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

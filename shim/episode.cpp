@@ -1,0 +1,64 @@
+#include "episode.h"
+
+#include <mutex>
+#include <string>
+
+#include "device.h"
+#include "log.h"
+#include "tracker.h"
+#include "report.h"
+#include "size_spec.h"
+#include "stacks.h"
+#include "state.h"
+
+namespace gg::episode {
+namespace {
+
+constexpr uint64_t kEpisodeGapNs = 1000000000ull;
+
+std::mutex g_mu;
+uint64_t g_last_failure_ns = 0;
+int g_id = 0;
+
+std::string describe(const Request &r, const DeviceInfo *dev) {
+    std::string what = std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
+    if (dev && dev->name[0]) what += std::string(" (") + dev->name + ")";
+    if (r.cause == Cause::kQuota) {
+        if (r.limit == 0) return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source + "), every allocation is refused";
+        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) + " of its " +
+               human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) + ")";
+    }
+    return "the driver could not allocate " + what + " (out of physical memory; the container holds " +
+           human_bytes(r.container_used) + (r.limit != UINT64_MAX ? " of its " + human_bytes(r.limit) + " limit)" : ")");
+}
+
+}  // namespace
+
+void failed(const Request &r, int skip_frames) {
+    // The stack of the request is taken before any lock: it is this thread's own.
+    stacks::StackId stack = state().cfg->stack_depth > 0 ? stacks::capture(skip_frames) : 0;
+    uint64_t now = mono_ns();
+    std::lock_guard<std::mutex> lock(g_mu);
+    bool fresh = g_id == 0 || now - g_last_failure_ns > kEpisodeGapNs;
+    g_last_failure_ns = now;
+    if (!fresh) {
+        report::note_failed_call();
+        return;
+    }
+    g_id++;
+    const DeviceInfo *dev = device_info(r.ordinal);
+    std::string message = describe(r, dev);
+    report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, g_id, unix_ns(), thread_id()};
+    std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom, message,
+                                     &f, r.ordinal);
+    log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+}
+
+void warn(int ordinal, uint64_t used, uint64_t limit) {
+    std::string message = "device " + std::to_string(ordinal) + " usage crossed GPUGUARD_WARN_AT: the container holds " +
+                          human_bytes(used) + " of its " + human_bytes(limit) + " limit";
+    std::string path = report::write(report::Reason::kWarnAt, message, nullptr, ordinal);
+    log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+}
+
+}  // namespace gg::episode

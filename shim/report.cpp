@@ -1,0 +1,300 @@
+#include "report.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <mutex>
+#include <set>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "device.h"
+#include "log.h"
+#include "report_schema.h"
+#include "version.h"
+#include "resolve.h"
+#include "state.h"
+#include "tracker.h"
+
+namespace gg::report {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<int> g_automatic_written{0};
+std::atomic<int> g_sequence{0};
+std::atomic<int> g_episode{0};
+std::atomic<int> g_episode_calls{0};
+std::atomic<uint64_t> g_episode_first_ns{0};
+std::mutex g_sections_mu;
+std::vector<SectionFn> g_sections;
+
+// Environment variables a report may carry; never the whole environment (it holds secrets).
+bool allowed_env(const char *name) {
+    static const char *const prefixes[] = {"GPUGUARD_", "CUDA_", "PYTORCH_", "NVIDIA_", "XLA_PYTHON_CLIENT_", "TF_FORCE_GPU_", "NCCL_"};
+    static const char *const exact[] = {"LD_PRELOAD", "OMP_NUM_THREADS", "WORLD_SIZE", "RANK", "LOCAL_RANK"};
+    for (const char *p : prefixes)
+        if (!strncmp(name, p, strlen(p))) return true;
+    for (const char *e : exact)
+        if (!strcmp(name, e)) return true;
+    return false;
+}
+
+std::string read_small_file(const char *path) {
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < (1 << 20)) out.append(buf, (size_t)n);
+    close(fd);
+    return out;
+}
+
+json process_section() {
+    json p;
+    p["pid"] = getpid();
+    p["ppid"] = getppid();
+    p["uid"] = getuid();
+    json cmd = json::array();
+    std::string raw = read_small_file("/proc/self/cmdline");
+    for (size_t i = 0; i < raw.size();) {
+        size_t end = raw.find('\0', i);
+        if (end == std::string::npos) end = raw.size();
+        cmd.push_back(raw.substr(i, end - i));
+        i = end + 1;
+    }
+    p["command"] = cmd;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    p["exe"] = n > 0 ? std::string(exe, (size_t)n) : "";
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    p["hostname"] = host;
+    p["start_unix_ns"] = state().start_unix_ns;
+    json env = json::object();
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        std::string name(*e, (size_t)(eq - *e));
+        if (allowed_env(name.c_str())) env[name] = eq + 1;
+    }
+    p["env"] = env;
+    return p;
+}
+
+json device_section(int ordinal) {
+    json d;
+    const DeviceInfo *dev = device_info(ordinal);
+    d["ordinal"] = ordinal;
+    d["uuid"] = dev ? dev->uuid : "";
+    d["name"] = dev ? dev->name : "";
+    d["total_bytes"] = dev ? (int64_t)dev->physical_total : -1;
+    // One cheap query through the real table (never the hooks); it needs the caller's context.
+    size_t free_b = 0, total_b = 0;
+    const RealDriver &r = real_driver();
+    bool ok = r.cuMemGetInfo_v2 && current_ordinal() == ordinal && r.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS;
+    d["free_bytes"] = ok ? (int64_t)free_b : -1;
+    return d;
+}
+
+std::string stack_key(stacks::StackId id) { return "s" + std::to_string(id); }
+json stack_ref(stacks::StackId id) { return id ? json(stack_key(id)) : json(nullptr); }
+
+json by_stack_json(const std::vector<StackBytes> &v, std::set<stacks::StackId> &used, size_t max) {
+    json out = json::array();
+    for (size_t i = 0; i < v.size() && i < max; i++) {
+        out.push_back({{"stack", stack_ref(v[i].stack)}, {"bytes", v[i].bytes}, {"count", v[i].count}});
+        if (v[i].stack) used.insert(v[i].stack);
+    }
+    return out;
+}
+
+std::string hex(uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)v);
+    return buf;
+}
+
+bool write_atomically(const std::string &dir, const std::string &name, const std::string &text, std::string *path) {
+    *path = dir + "/" + name;
+    std::string tmp = dir + "/." + name + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        log_error("cannot write a report in GPUGUARD_REPORT_DIR=%s: %s", dir.c_str(), strerror(errno));
+        return false;
+    }
+    size_t off = 0;
+    while (off < text.size()) {
+        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            log_error("cannot write report %s: %s", path->c_str(), n < 0 ? strerror(errno) : "short write");
+            close(fd);
+            unlink(tmp.c_str());
+            return false;
+        }
+        off += (size_t)n;
+    }
+    bool ok = close(fd) == 0 && rename(tmp.c_str(), path->c_str()) == 0;
+    if (!ok) {
+        log_error("cannot write report %s: %s", path->c_str(), strerror(errno));
+        unlink(tmp.c_str());
+    }
+    return ok;
+}
+
+}  // namespace
+
+const char *reason_name(Reason r) {
+    switch (r) {
+        case Reason::kQuota: return "quota";
+        case Reason::kDriverOom: return "driver_oom";
+        case Reason::kExit: return "exit";
+        case Reason::kRequest: return "request";
+        case Reason::kSignal: return "signal";
+        case Reason::kWarnAt: return "warn_at";
+    }
+    return "unknown";
+}
+
+void add_section(SectionFn fn) {
+    std::lock_guard<std::mutex> lock(g_sections_mu);
+    g_sections.push_back(fn);
+}
+
+void note_failed_call() { g_episode_calls.fetch_add(1); }
+
+json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    State &s = state();
+    const Config &c = *s.cfg;
+    Tracker::Snapshot snap = tracker().snapshot((size_t)c.top_n);
+    uint64_t now_mono = mono_ns();
+    std::set<stacks::StackId> used;
+
+    json r;
+    r["schema"] = schema::kName;
+    r["version"] = schema::kVersion;
+    r["reason"] = reason_name(reason);
+    r["message"] = message;
+    r["time_unix_ns"] = unix_ns();
+    r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
+    r["process"] = process_section();
+    r["device"] = device_section(ordinal);
+
+    const DeviceInfo *dev = device_info(ordinal);
+    if (dev && has_limit(*dev)) {
+        r["limit"] = {{"bytes", dev->limit},
+                      {"spec", s.ledger->limit_spec()},
+                      {"source", c.limit_source.empty() ? "ledger" : c.limit_source},
+                      {"scope", s.ledger->shared() ? "container" : "process"}};
+    } else {
+        r["limit"] = nullptr;
+    }
+    int ldev = dev ? dev->ledger_index : -1;
+    r["usage"] = {{"process_bytes", ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
+                  {"process_peak_bytes", ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
+                  {"container_bytes", ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
+                  {"live_allocations", snap.live_count}};
+
+    if (failure) {
+        r["failed_request"] = {{"api", api_name(failure->api)},     {"driver_api", api_name(failure->driver_api)},
+                               {"bytes", failure->bytes},            {"device", failure->ordinal},
+                               {"thread", failure->thread},          {"driver_result", failure->result},
+                               {"stack", stack_ref(failure->stack)}};
+        if (failure->stack) used.insert(failure->stack);
+        g_episode.store(failure->episode);
+        g_episode_calls.store(1);
+        g_episode_first_ns.store(failure->first_unix_ns);
+    } else {
+        r["failed_request"] = nullptr;
+    }
+    if (g_episode.load())
+        r["episode"] = {{"id", g_episode.load()}, {"failed_calls", g_episode_calls.load()}, {"first_unix_ns", g_episode_first_ns.load()}};
+    else
+        r["episode"] = nullptr;
+
+    json counts = json::object();
+    for (const auto &[api, n] : snap.counts)
+        counts[api_name(api)] = {{"allocs", n.allocs}, {"frees", n.frees}, {"failures", n.failures},
+                                 {"live_bytes", n.live_bytes}, {"live_count", n.live_count}};
+    r["counts_by_api"] = counts;
+
+    json top = json::array();
+    for (const auto &[key, a] : snap.top) {
+        top.push_back({{"address", hex(key)},
+                       {"bytes", a.bytes},
+                       {"api", api_name(a.api)},
+                       {"device", a.ordinal},
+                       {"age_ns", now_mono - a.t_ns},
+                       {"thread", a.thread},
+                       {"stack", stack_ref(a.stack)},
+                       {"tag", a.workspace ? json("cudnn_workspace") : json(nullptr)}});
+        if (a.stack) used.insert(a.stack);
+    }
+    r["top_allocations"] = top;
+    constexpr size_t kMaxStacksListed = 500;
+    r["by_stack"] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
+    r["peak"] = {{"bytes", snap.peak_bytes},
+                 {"time_unix_ns", snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
+                 {"by_stack", by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+    json points = json::array();
+    for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
+    r["timeline"] = {{"t0_unix_ns", s.start_unix_ns}, {"points", points}};
+
+    json stacks_json = json::object();
+    for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{"frames", stacks::frames_json(id)}};
+    r["stacks"] = stacks_json;
+
+    if (s.ledger->shared()) {
+        json devices = json::array(), procs = json::array();
+        for (const auto &d : s.ledger->devices())
+            devices.push_back({{"uuid", d.uuid}, {"limit_bytes", d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
+                               {"used_bytes", d.used}, {"peak_bytes", d.peak}});
+        for (const auto &p : s.ledger->processes()) {
+            uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
+            procs.push_back({{"pid", p.pid}, {"command", p.command}, {"bytes", bytes}, {"peak_bytes", peak},
+                             {"alive", p.alive}, {"self", p.self}});
+        }
+        r["ledger"] = {{"path", s.ledger->path()}, {"devices", devices}, {"processes", procs}};
+    }
+    std::vector<SectionFn> sections;
+    {
+        std::lock_guard<std::mutex> lock(g_sections_mu);
+        sections = g_sections;
+    }
+    for (SectionFn fn : sections) fn(r);
+    return r;
+}
+
+std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    const Config &c = *state().cfg;
+    bool automatic = reason == Reason::kQuota || reason == Reason::kDriverOom || reason == Reason::kWarnAt;
+    if (automatic && g_automatic_written.fetch_add(1) >= c.max_reports) {
+        if (g_automatic_written.load() == c.max_reports + 1)
+            log_error("GPUGUARD_MAX_REPORTS=%d reached; no more reports from this process", c.max_reports);
+        return "";
+    }
+    std::string text;
+    try {
+        text = build(reason, message, failure, ordinal).dump(1);
+    } catch (const std::exception &e) {
+        log_error("cannot assemble a report: %s", e.what());
+        return "";
+    }
+    char host[64] = {};
+    gethostname(host, sizeof host - 1);
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == '.') *p = '-';
+    char name[256];
+    snprintf(name, sizeof name, "gpuguard-%s-%llu-%s-%d-%d.json", reason_name(reason),
+             (unsigned long long)(unix_ns() / 1000000000ull), host, (int)getpid(), g_sequence.fetch_add(1) + 1);
+    std::string path;
+    if (!write_atomically(c.report_dir, name, text, &path)) return "";
+    return path;
+}
+
+}  // namespace gg::report

@@ -1,0 +1,195 @@
+#include "stacks_unwind.h"
+
+#include <dlfcn.h>
+#include <unwind.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "log.h"
+
+// libgcc's unwinder is linked statically into the shim (-static-libgcc) and dynamically into other
+// programs (libgcc_s); a weak reference lets us notice a build where neither provided it and dlopen
+// libgcc_s.so.1 instead of failing to load.
+#pragma weak _Unwind_Backtrace
+#pragma weak _Unwind_GetIP
+
+namespace gg::stacks::unwind {
+namespace {
+
+using BacktraceFn = int (*)(void **, int);
+
+struct Backend {
+    const char *name;
+    BacktraceFn fn;
+};
+
+// libunwind's exported names carry the architecture (nm -D libunwind.so.8): unw_backtrace is plain,
+// but unw_set_caching_policy and unw_local_addr_space are macros for these.
+#if defined(__x86_64__)
+#define GG_UNW_PREFIX "_ULx86_64_"
+#elif defined(__aarch64__)
+#define GG_UNW_PREFIX "_ULaarch64_"
+#else
+#define GG_UNW_PREFIX "_UL_unknown_"
+#endif
+constexpr int kUnwCachePerThread = 2;  // UNW_CACHE_PER_THREAD in libunwind.h (not included: not a build dependency)
+
+BacktraceFn open_libunwind(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        log_debug("stacks: %s not loaded: %s", path, dlerror());
+        return nullptr;
+    }
+    auto fn = reinterpret_cast<BacktraceFn>(dlsym(h, "unw_backtrace"));
+    if (!fn) {
+        log_debug("stacks: %s has no unw_backtrace", path);
+        return nullptr;  // left open: dlclose of a half-used library buys nothing
+    }
+    // Per-thread caching makes repeated unwinds of similar stacks cheap and avoids the global cache's
+    // lock; without it every capture would re-parse unwind tables.
+    using SetPolicyFn = int (*)(void *, int);
+    auto set_policy = reinterpret_cast<SetPolicyFn>(dlsym(h, GG_UNW_PREFIX "set_caching_policy"));
+    auto space = static_cast<void **>(dlsym(h, GG_UNW_PREFIX "local_addr_space"));
+    if (set_policy && space && *space) set_policy(*space, kUnwCachePerThread);
+    else log_debug("stacks: %s: caching policy not set (symbols not found)", path);
+    log_debug("stacks: unwinding with libunwind from %s", path);
+    return fn;
+}
+
+BacktraceFn load_libunwind() {
+    // Beside ourselves first: the build ships libunwind.so.8 next to libgpuguard.so, since the GPU
+    // machine and many container images have none installed.
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void *>(&open_libunwind), &self) && self.dli_fname) {
+        std::string dir = self.dli_fname;
+        size_t slash = dir.rfind('/');
+        if (slash != std::string::npos) {
+            std::string beside = dir.substr(0, slash + 1) + "libunwind.so.8";
+            if (BacktraceFn fn = open_libunwind(beside.c_str())) return fn;
+        }
+    }
+    return open_libunwind("libunwind.so.8");
+}
+
+using UnwindBacktraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void *);
+using UnwindGetIpFn = _Unwind_Ptr (*)(_Unwind_Context *);
+UnwindBacktraceFn g_gcc_backtrace;
+UnwindGetIpFn g_gcc_get_ip;
+
+struct GccWalk {
+    void **ips;
+    int n, max;
+};
+
+_Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
+    auto *w = static_cast<GccWalk *>(arg);
+    if (w->n >= w->max) return _URC_END_OF_STACK;
+    uintptr_t ip = g_gcc_get_ip(ctx);
+    if (ip == 0) return _URC_END_OF_STACK;
+    w->ips[w->n++] = reinterpret_cast<void *>(ip);
+    return _URC_NO_REASON;
+}
+
+int gcc_backtrace(void **ips, int max) {
+    GccWalk w{ips, 0, max};
+    g_gcc_backtrace(gcc_step, &w);
+    // The first frame is gcc_backtrace itself (the caller of _Unwind_Backtrace); stacks.cpp trims
+    // everything up to its own caller by return address, so it is left in.
+    return w.n;
+}
+
+BacktraceFn load_libgcc() {
+    if (&_Unwind_Backtrace != nullptr && &_Unwind_GetIP != nullptr) {
+        g_gcc_backtrace = &_Unwind_Backtrace;
+        g_gcc_get_ip = &_Unwind_GetIP;
+    } else if (void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) {
+        g_gcc_backtrace = reinterpret_cast<UnwindBacktraceFn>(dlsym(h, "_Unwind_Backtrace"));
+        g_gcc_get_ip = reinterpret_cast<UnwindGetIpFn>(dlsym(h, "_Unwind_GetIP"));
+    }
+    if (!g_gcc_backtrace || !g_gcc_get_ip) {
+        log_debug("stacks: libgcc's _Unwind_Backtrace not available");
+        return nullptr;
+    }
+    log_debug("stacks: unwinding with libgcc's _Unwind_Backtrace");
+    return gcc_backtrace;
+}
+
+// Under ThreadSanitizer, libunwind's thread-exit destructor (its per-thread trace cache) locks a
+// mutex after TSan has already finished the thread, and the process crashes; libunwind is not
+// instrumented anyway, so TSan builds unwind with libgcc unless told otherwise.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kPreferLibgcc = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kPreferLibgcc = true;
+#else
+constexpr bool kPreferLibgcc = false;
+#endif
+#else
+constexpr bool kPreferLibgcc = false;
+#endif
+
+const Backend kNone{"none", nullptr};
+std::mutex g_load_mutex;  // serialises loading; never taken on the capture path once loaded
+Backend g_libunwind{"libunwind", nullptr}, g_libgcc{"libgcc", nullptr};
+bool g_tried_libunwind, g_tried_libgcc;
+std::atomic<const Backend *> g_active{nullptr};
+
+// Under g_load_mutex. Each unwinder is tried at most once per process.
+const Backend *load(const char *which) {
+    if (strcmp(which, "libunwind") == 0) {
+        if (!g_tried_libunwind) g_libunwind.fn = load_libunwind(), g_tried_libunwind = true;
+        return g_libunwind.fn ? &g_libunwind : nullptr;
+    }
+    if (strcmp(which, "libgcc") == 0) {
+        if (!g_tried_libgcc) g_libgcc.fn = load_libgcc(), g_tried_libgcc = true;
+        return g_libgcc.fn ? &g_libgcc : nullptr;
+    }
+    if (strcmp(which, "none") == 0) return &kNone;
+    return nullptr;
+}
+
+const Backend *active() {
+    const Backend *b = g_active.load(std::memory_order_acquire);
+    if (b) return b;
+    std::lock_guard<std::mutex> lock(g_load_mutex);
+    if ((b = g_active.load(std::memory_order_relaxed))) return b;
+    const char *want = getenv("GPUGUARD_UNWINDER");
+    if (want && *want && strcmp(want, "libunwind") != 0 && strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0) {
+        log_error("GPUGUARD_UNWINDER=%s not understood (libunwind, libgcc or none); using the default order", want);
+        want = nullptr;
+    }
+    if ((!want || !*want) && kPreferLibgcc) want = "libgcc";
+    if (want && *want) b = load(want);
+    if (!b) b = load("libunwind");
+    if (!b) b = load("libgcc");
+    if (!b) {
+        log_error("no unwinder found (libunwind.so.8, libgcc): reports will have no native stacks");
+        b = &kNone;
+    }
+    g_active.store(b, std::memory_order_release);
+    return b;
+}
+
+}  // namespace
+
+int backtrace(void **ips, int max) {
+    const Backend *b = active();
+    return b->fn && max > 0 ? b->fn(ips, max) : 0;
+}
+
+const char *name() { return active()->name; }
+
+bool select(const char *which) {
+    active();  // so that a later first call does not overwrite this choice
+    std::lock_guard<std::mutex> lock(g_load_mutex);
+    const Backend *b = load(which);
+    if (b) g_active.store(b, std::memory_order_release);
+    return b != nullptr;
+}
+
+}  // namespace gg::stacks::unwind

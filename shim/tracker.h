@@ -1,0 +1,106 @@
+// This process's live device allocations: what each holds, on which device, through which API,
+// from which stack; plus the counters and history a report needs (per-API counts, bytes by stack,
+// the peak with its bytes by stack, a bounded usage timeline).
+//
+// The hot path takes one shard lock (the live table is split 16 ways by key) and the stats lock,
+// each for a few hash-map operations; no I/O, no symbolization, no driver calls under either.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "api.h"
+#include "stacks.h"
+
+namespace gg {
+
+// What a tracked key is: the same number can be a pointer and a cuMemCreate handle.
+enum class KeyKind : uint8_t { kPointer, kHandle, kArray, kMipmap };
+
+struct Allocation {
+    uint64_t bytes = 0;
+    uint64_t t_ns = 0;  // mono_ns() at commit
+    stacks::StackId stack = 0;
+    int32_t thread = 0;
+    int16_t ordinal = -1;
+    int16_t ledger_dev = -1;
+    Api api = Api::kNone;         // what the program called (cudaMalloc when it came through cudart)
+    Api driver_api = Api::kNone;  // the driver entry point
+    bool workspace = false;       // made during a cuDNN call
+};
+
+struct ApiCounts {
+    uint64_t allocs = 0, frees = 0, failures = 0, live_bytes = 0, live_count = 0;
+};
+
+struct StackBytes {
+    stacks::StackId stack;
+    uint64_t bytes, count;
+};
+
+class Tracker {
+public:
+    void insert(KeyKind kind, uint64_t key, const Allocation &a);
+    // Removes and returns the allocation; false when the key is unknown (a pointer allocated before
+    // the shim was loaded, or not device memory of ours).
+    bool take(KeyKind kind, uint64_t key, Allocation *out);
+    // Puts back an allocation whose free failed in the driver.
+    void restore(KeyKind kind, uint64_t key, const Allocation &a);
+    void count_failure(Api api);
+
+    uint64_t live_bytes() const;
+
+    struct Snapshot {
+        uint64_t live_bytes = 0, live_count = 0, peak_bytes = 0, peak_t_ns = 0;
+        std::vector<std::pair<uint64_t, Allocation>> top;  // the largest, largest first
+        std::vector<StackBytes> by_stack, peak_by_stack;   // largest first
+        std::vector<std::pair<uint64_t, uint64_t>> timeline;  // (t_ns, bytes)
+        std::vector<std::pair<Api, ApiCounts>> counts;
+    };
+    // A consistent copy for a report, taken under the locks; everything slow happens after.
+    Snapshot snapshot(size_t top_n) const;
+
+    // fork() while another thread holds a lock would leave it held forever in the child: the locks
+    // are taken before fork and released on both sides (pthread_atfork, see state.cpp).
+    void lock_for_fork();
+    void unlock_after_fork();
+    void clear_after_fork();  // in the child, after unlock: device memory does not cross fork
+
+private:
+    struct Key {
+        uint64_t key;
+        KeyKind kind;
+        bool operator==(const Key &o) const { return key == o.key && kind == o.kind; }
+    };
+    struct KeyHash {
+        size_t operator()(const Key &k) const { return std::hash<uint64_t>()(k.key * 0x9E3779B97F4A7C15ull ^ (uint64_t)k.kind); }
+    };
+    static constexpr int kShards = 16;
+    struct Shard {
+        mutable std::mutex mu;
+        std::unordered_map<Key, Allocation, KeyHash> live;
+    };
+    Shard shards_[kShards];
+    Shard &shard_of(const Key &k) { return shards_[KeyHash()(k) >> 60 & (kShards - 1)]; }
+
+    // Stats: counts, bytes by stack, peak, timeline.
+    mutable std::mutex stats_mu_;
+    ApiCounts counts_[(int)Api::kCount];
+    struct Held {
+        uint64_t bytes = 0, count = 0;
+    };
+    std::unordered_map<stacks::StackId, Held> by_stack_;
+    uint64_t live_bytes_ = 0, live_count_ = 0;
+    uint64_t peak_bytes_ = 0, peak_t_ns_ = 0, peak_snapshot_bytes_ = 0;
+    std::unordered_map<stacks::StackId, Held> peak_by_stack_;
+    std::vector<std::pair<uint64_t, uint64_t>> timeline_;
+    uint64_t timeline_step_ns_ = 1000000;  // 1 ms; doubles each time the timeline is thinned
+
+    void on_change(const Allocation &a, bool added);
+    void add_timeline_point(uint64_t t, uint64_t bytes);
+};
+
+Tracker &tracker();
+
+}  // namespace gg

@@ -1,0 +1,147 @@
+"""Runs gg::py inside a real interpreter through tests/integration/pyprobe (PYPROBE names the library).
+
+Usage: pyframes_driver.py MODE, one of:
+  info      only the first line, printed in every mode: available=0|1 version=X.Y
+  stack     prints the captured frames, then SAME or DIFF against the interpreter's own view
+  generators  SAME or DIFF for captures inside a generator run by a for loop and a coroutine run by
+            send(): frames owned by generator objects, linked into the thread's frame list
+  callback  Python -> C -> Python -> C: prints function:entry for each captured frame
+  threads   a native thread's frame count and a Python thread's innermost frame, while another
+            Python thread spins holding the GIL
+  evalloops how many eval-loop native frames a direct call and a callback each see
+  bench     median ns of one capture at a 30-frame Python depth
+"""
+import ctypes
+import os
+import sys
+import threading
+
+lib = ctypes.CDLL(os.environ["PYPROBE"])
+lib.pyprobe_capture.argtypes = [ctypes.c_char_p, ctypes.c_int]
+lib.pyprobe_version.restype = ctypes.c_char_p
+lib.pyprobe_bench.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+lib.pyprobe_bench.restype = ctypes.c_double
+CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int)
+buf = ctypes.create_string_buffer(1 << 16)
+
+
+def frames():
+    return [line.split("|") for line in buf.value.decode().splitlines()]
+
+
+def interpreter_view(frame):
+    """The same stack as the interpreter reports it: file|qualname|line, innermost first."""
+    out = []
+    while frame is not None:
+        out.append([frame.f_code.co_filename, frame.f_code.co_qualname, str(frame.f_lineno)])
+        frame = frame.f_back
+    return out
+
+
+class Holder:
+    def method(self):
+        # The interpreter's view is taken on the same line: a live frame's f_lineno moves on.
+        n = lib.pyprobe_capture(buf, len(buf)); want = interpreter_view(sys._getframe())  # MARK:capture
+        got = frames()
+        assert n == len(got), (n, got)
+        for f in got:
+            print("|".join(f))
+        print("SAME" if [f[:3] for f in got] == want else f"DIFF {want}")
+
+
+def info_mode():
+    pass
+
+
+def stack_mode():
+    Holder().method()
+
+
+def compare_here():
+    """SAME when the capture made here matches the interpreter's view of the caller's stack."""
+    lib.pyprobe_capture(buf, len(buf)); want = interpreter_view(sys._getframe())
+    return "SAME" if [f[:3] for f in frames()] == want else f"DIFF {frames()} {want}"
+
+
+def generator():
+    yield compare_here()
+
+
+async def coroutine():
+    return compare_here()
+
+
+def generators_mode():
+    for result in generator():
+        print(result)
+    try:
+        coroutine().send(None)
+    except StopIteration as done:
+        print(done.value)
+
+
+def inner():
+    lib.pyprobe_capture(buf, len(buf))
+    print(" ".join(f"{f[1]}:{f[3]}" for f in frames()))
+    return 0
+
+
+def outer():
+    return lib.pyprobe_call(CALLBACK(inner))
+
+
+def callback_mode():
+    outer()
+
+
+def threads_mode():
+    stop = False
+
+    def spin():  # holds the GIL except at the interpreter's switch interval
+        x = 0
+        while not stop:
+            x += 1
+
+    seen = []
+
+    def python_thread():
+        lib.pyprobe_capture(buf, len(buf))
+        seen.append(frames()[0][1])
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    native = lib.pyprobe_capture_on_native_thread()
+    mine = lib.pyprobe_capture(buf, len(buf))
+    t = threading.Thread(target=python_thread)
+    t.start()
+    t.join()
+    stop = True
+    spinner.join()
+    print(f"native={native} main={'yes' if mine > 0 else 'no'} thread={seen[0] if seen else '-'}")
+
+
+def count_in_callback():
+    print(f"callback={lib.pyprobe_count_eval_loops()}")
+    return 0
+
+
+def evalloops_mode():
+    print(f"direct={lib.pyprobe_count_eval_loops()}")
+    lib.pyprobe_call(CALLBACK(count_in_callback))
+
+
+def recurse(depth):
+    if depth > 1:
+        return recurse(depth - 1)
+    seen = ctypes.c_int(0)
+    ns = lib.pyprobe_bench(20000, ctypes.byref(seen))
+    print(f"frames={seen.value} median_ns={ns:.0f}")
+
+
+def bench_mode():
+    recurse(30 - 2)  # with bench_mode and <module>, 30 Python frames
+
+
+if __name__ == "__main__":
+    print(f"available={lib.pyprobe_available()} version={lib.pyprobe_version().decode()}")
+    globals()[sys.argv[1] + "_mode"]()

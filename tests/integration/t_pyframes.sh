@@ -1,0 +1,63 @@
+# Python frames read without the GIL (shim/pyframes.cpp), inside real interpreters: each supported
+# CPython found on this machine runs tests/integration/pyframes_driver.py, which calls the probe
+# library (tests/integration/pyprobe) through ctypes, so the GIL is released during the capture.
+
+PROBE=$BUILD/tests/libpyprobe.so
+DRIVER=$ROOT/tests/integration/pyframes_driver.py
+CALL_LINE=$(grep -n 'MARK:capture' "$DRIVER" | cut -d: -f1)
+
+# drive PYTHON MODE: the driver's output; a hang (a deadlock) fails by the timeout, not a stuck run.
+drive() { PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" "$2" 2>&1; }
+
+names_the_call_site() {
+  local out; out=$(drive "$1" stack) || { echo "$out" >&2; return 1; }
+  expect_eq "$(echo "$out" | sed -n 2p)" "$DRIVER|Holder.method|$CALL_LINE|0" "the innermost frame" &&
+  expect_contains "$out" "$DRIVER|stack_mode|" "the caller" &&
+  expect_contains "$out" "|<module>|" "the outermost frame" &&
+  expect_contains "$out" "SAME" "the comparison with the interpreter's own view of the stack"
+}
+walks_generator_frames() {
+  expect_eq "$(drive "$1" generators | tail -2 | tr '\n' ' ')" "SAME SAME " "generator and coroutine stacks"
+}
+marks_entry_frames() {
+  # Python -> C -> Python -> C: inner() was entered from C (a ctypes callback), <module> from
+  # Py_RunMain; outer() and callback_mode() ran inside <module>'s eval loop.
+  expect_eq "$(drive "$1" callback | tail -1)" "inner:1 outer:0 callback_mode:0 <module>:1" "function:entry"
+}
+threads_see_their_own_frames() {
+  expect_eq "$(drive "$1" threads | tail -1)" "native=0 main=yes thread=threads_mode.<locals>.python_thread" \
+    "frames per thread while a Python thread spins holding the GIL"
+}
+finds_the_eval_loop() {
+  # One _PyEval_EvalFrameDefault activation under a direct ctypes call, two under a callback.
+  expect_eq "$(drive "$1" evalloops | tail -2 | tr '\n' ' ')" "direct=1 callback=2 " "eval-loop native frames"
+}
+off_by_environment() {
+  local out; out=$(GPUGUARD_PYTHON_STACKS=0 drive "$1" stack)
+  expect_contains "$out" "available=0" "availability" && expect_not_contains "$out" "|Holder.method|" "the frames"
+}
+
+if [[ ! -f $PROBE ]]; then
+  check "the probe library is built (make $PROBE)" false
+else
+  pythons=(python3)
+  for v in 3.11.7 3.12.1 3.13.0; do
+    p=/root/.pyenv/versions/$v/bin/python3
+    [[ -x $p ]] && pythons+=("$p")
+  done
+  declare -A seen=()
+  for py in "${pythons[@]}"; do
+    ver=$(PYPROBE=$PROBE "$py" "$DRIVER" info 2>/dev/null | sed -n 's/^available=1 version=//p')
+    [[ -z $ver || -n ${seen[$ver]:-} ]] && continue  # unsupported, or this version already ran
+    seen[$ver]=1
+    check "names the file, qualified name and line of a ctypes call, then its callers ($ver)" names_the_call_site "$py"
+    check "reads frames of generators and coroutines ($ver)" walks_generator_frames "$py"
+    check "marks the frames C entered through a Python -> C -> Python -> C chain ($ver)" marks_entry_frames "$py"
+    check "a native thread has no frames, a Python thread its own, with the GIL held elsewhere ($ver)" \
+      threads_see_their_own_frames "$py"
+    check "tells the eval loop's native frames from the others ($ver)" finds_the_eval_loop "$py"
+    check "GPUGUARD_PYTHON_STACKS=0 turns Python frames off ($ver)" off_by_environment "$py"
+    echo "       capture cost ($ver): $(drive "$py" bench | tail -1)"
+  done
+  check "ran under at least CPython 3.11 or 3.12" test "${#seen[@]}" -gt 0
+fi

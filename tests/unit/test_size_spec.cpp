@@ -1,0 +1,85 @@
+#include <doctest/doctest.h>
+
+#include "size_spec.h"
+
+using namespace gg;
+
+static uint64_t size_of(const char *s) {
+    uint64_t b = 0;
+    std::string why;
+    REQUIRE_MESSAGE(parse_size(s, &b, &why), s, ": ", why);
+    return b;
+}
+
+static std::string size_error(const char *s) {
+    uint64_t b = 0;
+    std::string why;
+    CHECK_FALSE_MESSAGE(parse_size(s, &b, &why), s);
+    return why;
+}
+
+TEST_CASE("sizes are 1024-based whatever the spelling, HAMi-core's included") {
+    CHECK(size_of("4096") == 4096);
+    CHECK(size_of("8GiB") == 8ull << 30);
+    CHECK(size_of("8G") == 8ull << 30);
+    CHECK(size_of("8g") == 8ull << 30);
+    CHECK(size_of("1024m") == 1ull << 30);
+    CHECK(size_of("512MiB") == 512ull << 20);
+    CHECK(size_of("64KiB") == 64ull << 10);
+    CHECK(size_of("2TiB") == 2ull << 40);
+    CHECK(size_of("1.5GiB") == 3ull << 29);
+    CHECK(size_of(" 3 GiB ") == 3ull << 30);
+}
+
+TEST_CASE("malformed sizes are refused with a reason") {
+    CHECK(size_error("lots").find("not a size") != std::string::npos);
+    CHECK(size_error("-5G").find("negative") != std::string::npos);
+    CHECK(size_error("").find("empty") != std::string::npos);
+    CHECK(size_error("5X").find("unknown unit") != std::string::npos);
+    CHECK(size_error("99999999999999999999").find("too large") != std::string::npos);
+    CHECK(size_error("17179869184TiB").find("too large") != std::string::npos);
+    CHECK(size_error("1.2.3G").find("not a size") != std::string::npos);
+}
+
+TEST_CASE("limit specs: default, percentages, per device by ordinal and UUID") {
+    LimitSpec s;
+    std::string why;
+    REQUIRE(parse_limit_spec("2GiB", &s, &why));
+    CHECK(s.all.kind == Limit::kBytes);
+    CHECK(s.for_device(3, "").resolve(100) == 2ull << 30);
+
+    REQUIRE(parse_limit_spec("50%", &s, &why));
+    CHECK(s.for_device(0, "").resolve(1000) == 500);
+
+    REQUIRE(parse_limit_spec("0=8GiB,1=4GiB", &s, &why));
+    CHECK(s.for_device(0, "").resolve(0) == 8ull << 30);
+    CHECK(s.for_device(1, "").resolve(0) == 4ull << 30);
+    CHECK(s.for_device(2, "").kind == Limit::kNone);
+    CHECK(s.for_device(2, "").resolve(5) == UINT64_MAX);
+
+    REQUIRE(parse_limit_spec("4GiB,GPU-ab12=1GiB", &s, &why));
+    CHECK(s.for_device(0, "GPU-ab12cd34-0000").resolve(0) == 1ull << 30);
+    CHECK(s.for_device(0, "GPU-ffff").resolve(0) == 4ull << 30);
+}
+
+TEST_CASE("malformed limit specs name what is wrong") {
+    LimitSpec s;
+    std::string why;
+    CHECK_FALSE(parse_limit_spec("lots", &s, &why));
+    CHECK_FALSE(parse_limit_spec("0=", &s, &why));
+    CHECK(why.find("no limit after '0='") != std::string::npos);
+    CHECK_FALSE(parse_limit_spec("-5G", &s, &why));
+    CHECK_FALSE(parse_limit_spec("150%", &s, &why));
+    CHECK(why.find("percentage") != std::string::npos);
+    CHECK_FALSE(parse_limit_spec("0%", &s, &why));
+    CHECK_FALSE(parse_limit_spec("0", &s, &why));
+    CHECK_FALSE(parse_limit_spec("x=1G", &s, &why));
+    CHECK_FALSE(parse_limit_spec("1G,2G", &s, &why));
+    CHECK_FALSE(parse_limit_spec("0=1G,0=2G", &s, &why));
+    CHECK_FALSE(parse_limit_spec("1G,,0=2G", &s, &why));
+}
+
+TEST_CASE("human sizes") {
+    CHECK(human_bytes(512) == "512 B");
+    CHECK(human_bytes(3ull << 29) == "1.50 GiB");
+}

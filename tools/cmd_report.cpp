@@ -1,0 +1,231 @@
+// `gpuguard report`: the offline report viewer. Parses options, loads the report(s), and hands them
+// to the renderers (report_render.h). Exit codes: 0 done, 1 an output file could not be written,
+// 2 bad usage or an input file that is not a readable gpuguard report.
+#include "commands.h"
+#include "report_render.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace gg::report;
+
+namespace {
+
+const char kUsage[] =
+    "usage: gpuguard report [options] FILE\n"
+    "       gpuguard report diff [options] A B\n"
+    "\n"
+    "Reads a report that libgpuguard.so wrote (a failed allocation, exit, request or signal) and says\n"
+    "what failed, why, who holds the memory and what to do. With no output option it prints a summary.\n"
+    "\n"
+    "options:\n"
+    "  --top N            how many holders to list (default 10)\n"
+    "  --no-color         plain text (colour is used only on a terminal, and never with NO_COLOR set)\n"
+    "  --json             print the diagnosis and advice as JSON instead of the summary\n"
+    "  --html OUT         write one self-contained HTML page: timeline, flame graph, tables\n"
+    "  --folded OUT       write folded stacks of live bytes, for flamegraph.pl, speedscope or inferno\n"
+    "  --peak             with --folded: the stacks at the peak instead of at the report\n"
+    "  --speedscope OUT   write a speedscope profile (open it at https://www.speedscope.app)\n"
+    "  --perfetto OUT     write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing)\n"
+    "  --memory-viz OUT   write a PyTorch memory snapshot pickle (pytorch.org/memory_viz)\n"
+    "  --text             print the summary too when writing files\n"
+    "  -h, --help         this help\n"
+    "\n"
+    "OUT may be '-' for standard output. Several outputs may be written at once.\n"
+    "Exit status: 0 done, 1 an output file could not be written, 2 bad usage or an unreadable report.\n";
+
+const char kDiffUsage[] =
+    "usage: gpuguard report diff [options] A B\n"
+    "\n"
+    "Compares two reports of the same program: total live bytes, the peak, and live bytes by stack,\n"
+    "largest growth first. Stacks are matched by their frames (files, functions, lines, symbols), not\n"
+    "by address, so reports of two different runs compare.\n"
+    "\n"
+    "options:\n"
+    "  --top N      how many stacks to list in each direction (default 10)\n"
+    "  --json       print the comparison as JSON\n"
+    "  --no-color   plain text\n"
+    "  -h, --help   this help\n";
+
+int usage_error(const std::string &msg, bool diff) {
+    fprintf(stderr, "gpuguard: report%s: %s (try 'gpuguard report%s --help')\n", diff ? " diff" : "", msg.c_str(),
+            diff ? " diff" : "");
+    return 2;
+}
+
+bool colour_wanted(bool no_color) {
+    if (no_color) return false;
+    const char *nc = getenv("NO_COLOR");
+    if (nc && *nc) return false;
+    const char *term = getenv("TERM");
+    if (term && !strcmp(term, "dumb")) return false;
+    return isatty(STDOUT_FILENO);
+}
+
+// Reads "--name VALUE" or "--name=VALUE". Returns true when argv[i] is that option.
+bool option_value(int argc, char **argv, int &i, const char *name, std::string &value, bool &missing) {
+    size_t n = strlen(name);
+    if (strncmp(argv[i], name, n) != 0) return false;
+    if (argv[i][n] == '=') {
+        value = argv[i] + n + 1;
+        return true;
+    }
+    if (argv[i][n] != '\0') return false;
+    if (i + 1 >= argc) {
+        missing = true;
+        return true;
+    }
+    value = argv[++i];
+    return true;
+}
+
+bool parse_top(const std::string &s, size_t &top) {
+    char *end = nullptr;
+    errno = 0;
+    long v = strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end || errno || v < 0) return false;
+    top = static_cast<size_t>(v);
+    return true;
+}
+
+// Writes `data` to `path` ("-" is standard output). Prints the reason naming the file on failure.
+bool write_output(const std::string &path, const std::string &data, const char *what) {
+    if (path == "-") {
+        std::cout << data;
+        std::cout.flush();
+        return static_cast<bool>(std::cout);
+    }
+    errno = 0;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    if (f) f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (f) f.close();
+    if (!f) {
+        fprintf(stderr, "gpuguard: cannot write %s: %s\n", path.c_str(), errno ? strerror(errno) : "write failed");
+        return false;
+    }
+    fprintf(stderr, "gpuguard: wrote %s (%s)\n", path.c_str(), what);
+    return true;
+}
+
+bool load_or_say(const std::string &path, Report &r) {
+    LoadError err;
+    if (load(path, r, err)) return true;
+    fprintf(stderr, "gpuguard: %s\n", err.message.c_str());
+    return false;
+}
+
+int run_diff(int argc, char **argv) {
+    TextOptions opt;
+    bool no_color = false, as_json = false;
+    std::vector<std::string> files;
+    for (int i = 1; i < argc; ++i) {
+        std::string v;
+        bool missing = false;
+        std::string a = argv[i];
+        if (a == "-h" || a == "--help") {
+            fputs(kDiffUsage, stdout);
+            return 0;
+        } else if (a == "--no-color" || a == "--no-colour") {
+            no_color = true;
+        } else if (a == "--json") {
+            as_json = true;
+        } else if (option_value(argc, argv, i, "--top", v, missing)) {
+            if (missing) return usage_error("--top needs a number", true);
+            if (!parse_top(v, opt.top)) return usage_error("--top wants a number, not '" + v + "'", true);
+        } else if (a.size() > 1 && a[0] == '-') {
+            return usage_error("unknown option '" + a + "'", true);
+        } else {
+            files.push_back(a);
+        }
+    }
+    if (files.size() != 2) return usage_error("needs two reports, A and B", true);
+    Report a, b;
+    if (!load_or_say(files[0], a) || !load_or_say(files[1], b)) return 2;
+    json d = diff(a, b);
+    if (as_json) {
+        std::cout << d.dump(2) << "\n";
+        return std::cout ? 0 : 1;
+    }
+    opt.color = colour_wanted(no_color);
+    render_diff_text(d, opt, std::cout);
+    return std::cout ? 0 : 1;
+}
+
+}  // namespace
+
+int cmd_report(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "diff")) return run_diff(argc - 1, argv + 1);
+
+    TextOptions opt;
+    bool no_color = false, as_json = false, also_text = false, at_peak = false;
+    std::string html, folded, speedscope, perfetto, memory_viz;
+    std::vector<std::string> files;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i], v;
+        bool missing = false;
+        if (a == "-h" || a == "--help") {
+            fputs(kUsage, stdout);
+            return 0;
+        } else if (a == "--no-color" || a == "--no-colour") {
+            no_color = true;
+        } else if (a == "--json") {
+            as_json = true;
+        } else if (a == "--text") {
+            also_text = true;
+        } else if (a == "--peak") {
+            at_peak = true;
+        } else if (option_value(argc, argv, i, "--top", v, missing)) {
+            if (missing) return usage_error("--top needs a number", false);
+            if (!parse_top(v, opt.top)) return usage_error("--top wants a number, not '" + v + "'", false);
+        } else if (option_value(argc, argv, i, "--html", html, missing) ||
+                   option_value(argc, argv, i, "--folded", folded, missing) ||
+                   option_value(argc, argv, i, "--speedscope", speedscope, missing) ||
+                   option_value(argc, argv, i, "--perfetto", perfetto, missing) ||
+                   option_value(argc, argv, i, "--memory-viz", memory_viz, missing)) {
+            if (missing) return usage_error(a + " needs a file name (or '-' for standard output)", false);
+        } else if (a == "-") {
+            files.push_back(a);
+        } else if (a.size() > 1 && a[0] == '-') {
+            return usage_error("unknown option '" + a + "'", false);
+        } else {
+            files.push_back(a);
+        }
+    }
+    if (files.empty()) return usage_error("no report file given", false);
+    if (files.size() > 1) return usage_error("one report at a time ('gpuguard report diff A B' compares two)", false);
+    int to_stdout = 0;
+    for (const std::string *o : {&html, &folded, &speedscope, &perfetto, &memory_viz}) to_stdout += *o == "-";
+    if (to_stdout > 1) return usage_error("only one output can go to standard output", false);
+    bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
+    if (at_peak && folded.empty()) return usage_error("--peak applies to --folded", false);
+
+    Report r;
+    if (!load_or_say(files[0], r)) return 2;
+    Analysis an = analyze(r);
+
+    int status = 0;
+    if (!html.empty() && !write_output(html, render_html(r, an), "HTML viewer")) status = 1;
+    if (!folded.empty() && !write_output(folded, render_folded(r, at_peak), "folded stacks")) status = 1;
+    if (!speedscope.empty() && !write_output(speedscope, render_speedscope(r).dump() + "\n", "speedscope profile")) status = 1;
+    if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an).dump() + "\n", "Chrome trace")) status = 1;
+    if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
+
+    if (as_json) {
+        json j = {{"report", r.path}, {"analysis", to_json(an)}};
+        std::cout << j.dump(2) << "\n";
+    } else if (!any_output || also_text) {
+        opt.color = colour_wanted(no_color) && to_stdout == 0;
+        render_text(r, an, opt, std::cout);
+    }
+    std::cout.flush();
+    if (!std::cout) status = 1;
+    return status;
+}

@@ -1,0 +1,51 @@
+// What a report means: the diagnosis (what failed, and why) and the advice that follows from the data.
+// The text summary and the HTML page both show this, so it is computed once, here.
+//
+// Each piece of advice is given only when the report's numbers support it: an empty advice list is a
+// normal outcome, not a gap.
+#pragma once
+
+#include "report_model.h"
+
+#include <string>
+#include <vector>
+
+namespace gg::report {
+
+// Where in a training step an allocation was made, read from its frames.
+enum class Phase { Optimizer, Backward, Forward, Other };
+const char *phase_name(Phase p);  // "optimizer step", "autograd backward", "forward pass", "other"
+Phase classify(const Stack &s);
+// True when the stack goes through PyTorch's caching allocator (c10::cuda::CUDACachingAllocator,
+// or any frame in libc10_cuda).
+bool through_caching_allocator(const Stack &s);
+
+struct Advice {
+    std::string id;      // stable name: "raise-limit", "caching-allocator", "optimizer", ... (tests, HTML)
+    std::string title;   // one line
+    std::string detail;  // one or two sentences, with the numbers
+};
+
+struct Holder {  // a process of the container's ledger that holds memory on the report's device
+    int64_t pid = 0;
+    std::string command;
+    uint64_t bytes = 0;
+    bool alive = true;
+};
+
+struct Analysis {
+    std::string kind;      // "quota" | "physical" | "exit" | "request" | "signal" | "warn" | "unknown"
+    bool failure = false;  // a refused or failed allocation
+    std::string headline;  // "OUT OF MEMORY (quota): cudaMalloc of 512.00 MiB on device 0 was refused"
+    std::vector<std::string> why;  // the lines under the headline
+    std::optional<Holder> sibling;  // another process holds most of the container's usage
+    uint64_t caching_allocator_bytes = 0;
+    uint64_t phase_bytes[4] = {0, 0, 0, 0};  // indexed by Phase
+    std::optional<Phase> failed_phase;
+    std::vector<Advice> advice;
+};
+
+Analysis analyze(const Report &r);
+nlohmann::json to_json(const Analysis &a);
+
+}  // namespace gg::report

@@ -1,0 +1,143 @@
+// `gpuguard report diff A B`: what grew from A to B. Stacks are matched by their frames' content
+// (files, functions, lines, modules and symbols, never addresses or the report's own "s17" ids), so
+// two runs of the same program line up even though ASLR moved everything.
+#include "report_render.h"
+
+#include <algorithm>
+#include <map>
+
+namespace gg::report {
+
+namespace {
+
+struct Side {
+    uint64_t bytes = 0, count = 0;
+};
+struct Row {
+    std::string where;
+    std::vector<std::string> frames;
+    Side a, b;
+};
+
+void collect(const Report &r, bool second, std::map<std::string, Row> &rows) {
+    for (const StackBytes &sb : r.by_stack) {
+        const Stack *s = r.stack(sb.stack);
+        std::string key = s ? stack_key(*s) : "\x01unknown";
+        Row &row = rows[key];
+        if (row.where.empty()) {
+            row.where = best_label(r, sb.stack);
+            if (s)
+                for (const Frame *f : frames_outermost_first(*s)) row.frames.push_back(frame_label(*f));
+        }
+        Side &side = second ? row.b : row.a;
+        side.bytes += sb.bytes;
+        side.count += sb.count;
+    }
+}
+
+json side_json(const Report &r) {
+    json j = {{"file", r.path}, {"reason", r.reason}, {"live_bytes", r.live_bytes()}};
+    Bytes pk = r.peak();
+    j["peak_bytes"] = pk ? json(*pk) : json(nullptr);
+    j["live_allocations"] = r.live_allocations ? json(*r.live_allocations) : json(nullptr);
+    return j;
+}
+
+int64_t signed_delta(uint64_t before, uint64_t after) {
+    return after >= before ? static_cast<int64_t>(after - before) : -static_cast<int64_t>(before - after);
+}
+
+}  // namespace
+
+json diff(const Report &a, const Report &b) {
+    std::map<std::string, Row> rows;
+    collect(a, false, rows);
+    collect(b, true, rows);
+    std::vector<const Row *> order;
+    for (const auto &kv : rows) order.push_back(&kv.second);
+    std::stable_sort(order.begin(), order.end(), [](const Row *x, const Row *y) {
+        return signed_delta(x->a.bytes, x->b.bytes) > signed_delta(y->a.bytes, y->b.bytes);
+    });
+    json stacks = json::array();
+    for (const Row *r : order) {
+        int64_t d = signed_delta(r->a.bytes, r->b.bytes);
+        const char *status = r->a.bytes == 0 && r->b.bytes > 0   ? "new"
+                             : r->b.bytes == 0 && r->a.bytes > 0 ? "gone"
+                             : d > 0                             ? "grew"
+                             : d < 0                             ? "shrank"
+                                                                 : "same";
+        stacks.push_back({{"where", r->where},
+                          {"frames", r->frames},
+                          {"before", r->a.bytes},
+                          {"after", r->b.bytes},
+                          {"delta", d},
+                          {"count_before", r->a.count},
+                          {"count_after", r->b.count},
+                          {"status", status}});
+    }
+    json j = {{"a", side_json(a)}, {"b", side_json(b)}};
+    j["live_bytes_delta"] = signed_delta(a.live_bytes(), b.live_bytes());
+    Bytes pa = a.peak(), pb = b.peak();
+    j["peak_bytes_delta"] = pa && pb ? json(signed_delta(*pa, *pb)) : json(nullptr);
+    j["stacks"] = stacks;
+    return j;
+}
+
+void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) {
+    Style st{opt.color};
+    auto u = [](const json &v) { return v.is_number() ? v.get<uint64_t>() : 0; };
+    const json &a = d["a"], &b = d["b"];
+    out << st.bold() << "gpuguard report diff" << st.reset() << st.dim() << "  " << a["file"].get<std::string>() << " → "
+        << b["file"].get<std::string>() << st.reset() << "\n\n";
+    auto line = [&](const char *name, const json &va, const json &vb, const json &delta) {
+        out << "  " << st.dim() << name << st.reset() << "  " << (va.is_number() ? human_bytes(u(va)) : "unknown") << " → "
+            << (vb.is_number() ? human_bytes(u(vb)) : "unknown");
+        if (delta.is_number()) {
+            int64_t dv = delta.get<int64_t>();
+            out << "  " << (dv > 0 ? st.red() : dv < 0 ? st.green() : "") << human_delta(dv) << st.reset();
+        }
+        out << "\n";
+    };
+    line("live bytes", a["live_bytes"], b["live_bytes"], d["live_bytes_delta"]);
+    line("peak      ", a["peak_bytes"], b["peak_bytes"], d["peak_bytes_delta"]);
+    out << "\n";
+
+    auto print_row = [&](const json &s) {
+        int64_t dv = s["delta"].get<int64_t>();
+        std::string status = s["status"].get<std::string>();
+        out << "  " << (dv > 0 ? st.red() : st.green()) << human_delta(dv) << st.reset() << "  " << st.dim()
+            << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"]) << " → "
+            << u(s["count_after"]) << " allocations" << (status == "new" || status == "gone" ? ", " + status : "") << st.reset()
+            << "\n      " << s["where"].get<std::string>() << "\n";
+    };
+    size_t grew = 0, shrank = 0, same = 0;
+    for (const json &s : d["stacks"]) {
+        int64_t dv = s["delta"].get<int64_t>();
+        if (dv > 0) ++grew;
+        else if (dv < 0) ++shrank;
+        else ++same;
+    }
+    if (grew) {
+        out << st.bold() << "Grew" << st.reset() << st.dim() << "  " << grew << " stack" << (grew == 1 ? "" : "s") << ", largest growth first"
+            << st.reset() << "\n";
+        size_t n = 0;
+        for (const json &s : d["stacks"])
+            if (s["delta"].get<int64_t>() > 0 && n++ < opt.top) print_row(s);
+        if (grew > opt.top) out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
+        out << "\n";
+    } else {
+        out << "No stack grew.\n\n";
+    }
+    if (shrank) {
+        out << st.bold() << "Shrank" << st.reset() << st.dim() << "  " << shrank << " stack" << (shrank == 1 ? "" : "s") << st.reset() << "\n";
+        std::vector<const json *> list;
+        for (const json &s : d["stacks"])
+            if (s["delta"].get<int64_t>() < 0) list.push_back(&s);
+        std::reverse(list.begin(), list.end());  // largest decrease first
+        for (size_t i = 0; i < list.size() && i < opt.top; ++i) print_row(*list[i]);
+        out << "\n";
+    }
+    if (same) out << st.dim() << same << " stack" << (same == 1 ? "" : "s") << " unchanged" << st.reset() << "\n";
+}
+
+}  // namespace gg::report

@@ -1,0 +1,543 @@
+// Reading a report file into gg::report::Report, and the formatting helpers every renderer shares.
+#include "report_model.h"
+
+#include "commands.h"
+#include "report_schema.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace gg::report {
+
+namespace {
+
+// ---- lenient field access: a missing or mistyped field is unknown, never an error ----
+
+const json *field(const json &obj, const char *key) {
+    if (!obj.is_object()) return nullptr;
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+std::string str(const json &obj, const char *key) {
+    const json *v = field(obj, key);
+    return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+std::optional<int64_t> i64(const json &obj, const char *key) {
+    const json *v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (v->is_number_unsigned()) {
+        uint64_t u = v->get<uint64_t>();
+        if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+        return static_cast<int64_t>(u);
+    }
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_float()) return static_cast<int64_t>(v->get<double>());
+    return std::nullopt;
+}
+
+// Sizes: negative means unknown (the schema uses -1 for "the driver did not say").
+Bytes u64(const json &obj, const char *key) {
+    const json *v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    if (v->is_number_integer()) {
+        int64_t s = v->get<int64_t>();
+        return s < 0 ? Bytes() : Bytes(static_cast<uint64_t>(s));
+    }
+    if (v->is_number_float()) {
+        double d = v->get<double>();
+        return d < 0 ? Bytes() : Bytes(static_cast<uint64_t>(d));
+    }
+    return std::nullopt;
+}
+
+std::optional<int> i32(const json &obj, const char *key) {
+    auto v = i64(obj, key);
+    if (!v) return std::nullopt;
+    return static_cast<int>(*v);
+}
+
+bool boolean(const json &obj, const char *key, bool fallback) {
+    const json *v = field(obj, key);
+    return v && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+const json &empty_object() {
+    static const json e = json::object();
+    return e;
+}
+const json &obj(const json &parent, const char *key) {
+    const json *v = field(parent, key);
+    return v && v->is_object() ? *v : empty_object();
+}
+const json &arr(const json &parent, const char *key) {
+    static const json e = json::array();
+    const json *v = field(parent, key);
+    return v && v->is_array() ? *v : e;
+}
+
+std::vector<StackBytes> read_stack_bytes(const json &list) {
+    std::vector<StackBytes> out;
+    for (const json &e : list) {
+        if (!e.is_object()) continue;
+        StackBytes sb;
+        sb.stack = str(e, "stack");
+        sb.bytes = u64(e, "bytes").value_or(0);
+        sb.count = u64(e, "count").value_or(0);
+        out.push_back(sb);
+    }
+    // The schema says largest first; sort anyway so a hand-edited file cannot mislead.
+    std::stable_sort(out.begin(), out.end(), [](const StackBytes &a, const StackBytes &b) { return a.bytes > b.bytes; });
+    return out;
+}
+
+Frame read_frame(const json &f) {
+    Frame fr;
+    fr.python = str(f, "kind") == "python";
+    if (fr.python) {
+        fr.file = str(f, "file");
+        fr.function = str(f, "function");
+        fr.line = i64(f, "line");
+    } else {
+        fr.module = str(f, "module");
+        fr.symbol = str(f, "symbol");
+        fr.offset = str(f, "offset");
+        fr.ip = str(f, "ip");
+        fr.build_id = str(f, "build_id");
+    }
+    return fr;
+}
+
+void read_body(const json &d, Report &r) {
+    r.reason = str(d, "reason");
+    r.message = str(d, "message");
+    r.gpuguard_version = str(d, "gpuguard_version");
+    r.time_unix_ns = i64(d, "time_unix_ns");
+
+    const json &p = obj(d, "process");
+    r.pid = i64(p, "pid");
+    r.ppid = i64(p, "ppid");
+    r.uid = i64(p, "uid");
+    r.start_unix_ns = i64(p, "start_unix_ns");
+    for (const json &a : arr(p, "command"))
+        if (a.is_string()) r.command.push_back(a.get<std::string>());
+    r.exe = str(p, "exe");
+    r.hostname = str(p, "hostname");
+    for (auto &[k, v] : obj(p, "env").items())
+        if (v.is_string()) r.env[k] = v.get<std::string>();
+
+    const json &dev = obj(d, "device");
+    r.device_ordinal = i32(dev, "ordinal");
+    r.device_uuid = str(dev, "uuid");
+    r.device_name = str(dev, "name");
+    r.device_total = u64(dev, "total_bytes");
+    r.device_free = u64(dev, "free_bytes");
+
+    if (const json *l = field(d, "limit"); l && l->is_object()) {
+        r.limit_bytes = u64(*l, "bytes");
+        r.limit_spec = str(*l, "spec");
+        r.limit_source = str(*l, "source");
+        r.limit_scope = str(*l, "scope");
+    }
+
+    const json &u = obj(d, "usage");
+    r.process_bytes = u64(u, "process_bytes");
+    r.process_peak_bytes = u64(u, "process_peak_bytes");
+    r.container_bytes = u64(u, "container_bytes");
+    r.live_allocations = u64(u, "live_allocations");
+
+    if (const json *f = field(d, "failed_request"); f && f->is_object()) {
+        FailedRequest fr;
+        fr.api = str(*f, "api");
+        fr.driver_api = str(*f, "driver_api");
+        fr.stack = str(*f, "stack");
+        fr.bytes = u64(*f, "bytes");
+        fr.device = i32(*f, "device");
+        fr.thread = i64(*f, "thread");
+        fr.driver_result = i64(*f, "driver_result");
+        r.failed = fr;
+    }
+
+    const json &ep = obj(d, "episode");
+    r.episode_id = i64(ep, "id");
+    r.episode_failed_calls = i64(ep, "failed_calls");
+
+    for (auto &[api, c] : obj(d, "counts_by_api").items()) {
+        ApiCounts ac;
+        ac.api = api;
+        ac.allocs = u64(c, "allocs").value_or(0);
+        ac.frees = u64(c, "frees").value_or(0);
+        ac.failures = u64(c, "failures").value_or(0);
+        ac.live_bytes = u64(c, "live_bytes").value_or(0);
+        ac.live_count = u64(c, "live_count").value_or(0);
+        r.counts_by_api.push_back(ac);
+    }
+
+    for (const json &a : arr(d, "top_allocations")) {
+        if (!a.is_object()) continue;
+        Allocation al;
+        al.address = str(a, "address");
+        al.api = str(a, "api");
+        al.stack = str(a, "stack");
+        al.tag = str(a, "tag");
+        al.bytes = u64(a, "bytes").value_or(0);
+        al.device = i32(a, "device");
+        al.age_ns = i64(a, "age_ns");
+        al.thread = i64(a, "thread");
+        r.top_allocations.push_back(al);
+    }
+    std::stable_sort(r.top_allocations.begin(), r.top_allocations.end(),
+                     [](const Allocation &a, const Allocation &b) { return a.bytes > b.bytes; });
+
+    r.by_stack = read_stack_bytes(arr(d, "by_stack"));
+
+    const json &pk = obj(d, "peak");
+    r.peak_bytes = u64(pk, "bytes");
+    r.peak_time_unix_ns = i64(pk, "time_unix_ns");
+    r.peak_by_stack = read_stack_bytes(arr(pk, "by_stack"));
+
+    const json &tl = obj(d, "timeline");
+    r.timeline_t0_unix_ns = i64(tl, "t0_unix_ns");
+    for (const json &pt : arr(tl, "points")) {
+        if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number()) continue;
+        double t = pt[0].get<double>(), b = pt[1].get<double>();
+        r.timeline.emplace_back(static_cast<int64_t>(t), b < 0 ? 0 : static_cast<uint64_t>(b));
+    }
+    std::stable_sort(r.timeline.begin(), r.timeline.end(),
+                     [](const auto &a, const auto &b) { return a.first < b.first; });
+
+    for (auto &[id, s] : obj(d, "stacks").items()) {
+        Stack st;
+        st.id = id;
+        for (const json &f : arr(s, "frames"))
+            if (f.is_object()) st.frames.push_back(read_frame(f));
+        r.stacks[id] = std::move(st);
+    }
+
+    if (const json *l = field(d, "ledger"); l && l->is_object()) {
+        r.has_ledger = true;
+        r.ledger_path = str(*l, "path");
+        for (const json &dv : arr(*l, "devices")) {
+            LedgerDevice ld;
+            ld.uuid = str(dv, "uuid");
+            ld.limit_bytes = u64(dv, "limit_bytes");
+            ld.used_bytes = u64(dv, "used_bytes");
+            ld.peak_bytes = u64(dv, "peak_bytes");
+            r.ledger_devices.push_back(ld);
+        }
+        for (const json &pr : arr(*l, "processes")) {
+            if (!pr.is_object()) continue;
+            LedgerProcess lp;
+            lp.pid = i64(pr, "pid").value_or(0);
+            lp.command = str(pr, "command");
+            lp.bytes = u64(pr, "bytes").value_or(0);
+            lp.peak_bytes = u64(pr, "peak_bytes");
+            lp.alive = boolean(pr, "alive", true);
+            lp.self = boolean(pr, "self", r.pid && lp.pid == *r.pid);
+            r.ledger_processes.push_back(lp);
+        }
+        std::stable_sort(r.ledger_processes.begin(), r.ledger_processes.end(),
+                         [](const LedgerProcess &a, const LedgerProcess &b) { return a.bytes > b.bytes; });
+    }
+
+    if (const json *c = field(d, "cudnn"); c && c->is_object()) {
+        Cudnn cd;
+        cd.workspace_cap_bytes = u64(*c, "workspace_cap_bytes");
+        cd.largest_workspace_requested_bytes = u64(*c, "largest_workspace_requested_bytes");
+        cd.workspace_in_use_bytes = u64(*c, "workspace_in_use_bytes");
+        cd.plans_rejected = u64(*c, "plans_rejected");
+        for (const json &e : arr(*c, "requests_by_stack")) {
+            CudnnStack cs;
+            cs.stack = str(e, "stack");
+            cs.largest_bytes = u64(e, "largest_bytes").value_or(0);
+            cs.count = u64(e, "count").value_or(0);
+            cd.requests_by_stack.push_back(cs);
+        }
+        std::stable_sort(cd.requests_by_stack.begin(), cd.requests_by_stack.end(),
+                         [](const CudnnStack &a, const CudnnStack &b) { return a.largest_bytes > b.largest_bytes; });
+        r.cudnn = cd;
+    }
+}
+
+std::string describe(const json &v) {
+    if (v.is_string()) return "'" + v.get<std::string>() + "'";
+    std::string s = v.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return s;
+}
+
+}  // namespace
+
+bool load(const std::string &path, Report &out, LoadError &err) {
+    out = Report();
+    out.path = path;
+    out.name = path;
+    std::stringstream ss;
+    if (path == "-") {
+        out.name = "<stdin>";
+        ss << std::cin.rdbuf();
+    } else {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            err.message = path + ": cannot open: " + strerror(errno);
+            return false;
+        }
+        ss << in.rdbuf();
+    }
+    const std::string &name = out.name;
+    std::string text = ss.str();
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+        err.message = name + ": empty file, not a gpuguard report";
+        return false;
+    }
+    json d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (d.is_discarded()) {
+        // Tell a cut-off file (a crash while writing, a full disk) from one that never was JSON.
+        bool looks_json = text[text.find_first_not_of(" \t\r\n")] == '{';
+        err.message = name + (looks_json ? ": truncated or malformed JSON, not a complete gpuguard report"
+                                         : ": not JSON, not a gpuguard report");
+        return false;
+    }
+    if (!d.is_object()) {
+        err.message = name + ": not a gpuguard report (the JSON is not an object)";
+        return false;
+    }
+    auto schema = d.find("schema");
+    if (schema == d.end()) {
+        err.message = name + ": not a gpuguard report (no 'schema' field)";
+        return false;
+    }
+    if (!schema->is_string() || schema->get<std::string>() != gg::schema::kName) {
+        err.message = name + ": not a gpuguard report (schema " + describe(*schema) + ", expected '" +
+                      gg::schema::kName + "')";
+        return false;
+    }
+    auto version = d.find("version");
+    if (version == d.end() || !version->is_number_integer()) {
+        err.message = name + ": gpuguard report without a valid 'version'";
+        return false;
+    }
+    if (version->get<int64_t>() != gg::schema::kVersion) {
+        err.message = name + ": gpuguard report version " + version->dump() + " is not supported (this gpuguard " +
+                      GPUGUARD_VERSION + " reads version " + std::to_string(gg::schema::kVersion) + ")";
+        return false;
+    }
+    try {
+        read_body(d, out);
+    } catch (const std::exception &e) {  // lenient accessors should make this unreachable
+        err.message = name + ": unreadable report: " + e.what();
+        return false;
+    }
+    out.raw = std::move(d);
+    return true;
+}
+
+const Stack *Report::stack(const std::string &id) const {
+    if (id.empty()) return nullptr;
+    auto it = stacks.find(id);
+    return it == stacks.end() ? nullptr : &it->second;
+}
+
+uint64_t Report::live_bytes() const {
+    if (process_bytes) return *process_bytes;
+    uint64_t sum = 0;
+    for (const StackBytes &s : by_stack) sum += s.bytes;
+    return sum;
+}
+
+Bytes Report::peak() const {
+    if (peak_bytes && process_peak_bytes) return std::max(*peak_bytes, *process_peak_bytes);
+    return peak_bytes ? peak_bytes : process_peak_bytes;
+}
+
+std::string Report::command_line() const {
+    std::string s;
+    for (const std::string &a : command) {
+        if (!s.empty()) s += ' ';
+        s += a;
+    }
+    return s;
+}
+
+// ---- formatting ------------------------------------------------------------------------------
+
+std::string human_bytes(uint64_t bytes) {
+    static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) return std::to_string(bytes) + " B";
+    double v = static_cast<double>(bytes) / 1024.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        ++u;
+    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+std::string human_bytes(const Bytes &bytes, const char *unknown) {
+    return bytes ? human_bytes(*bytes) : std::string(unknown);
+}
+
+std::string human_delta(int64_t delta) {
+    if (delta == 0) return "0 B";
+    uint64_t mag = delta < 0 ? static_cast<uint64_t>(-(delta + 1)) + 1 : static_cast<uint64_t>(delta);
+    return (delta < 0 ? "-" : "+") + human_bytes(mag);
+}
+
+std::string human_duration_ns(int64_t ns) {
+    char buf[48];
+    double s = static_cast<double>(ns) / 1e9;
+    if (ns < 0) return "-" + human_duration_ns(-ns);
+    if (ns < 1000000) snprintf(buf, sizeof buf, "%.0f us", static_cast<double>(ns) / 1e3);
+    else if (ns < 1000000000) snprintf(buf, sizeof buf, "%.0f ms", static_cast<double>(ns) / 1e6);
+    else if (s < 120) snprintf(buf, sizeof buf, "%.1f s", s);
+    else if (s < 7200) snprintf(buf, sizeof buf, "%d min %d s", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+    else snprintf(buf, sizeof buf, "%d h %d min", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+    return buf;
+}
+
+std::string human_time_unix_ns(int64_t ns) {
+    time_t t = static_cast<time_t>(ns / 1000000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char buf[64];
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
+
+int percent(uint64_t part, uint64_t whole) {
+    if (whole == 0) return 0;
+    return static_cast<int>((static_cast<long double>(part) * 100.0L) / whole + 0.5L);
+}
+
+std::string base_name(const std::string &path) {
+    auto slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string short_python_file(const std::string &file) {
+    for (const char *marker : {"site-packages/", "dist-packages/"}) {
+        auto at = file.rfind(marker);
+        if (at != std::string::npos) return file.substr(at + strlen(marker));
+    }
+    if (file.empty() || file[0] == '<') return file;  // "<frozen importlib._bootstrap>", "<string>"
+    auto last = file.find_last_of('/');
+    if (last == std::string::npos || last == 0) return file;
+    auto prev = file.find_last_of('/', last - 1);
+    return prev == std::string::npos ? file : file.substr(prev + 1);
+}
+
+std::string short_symbol(const std::string &symbol) {
+    // Drop the parameter list: the first '(' outside template brackets that is not part of
+    // "(anonymous namespace)" or "operator()".
+    std::string s = symbol;
+    int angle = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        char c = s[i];
+        if (c == '<') ++angle;
+        else if (c == '>' && angle > 0) --angle;
+        else if (c == '(' && angle == 0) {
+            if (s.compare(i, 21, "(anonymous namespace)") == 0) {
+                i += 20;
+                continue;
+            }
+            if (i >= 8 && s.compare(i - 8, 10, "operator()") == 0) {
+                ++i;
+                continue;
+            }
+            s.resize(i);
+            break;
+        }
+    }
+    // Collapse long template argument lists: "std::vector<at::Tensor, ...>::push_back" -> "std::vector<…>::push_back".
+    if (s.size() > 80) {
+        std::string out;
+        int depth = 0;
+        for (char c : s) {
+            if (c == '<') {
+                if (depth++ == 0) out += "<…>";
+                continue;
+            }
+            if (c == '>' && depth > 0) {
+                --depth;
+                continue;
+            }
+            if (depth == 0) out += c;
+        }
+        s = out;
+    }
+    return s;
+}
+
+std::string frame_label(const Frame &f) {
+    if (f.python) {
+        std::string where = short_python_file(f.file);
+        if (f.line) where += ":" + std::to_string(*f.line);
+        return (f.function.empty() ? std::string("<python>") : f.function) + " (" + where + ")";
+    }
+    std::string mod = base_name(f.module);
+    if (!f.symbol.empty()) return short_symbol(f.symbol) + (mod.empty() ? "" : " (" + mod + ")");
+    if (!mod.empty()) return mod + "+" + (f.offset.empty() ? f.ip : f.offset);
+    return f.ip.empty() ? std::string("[unknown]") : f.ip;
+}
+
+std::string frame_key(const Frame &f) {
+    if (f.python)
+        return "py\x1f" + f.file + "\x1f" + f.function + "\x1f" + (f.line ? std::to_string(*f.line) : "");
+    // Instruction pointers move with ASLR; a symbol, or module + offset, does not.
+    return "c\x1f" + base_name(f.module) + "\x1f" + (f.symbol.empty() ? f.offset : f.symbol);
+}
+
+std::string stack_key(const Stack &s) {
+    std::string k;
+    for (const Frame *f : frames_outermost_first(s)) {
+        k += frame_key(*f);
+        k += '\x1e';
+    }
+    return k;
+}
+
+bool is_plumbing(const Frame &f) {
+    if (f.python) return false;
+    std::string m = base_name(f.module);
+    return m.rfind("libcuda.so", 0) == 0 || m.rfind("libcudart", 0) == 0 || m.rfind("libgpuguard", 0) == 0;
+}
+
+const Frame *best_frame(const Stack &s) {
+    for (const Frame &f : s.frames)
+        if (f.python) return &f;
+    for (const Frame &f : s.frames)
+        if (!is_plumbing(f)) return &f;
+    return nullptr;
+}
+
+std::string best_label(const Report &r, const std::string &stack_id) {
+    const Stack *s = r.stack(stack_id);
+    const Frame *f = s ? best_frame(*s) : nullptr;
+    if (f) return frame_label(*f);
+    if (s && !s->frames.empty()) return frame_label(s->frames.front());
+    return "[unknown stack]";
+}
+
+std::vector<const Frame *> frames_outermost_first(const Stack &s) {
+    std::vector<const Frame *> out;
+    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
+        // The shim's own frames are how we saw the call, not where the program made it.
+        if (!it->python && base_name(it->module).rfind("libgpuguard", 0) == 0) continue;
+        out.push_back(&*it);
+    }
+    return out;
+}
+
+}  // namespace gg::report

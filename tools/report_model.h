@@ -1,0 +1,192 @@
+// A gpuguard report read from disk (docs/report-schema.md), and the small vocabulary every renderer
+// shares: sizes for people, frame labels, "the frame that explains this stack".
+//
+// Loading is strict about what the file is (valid JSON, schema name, version) and lenient about what
+// it holds: a missing or mistyped field is "unknown" (an empty optional), never an error, so that a
+// report from a newer shim or a cut-down test fixture still renders.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gg::report {
+
+using json = nlohmann::json;
+using Bytes = std::optional<uint64_t>;
+
+struct Frame {
+    bool python = false;
+    // python frames
+    std::string file, function;
+    std::optional<int64_t> line;
+    // native frames
+    std::string module, symbol, offset, ip, build_id;
+};
+
+struct Stack {
+    std::string id;
+    std::vector<Frame> frames;  // innermost first, as in the file
+};
+
+struct StackBytes {
+    std::string stack;  // key into Report::stacks; empty when the report had null
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+};
+
+struct Allocation {
+    std::string address, api, stack, tag;
+    uint64_t bytes = 0;
+    std::optional<int> device;
+    std::optional<int64_t> age_ns, thread;
+};
+
+struct FailedRequest {
+    std::string api, driver_api, stack;
+    Bytes bytes;
+    std::optional<int> device;
+    std::optional<int64_t> thread, driver_result;
+};
+
+struct LedgerProcess {
+    int64_t pid = 0;
+    std::string command;
+    uint64_t bytes = 0;
+    Bytes peak_bytes;
+    bool alive = true, self = false;
+};
+
+struct LedgerDevice {
+    std::string uuid;
+    Bytes limit_bytes, used_bytes, peak_bytes;
+};
+
+struct CudnnStack {
+    std::string stack;
+    uint64_t largest_bytes = 0, count = 0;
+};
+
+struct Cudnn {
+    Bytes workspace_cap_bytes, largest_workspace_requested_bytes, workspace_in_use_bytes;
+    std::optional<uint64_t> plans_rejected;
+    std::vector<CudnnStack> requests_by_stack;
+};
+
+struct ApiCounts {
+    std::string api;
+    uint64_t allocs = 0, frees = 0, failures = 0, live_bytes = 0, live_count = 0;
+};
+
+struct Report {
+    std::string path;  // as given on the command line
+    std::string name;  // its base name, for messages
+    json raw;          // the whole document, for renderers that embed it
+
+    std::string reason, message, gpuguard_version;
+    std::optional<int64_t> time_unix_ns;
+
+    // process
+    std::optional<int64_t> pid, ppid, uid, start_unix_ns;
+    std::vector<std::string> command;
+    std::string exe, hostname;
+    std::map<std::string, std::string> env;
+
+    // device
+    std::optional<int> device_ordinal;
+    std::string device_uuid, device_name;
+    Bytes device_total, device_free;  // physical; unknown when the file says -1
+
+    // limit (absent when no quota)
+    Bytes limit_bytes;
+    std::string limit_spec, limit_source, limit_scope;
+
+    // usage
+    Bytes process_bytes, process_peak_bytes, container_bytes;
+    std::optional<uint64_t> live_allocations;
+
+    std::optional<FailedRequest> failed;
+    std::optional<int64_t> episode_id, episode_failed_calls;
+
+    std::vector<ApiCounts> counts_by_api;
+    std::vector<Allocation> top_allocations;
+    std::vector<StackBytes> by_stack;  // largest first (sorted on load)
+
+    Bytes peak_bytes;
+    std::optional<int64_t> peak_time_unix_ns;
+    std::vector<StackBytes> peak_by_stack;
+
+    std::optional<int64_t> timeline_t0_unix_ns;
+    std::vector<std::pair<int64_t, uint64_t>> timeline;  // [t_ns, live bytes], sorted by time
+
+    std::map<std::string, Stack> stacks;
+
+    bool has_ledger = false;
+    std::string ledger_path;
+    std::vector<LedgerDevice> ledger_devices;
+    std::vector<LedgerProcess> ledger_processes;
+
+    std::optional<Cudnn> cudnn;
+
+    const Stack *stack(const std::string &id) const;
+    // The process's live bytes: usage.process_bytes, else the sum of by_stack.
+    uint64_t live_bytes() const;
+    // The process's high-water mark: the largest of peak.bytes, usage.process_peak_bytes.
+    Bytes peak() const;
+    std::string command_line() const;  // "python3 train.py --epochs 3", or "" when unknown
+};
+
+// Why a file could not be read as a report; `message` is one line without the "gpuguard: " prefix,
+// starting with the file's name.
+struct LoadError {
+    std::string message;
+};
+
+// Reads and validates a report. Returns false and fills `err` on a missing, unreadable, non-JSON,
+// truncated or foreign file, or a version this build does not read. Never throws.
+bool load(const std::string &path, Report &out, LoadError &err);
+
+// ---- shared vocabulary -----------------------------------------------------------------------
+
+// "812 B", "1.50 KiB", "512.00 MiB", "1.50 GiB".
+std::string human_bytes(uint64_t bytes);
+std::string human_bytes(const Bytes &bytes, const char *unknown = "unknown");
+// "+1.50 GiB" / "-12.00 MiB" / "0 B".
+std::string human_delta(int64_t delta);
+// "1.2 s", "340 ms", "2 min 3 s".
+std::string human_duration_ns(int64_t ns);
+// "2025-12-02 13:20:00 UTC"
+std::string human_time_unix_ns(int64_t ns);
+int percent(uint64_t part, uint64_t whole);
+
+// Module base name: "/usr/lib/libtorch_cuda.so" -> "libtorch_cuda.so".
+std::string base_name(const std::string &path);
+// A Python file as people recognise it: the path below site-packages/dist-packages, else its last two
+// components ("work/train.py").
+std::string short_python_file(const std::string &file);
+// "c10::cuda::CUDACachingAllocator::malloc(int, unsigned long)" -> "c10::cuda::CUDACachingAllocator::malloc"
+std::string short_symbol(const std::string &symbol);
+
+// One line per frame, for people: "step (train.py:42)", "c10::cuda::CUDACachingAllocator::malloc
+// (libc10_cuda.so)", "libfoo.so+0x1234" when unsymbolized.
+std::string frame_label(const Frame &f);
+// A key that identifies a frame across runs (no addresses): used to merge flame-graph nodes and to
+// match stacks between two reports.
+std::string frame_key(const Frame &f);
+std::string stack_key(const Stack &s);
+
+// Frames of the machinery below the program: the driver, the runtime and the shim itself.
+bool is_plumbing(const Frame &f);
+// The frame that says where an allocation came from: the innermost Python frame when there is one,
+// else the innermost native frame outside the plumbing. Null when the stack has neither.
+const Frame *best_frame(const Stack &s);
+std::string best_label(const Report &r, const std::string &stack_id);  // "[unknown stack]" when none
+
+// Frames outermost first with the shim's own frames dropped: the order of flame graphs.
+std::vector<const Frame *> frames_outermost_first(const Stack &s);
+
+}  // namespace gg::report

@@ -1,0 +1,65 @@
+// Chrome's trace-event JSON ({"traceEvents": [...]}), which ui.perfetto.dev and chrome://tracing open:
+// the timeline as a counter track ("ph":"C"), the limit as a second one, and the peak and the report
+// (the failure, when there was one) as instant events ("ph":"i"). Timestamps are microseconds since
+// the process's first hooked call, the timeline's origin.
+#include "report_render.h"
+
+#include "commands.h"
+
+namespace gg::report {
+
+json render_perfetto(const Report &r, const Analysis &a) {
+    const int64_t pid = r.pid.value_or(1);
+    const std::string who = r.command_line().empty() ? r.name : r.command_line();
+    const int64_t t0 = r.timeline_t0_unix_ns ? *r.timeline_t0_unix_ns : r.start_unix_ns.value_or(0);
+    auto us = [](int64_t ns) { return static_cast<double>(ns) / 1000.0; };
+    // Unix time to the trace's clock; unknown origins put the event at the end of the timeline.
+    auto at = [&](std::optional<int64_t> unix_ns) -> double {
+        if (unix_ns && t0 && *unix_ns >= t0) return us(*unix_ns - t0);
+        return r.timeline.empty() ? 0.0 : us(r.timeline.back().first);
+    };
+
+    json ev = json::array();
+    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", pid},
+                  {"args", {{"name", who + " (GPU memory, gpuguard)"}}}});
+    const char *track = "GPU memory (live bytes)";
+    for (const auto &[t, bytes] : r.timeline)
+        ev.push_back({{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", us(t)}, {"args", {{"bytes", bytes}}}});
+    double end = at(r.time_unix_ns);
+    // Carry the track to the report's moment, so the failure sits at the end of a visible line.
+    if (!r.timeline.empty() && end > us(r.timeline.back().first))
+        ev.push_back({{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", end},
+                      {"args", {{"bytes", r.live_bytes()}}}});
+    if (r.limit_bytes) {
+        double start = r.timeline.empty() ? 0.0 : us(r.timeline.front().first);
+        for (double ts : {start, std::max(start, end)})
+            ev.push_back({{"ph", "C"}, {"name", "GPU memory limit"}, {"pid", pid}, {"tid", pid}, {"ts", ts},
+                          {"args", {{"bytes", *r.limit_bytes}}}});
+    }
+    if (Bytes pk = r.peak(); pk && r.peak_time_unix_ns)
+        ev.push_back({{"ph", "i"}, {"s", "p"}, {"name", "peak " + human_bytes(*pk)}, {"cat", "gpuguard"}, {"pid", pid},
+                      {"tid", pid}, {"ts", at(r.peak_time_unix_ns)}, {"args", {{"bytes", *pk}}}});
+
+    json args = {{"reason", r.reason}, {"summary", a.headline}};
+    if (!r.message.empty()) args["message"] = r.message;
+    int64_t tid = pid;
+    if (r.failed) {
+        if (r.failed->bytes) args["bytes"] = *r.failed->bytes;
+        args["api"] = r.failed->api;
+        args["where"] = best_label(r, r.failed->stack);
+        if (r.failed->thread) tid = *r.failed->thread;
+    }
+    args["live_bytes"] = r.live_bytes();
+    if (r.limit_bytes) args["limit_bytes"] = *r.limit_bytes;
+    ev.push_back({{"ph", "i"}, {"s", a.failure ? "g" : "p"}, {"name", a.failure ? "OOM: " + a.headline : a.headline},
+                  {"cat", "gpuguard"}, {"pid", pid}, {"tid", tid}, {"ts", end}, {"args", args}});
+    if (r.failed && r.failed->thread)
+        ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
+                      {"args", {{"name", "thread " + std::to_string(tid) + " (failed request)"}}}});
+
+    return {{"traceEvents", ev},
+            {"displayTimeUnit", "ms"},
+            {"otherData", {{"exporter", std::string("gpuguard ") + GPUGUARD_VERSION}, {"report", r.name}}}};
+}
+
+}  // namespace gg::report

@@ -1,0 +1,60 @@
+// The renderers of `gpuguard report`, one file each:
+//   report_text.cpp        the summary a person reads in ten seconds (the default)
+//   report_html.cpp        one self-contained HTML page (page, script and style from tools/web/)
+//   report_folded.cpp      Brendan Gregg's folded stacks (flamegraph.pl, speedscope, inferno)
+//   report_speedscope.cpp  speedscope's own file format
+//   report_perfetto.cpp    Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
+//   report_memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz)
+//   report_diff.cpp        what grew between two reports
+#pragma once
+
+#include "report_analysis.h"
+#include "report_model.h"
+
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace gg::report {
+
+struct TextOptions {
+    bool color = false;
+    size_t top = 10;  // holders and allocations listed
+};
+
+void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out);
+std::string render_html(const Report &r, const Analysis &a);
+// Live bytes by stack, or the stacks at the peak when `at_peak` (and the report has them).
+std::string render_folded(const Report &r, bool at_peak);
+nlohmann::json render_speedscope(const Report &r);
+nlohmann::json render_perfetto(const Report &r, const Analysis &a);
+std::string render_memory_viz(const Report &r);  // binary: a pickle, protocol 2
+
+// diff: B compared with A.
+nlohmann::json diff(const Report &a, const Report &b);
+void render_diff_text(const nlohmann::json &d, const TextOptions &opt, std::ostream &out);
+
+// Terminal styling shared by the text renderers; every function returns "" when colour is off.
+struct Style {
+    bool on = false;
+    const char *bold() const { return on ? "\033[1m" : ""; }
+    const char *dim() const { return on ? "\033[2m" : ""; }
+    const char *red() const { return on ? "\033[1;31m" : ""; }
+    const char *yellow() const { return on ? "\033[33m" : ""; }
+    const char *green() const { return on ? "\033[32m" : ""; }
+    const char *cyan() const { return on ? "\033[36m" : ""; }
+    const char *reset() const { return on ? "\033[0m" : ""; }
+};
+
+// A horizontal bar of `width` cells, filled to part/whole with eighth blocks.
+std::string text_bar(uint64_t part, uint64_t whole, int width);
+// Words of `text` wrapped at `width` columns, every line after the first starting with `indent`.
+std::string wrap(const std::string &text, size_t width, const std::string &indent);
+
+}  // namespace gg::report
+
+namespace gg::tool {
+// A file of tools/web/ by base name, embedded at build time by tools/embed.sh ("" when absent).
+std::string_view web_asset(const char *name);
+}  // namespace gg::tool

@@ -1,0 +1,326 @@
+// The default output of `gpuguard report`: what failed and why, the numbers, the failed request's
+// stack, who holds the memory, and what to do about it. Written to be read in ten seconds, top down.
+#include "report_render.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace gg::report {
+
+namespace {
+
+constexpr size_t kWidth = 100;
+
+size_t display_width(const std::string &s) {
+    size_t n = 0;
+    for (unsigned char c : s)
+        if ((c & 0xC0) != 0x80) ++n;  // count code points, not bytes
+    return n;
+}
+
+std::string pad_right(const std::string &s, size_t width) {
+    size_t w = display_width(s);
+    return w >= width ? s : s + std::string(width - w, ' ');
+}
+std::string pad_left(const std::string &s, size_t width) {
+    size_t w = display_width(s);
+    return w >= width ? s : std::string(width - w, ' ') + s;
+}
+
+// Cut to `width` code points, marking the cut with "…".
+std::string clip(const std::string &s, size_t width) {
+    if (display_width(s) <= width) return s;
+    std::string out;
+    size_t n = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if ((c & 0xC0) != 0x80 && ++n > width - 1) break;
+        out += s[i];
+    }
+    return out + "…";
+}
+
+const char *cuda_result_name(int64_t r) {
+    switch (r) {
+    case 0: return "CUDA_SUCCESS";
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 4: return "CUDA_ERROR_DEINITIALIZED";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 999: return "CUDA_ERROR_UNKNOWN";
+    default: return nullptr;
+    }
+}
+
+// Eight levels of a sparkline, drawn from the timeline: shows in one line whether usage crept up,
+// jumped at the end, or sat near the limit all along.
+std::string sparkline(const Report &r, size_t cols, uint64_t &max_out) {
+    static const char *levels[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    const auto &pts = r.timeline;
+    max_out = 0;
+    if (pts.size() < 2) return "";
+    int64_t t0 = pts.front().first, t1 = pts.back().first;
+    if (t1 <= t0) return "";
+    std::vector<uint64_t> col(cols, 0);
+    std::vector<bool> seen(cols, false);
+    // Usage is a step function: each column takes the highest value live during its interval.
+    for (size_t i = 0; i < pts.size(); ++i) {
+        int64_t a = pts[i].first, b = i + 1 < pts.size() ? pts[i + 1].first : t1;
+        size_t ca = static_cast<size_t>((static_cast<long double>(a - t0) * (cols - 1)) / (t1 - t0));
+        size_t cb = static_cast<size_t>((static_cast<long double>(b - t0) * (cols - 1)) / (t1 - t0));
+        for (size_t c = ca; c <= cb && c < cols; ++c) {
+            col[c] = std::max(col[c], pts[i].second);
+            seen[c] = true;
+        }
+        max_out = std::max(max_out, pts[i].second);
+    }
+    if (max_out == 0) return "";
+    std::string s;
+    for (size_t c = 0; c < cols; ++c) {
+        int lv = static_cast<int>((static_cast<long double>(col[c]) * 7.0L) / max_out + 0.5L);
+        s += seen[c] ? levels[std::clamp(lv, 0, 7)] : " ";
+    }
+    return s;
+}
+
+void print_frames(std::ostream &out, const Style &st, const Stack &s) {
+    // Python frames first (innermost first, where the program asked), then the native frames nearest
+    // the allocation, skipping the driver, the runtime and the shim.
+    std::vector<const Frame *> py, native;
+    for (const Frame &f : s.frames) {
+        if (f.python) py.push_back(&f);
+        else if (!is_plumbing(f)) native.push_back(&f);
+    }
+    const size_t kPy = 8, kNative = 4;
+    for (size_t i = 0; i < py.size() && i < kPy; ++i)
+        out << "    " << st.dim() << (i == 0 ? "python " : "       ") << st.reset() << ' '
+            << (i == 0 ? st.bold() : "") << clip(frame_label(*py[i]), kWidth - 12) << st.reset() << "\n";
+    if (py.size() > kPy) out << "            " << st.dim() << "… " << py.size() - kPy << " outer Python frames" << st.reset() << "\n";
+    for (size_t i = 0; i < native.size() && i < kNative; ++i)
+        out << "    " << st.dim() << (i == 0 ? "native " : "       ") << ' '
+            << clip(frame_label(*native[i]), kWidth - 12) << st.reset() << "\n";
+    if (native.size() > kNative)
+        out << "            " << st.dim() << "… " << native.size() - kNative << " more native frames" << st.reset() << "\n";
+    if (py.empty() && native.empty()) out << "    " << st.dim() << "(no frames outside the CUDA libraries)" << st.reset() << "\n";
+}
+
+std::string phase_tag(const Report &r, const std::string &stack_id) {
+    const Stack *s = r.stack(stack_id);
+    if (!s) return "";
+    Phase p = classify(*s);
+    std::string tag;
+    if (p != Phase::Other) tag = phase_name(p);
+    if (through_caching_allocator(*s)) tag += tag.empty() ? "caching allocator" : ", caching allocator";
+    return tag;
+}
+
+}  // namespace
+
+std::string text_bar(uint64_t part, uint64_t whole, int width) {
+    static const char *eighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+    if (whole == 0 || width <= 0) return std::string(static_cast<size_t>(std::max(width, 0)), ' ');
+    long double frac = std::min<long double>(1.0L, static_cast<long double>(part) / whole);
+    int total = static_cast<int>(frac * width * 8 + 0.5L);
+    std::string s;
+    int cells = 0;
+    for (; cells < total / 8; ++cells) s += "█";
+    if (total % 8 && cells < width) {
+        s += eighths[total % 8];
+        ++cells;
+    }
+    for (; cells < width; ++cells) s += ' ';
+    return s;
+}
+
+std::string wrap(const std::string &text, size_t width, const std::string &indent) {
+    std::istringstream words(text);
+    std::string word, out, line;
+    size_t indent_w = display_width(indent);
+    bool first = true;
+    while (words >> word) {
+        size_t limit = first ? width : width - indent_w;
+        if (!line.empty() && display_width(line) + 1 + display_width(word) > limit) {
+            out += (first ? "" : indent) + line + "\n";
+            first = false;
+            line.clear();
+        }
+        line += (line.empty() ? "" : " ") + word;
+    }
+    if (!line.empty()) out += (first ? "" : indent) + line;
+    return out;
+}
+
+void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out) {
+    Style st{opt.color};
+    const uint64_t live = r.live_bytes();
+
+    // ---- who and when ----
+    out << st.bold() << "gpuguard report" << st.reset() << st.dim() << " · " << r.name << st.reset() << "\n";
+    std::vector<std::string> who;
+    std::string cmd = r.command_line();
+    if (!cmd.empty()) who.push_back(clip(cmd, 60));
+    if (r.pid) who.push_back("pid " + std::to_string(*r.pid));
+    if (!r.hostname.empty()) who.push_back(r.hostname);
+    if (r.time_unix_ns) who.push_back(human_time_unix_ns(*r.time_unix_ns));
+    if (!who.empty()) {
+        out << st.dim();
+        for (size_t i = 0; i < who.size(); ++i) out << (i ? " · " : "") << who[i];
+        out << st.reset() << "\n";
+    }
+    out << "\n";
+
+    // ---- what happened ----
+    const char *colour = a.failure ? st.red() : a.kind == "warn" ? st.yellow() : st.green();
+    out << colour << (a.failure ? "✗ " : a.kind == "warn" ? "! " : "✓ ") << a.headline << st.reset() << "\n";
+    for (const std::string &w : a.why) out << "  " << wrap(w, kWidth - 2, "    ") << "\n";
+    out << "\n";
+
+    // ---- the numbers ----
+    auto row = [&](const std::string &name, const std::string &value, const std::string &rest) {
+        out << "  " << st.dim() << pad_right(name, 10) << st.reset() << ' ' << st.bold() << pad_left(value, 11)
+            << st.reset() << "  " << rest << "\n";
+    };
+    uint64_t scale = r.limit_bytes.value_or(0);
+    if (r.limit_bytes) {
+        std::string src = r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
+        row("limit", human_bytes(*r.limit_bytes),
+            st.dim() + std::string(r.limit_scope.empty() ? "" : r.limit_scope) + (src.empty() ? "" : "  " + src) + st.reset());
+    } else {
+        row("limit", "none", st.dim() + std::string("no quota on this device") + st.reset());
+    }
+    if (r.container_bytes && (r.limit_scope != "process" || *r.container_bytes != live))
+        row("container", human_bytes(*r.container_bytes),
+            scale ? text_bar(*r.container_bytes, scale, 20) + " " + std::to_string(percent(*r.container_bytes, scale)) + "%" : "");
+    row("process", human_bytes(live),
+        (scale ? text_bar(live, scale, 20) + " " + std::to_string(percent(live, scale)) + "%  " : "") + st.dim() +
+            (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) + st.reset());
+    if (Bytes pk = r.peak()) {
+        std::string when;
+        if (r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns)
+            when = *r.time_unix_ns - *r.peak_time_unix_ns < 1000000 ? "at the report"
+                                                                     : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
+        row("peak", human_bytes(*pk), (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") +
+                                          st.dim() + when + st.reset());
+    }
+    if (r.failed && r.failed->bytes) row("request", human_bytes(*r.failed->bytes), "");
+    if (r.device_total) {
+        std::string dev = r.device_name.empty() ? "device" : r.device_name;
+        if (r.device_ordinal) dev += " #" + std::to_string(*r.device_ordinal);
+        row("device", human_bytes(*r.device_total),
+            st.dim() + dev + (r.device_free ? ", " + human_bytes(*r.device_free) + " free" : std::string()) + st.reset());
+    }
+    uint64_t spark_max = 0;
+    std::string spark = sparkline(r, 48, spark_max);
+    if (!spark.empty()) {
+        int64_t span = r.timeline.back().first - r.timeline.front().first;
+        out << "  " << st.dim() << pad_right("timeline", 10) << st.reset() << "             " << st.cyan() << spark
+            << st.reset() << st.dim() << "  max " << human_bytes(spark_max) << " over " << human_duration_ns(span)
+            << st.reset() << "\n";
+    }
+    out << "\n";
+
+    // ---- the failed request ----
+    if (r.failed) {
+        const FailedRequest &f = *r.failed;
+        out << st.bold() << "Failed request" << st.reset() << "  " << (f.api.empty() ? "?" : f.api) << ' '
+            << human_bytes(f.bytes) << st.dim();
+        std::vector<std::string> bits;
+        if (!f.driver_api.empty() && f.driver_api != f.api) bits.push_back("driver " + f.driver_api);
+        if (f.driver_result) {
+            const char *n = cuda_result_name(*f.driver_result);
+            bits.push_back(n ? n : "CUresult " + std::to_string(*f.driver_result));
+        }
+        if (f.thread) bits.push_back("thread " + std::to_string(*f.thread));
+        if (r.episode_failed_calls && *r.episode_failed_calls > 1)
+            bits.push_back(std::to_string(*r.episode_failed_calls) + " failed calls in this episode");
+        for (size_t i = 0; i < bits.size(); ++i) out << (i ? ", " : "  (") << bits[i];
+        if (!bits.empty()) out << ")";
+        out << st.reset() << "\n";
+        if (const Stack *s = r.stack(f.stack)) print_frames(out, st, *s);
+        else out << "    " << st.dim() << "(no stack recorded)" << st.reset() << "\n";
+        out << "\n";
+    }
+
+    // ---- who holds it ----
+    if (!r.by_stack.empty()) {
+        uint64_t total = 0, count = 0;
+        for (const StackBytes &sb : r.by_stack) {
+            total += sb.bytes;
+            count += sb.count;
+        }
+        out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live bytes by stack: " << human_bytes(total) << " in "
+            << count << " allocation" << (count == 1 ? "" : "s") << ", " << r.by_stack.size() << " stack"
+            << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
+        size_t shown = std::min(opt.top, r.by_stack.size());
+        for (size_t i = 0; i < shown; ++i) {
+            const StackBytes &sb = r.by_stack[i];
+            std::string tag = phase_tag(r, sb.stack);
+            out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' ' << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4)
+                << ' ' << st.cyan() << text_bar(sb.bytes, r.by_stack.front().bytes, 10) << st.reset() << ' '
+                << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best_label(r, sb.stack), 50)
+                << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
+        }
+        if (r.by_stack.size() > shown) {
+            uint64_t rest = 0;
+            for (size_t i = shown; i < r.by_stack.size(); ++i) rest += r.by_stack[i].bytes;
+            out << "  " << st.dim() << pad_left(human_bytes(rest), 11) << "  in " << r.by_stack.size() - shown
+                << " more stacks (--top N shows more)" << st.reset() << "\n";
+        }
+        out << "\n";
+    }
+
+    // ---- the peak ----
+    if (!r.peak_by_stack.empty() && r.peak()) {
+        out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset() << "\n";
+        for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
+            out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
+                << clip(best_label(r, r.peak_by_stack[i].stack), 70) << "\n";
+        out << "\n";
+    }
+
+    // ---- cuDNN ----
+    if (r.cudnn) {
+        const Cudnn &c = *r.cudnn;
+        out << st.bold() << "cuDNN" << st.reset() << "  largest workspace requested "
+            << human_bytes(c.largest_workspace_requested_bytes) << st.dim() << " · cap "
+            << (c.workspace_cap_bytes ? human_bytes(*c.workspace_cap_bytes) : std::string("off")) << " · in use "
+            << human_bytes(c.workspace_in_use_bytes) << " · plans rejected by the cap "
+            << (c.plans_rejected ? std::to_string(*c.plans_rejected) : std::string("unknown")) << st.reset() << "\n";
+        for (size_t i = 0; i < c.requests_by_stack.size() && i < 3; ++i) {
+            const CudnnStack &cs = c.requests_by_stack[i];
+            out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  " << pad_left(std::to_string(cs.count) + "×", 6)
+                << "  " << clip(best_label(r, cs.stack), 70) << "\n";
+        }
+        out << "\n";
+    }
+
+    // ---- the container's processes ----
+    if (r.ledger_processes.size() > 1 || (r.ledger_processes.size() == 1 && !r.ledger_processes[0].self)) {
+        uint64_t total = 0;
+        for (const LedgerProcess &p : r.ledger_processes) total += p.bytes;
+        out << st.bold() << "Container processes" << st.reset() << st.dim() << "  " << human_bytes(total) << " held"
+            << (r.ledger_path.empty() ? "" : ", ledger " + r.ledger_path) << st.reset() << "\n";
+        for (const LedgerProcess &p : r.ledger_processes) {
+            out << "  " << pad_left(human_bytes(p.bytes), 11) << ' ' << pad_left(std::to_string(percent(p.bytes, total)) + "%", 4)
+                << "  pid " << pad_right(std::to_string(p.pid), 8) << clip(p.command, 50) << st.dim()
+                << (p.self ? "  (this process)" : "") << (p.alive ? "" : "  (exited)") << st.reset() << "\n";
+        }
+        out << "\n";
+    }
+
+    // ---- advice ----
+    if (!a.advice.empty()) {
+        out << st.bold() << "Advice" << st.reset() << "\n";
+        for (const Advice &ad : a.advice) {
+            out << "  " << st.yellow() << "• " << ad.title << st.reset() << "\n";
+            out << "    " << wrap(ad.detail, kWidth - 4, "    ") << "\n";
+        }
+        out << "\n";
+    }
+    out << st.dim() << "More: gpuguard report --html report.html " << r.name << "   (flame graph, timeline, tables)"
+        << st.reset() << "\n";
+}
+
+}  // namespace gg::report

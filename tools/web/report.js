@@ -1,0 +1,651 @@
+// gpuguard report viewer. Reads the JSON block #gg-data that `gpuguard report --html` embedded and
+// draws the page. No libraries, no network: everything here is plain DOM and SVG.
+//
+// Data: {report: <the report file, docs/report-schema.md>, analysis: {headline, why, advice, ...},
+//        view: {stacks: {id: {frames: [{label, key, kind, detail, best}] outermost first, best, phase}}}}
+// When the script finishes without error it sets <html data-gg-status="ok">; any uncaught error sets
+// "error: ..." and shows a banner. The browser test reads that attribute.
+'use strict';
+
+(function () {
+  const root = document.documentElement;
+  function fail(msg) {
+    root.setAttribute('data-gg-status', 'error: ' + msg);
+    const box = document.getElementById('page-error');
+    if (box) {
+      box.hidden = false;
+      box.textContent = 'This page hit an error while drawing: ' + msg;
+    }
+  }
+  window.addEventListener('error', e => fail((e && e.message) || 'unknown error'));
+  window.addEventListener('unhandledrejection', e => fail(String(e && e.reason)));
+
+  // ---- helpers ------------------------------------------------------------------------------
+  const UNITS = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  function bytes(n) {
+    if (n === null || n === undefined || !isFinite(n)) return 'unknown';
+    const neg = n < 0;
+    let v = Math.abs(n);
+    if (v < 1024) return (neg ? '-' : '') + v + ' B';
+    let u = -1;
+    while (v >= 1024 && u < UNITS.length - 1) { v /= 1024; u++; }
+    return (neg ? '-' : '') + v.toFixed(2) + ' ' + UNITS[u];
+  }
+  function shortBytes(n) {  // axis labels: "1.5 GiB", "512 MiB"
+    if (n < 1024) return n + ' B';
+    let v = n, u = -1;
+    while (v >= 1024 && u < UNITS.length - 1) { v /= 1024; u++; }
+    return (Math.round(v * 10) / 10) + ' ' + UNITS[u];
+  }
+  function pct(part, whole) { return whole > 0 ? Math.round(100 * part / whole) : 0; }
+  function duration(ns) {
+    const s = ns / 1e9;
+    if (Math.abs(s) < 1e-3) return Math.round(ns / 1e3) + ' µs';
+    if (Math.abs(s) < 1) return Math.round(ns / 1e6) + ' ms';
+    if (Math.abs(s) < 120) return s.toFixed(1) + ' s';
+    return Math.floor(s / 60) + ' min ' + Math.round(s % 60) + ' s';
+  }
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    if (attrs) {
+      for (const [k, v] of Object.entries(attrs)) {
+        if (v === null || v === undefined || v === false) continue;
+        if (k === 'class') e.className = v;
+        else if (k === 'text') e.textContent = v;
+        else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+        else e.setAttribute(k, v === true ? '' : v);
+      }
+    }
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k);
+    return e;
+  }
+  const SVG = 'http://www.w3.org/2000/svg';
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  const tooltip = document.getElementById('tooltip');
+  function showTip(ev, text) {
+    tooltip.textContent = text;
+    tooltip.hidden = false;
+    const w = tooltip.offsetWidth, h = tooltip.offsetHeight;
+    let x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + w > window.innerWidth - 8) x = ev.clientX - w - 14;
+    if (y + h > window.innerHeight - 8) y = ev.clientY - h - 14;
+    tooltip.style.left = x + 'px';
+    tooltip.style.top = y + 'px';
+  }
+  function hideTip() { tooltip.hidden = true; }
+  function num(v) { return typeof v === 'number' && isFinite(v) ? v : null; }
+  function obj(v) { return v && typeof v === 'object' && !Array.isArray(v) ? v : {}; }
+  function arr(v) { return Array.isArray(v) ? v : []; }
+
+  // ---- data ---------------------------------------------------------------------------------
+  const D = JSON.parse(document.getElementById('gg-data').textContent);
+  const R = obj(D.report), A = obj(D.analysis), V = obj(D.view);
+  const STACKS = obj(V.stacks);
+  const usage = obj(R.usage), limit = R.limit && typeof R.limit === 'object' ? R.limit : null;
+  const failed = R.failed_request && typeof R.failed_request === 'object' ? R.failed_request : null;
+  const failedStack = failed && typeof failed.stack === 'string' ? failed.stack : null;
+  const proc = obj(R.process), dev = obj(R.device);
+
+  function stackFrames(id) { return id && STACKS[id] ? arr(STACKS[id].frames) : []; }
+  function bestLabel(id) { return id && STACKS[id] ? STACKS[id].best : '[unknown stack]'; }
+
+  // A stack as a list, innermost first (where the allocation was asked for), plumbing dimmed.
+  function frameList(id, limitCount) {
+    const frames = stackFrames(id).slice().reverse();
+    if (!frames.length) return el('div', {class: 'empty', text: 'No stack was recorded.'});
+    const box = el('div');
+    const ol = el('ol', {class: 'frames'});
+    frames.forEach((f, i) => {
+      const li = el('li', {class: [f.kind === 'plumbing' ? 'plumbing' : '', f.best ? 'best' : ''].join(' ').trim() || null,
+                           title: f.detail || null},
+                    f.label, f.kind === 'python' || f.kind === 'pylib' ? null : el('span', {class: 'where', text: f.kind === 'plumbing' ? 'CUDA / gpuguard' : ''}));
+      if (limitCount && i >= limitCount) li.hidden = true;
+      ol.append(li);
+    });
+    box.append(ol);
+    if (limitCount && frames.length > limitCount) {
+      const more = el('span', {class: 'more', text: 'show all ' + frames.length + ' frames'});
+      more.addEventListener('click', () => { ol.querySelectorAll('li').forEach(li => { li.hidden = false; }); more.remove(); });
+      box.append(more);
+    }
+    return box;
+  }
+
+  // ---- header and summary -------------------------------------------------------------------
+  function drawHeader() {
+    const bits = [];
+    if (V.command) bits.push(V.command);
+    if (num(proc.pid) !== null) bits.push('pid ' + proc.pid);
+    if (proc.hostname) bits.push(proc.hostname);
+    if (V.time) bits.push(V.time);
+    document.getElementById('who').textContent = bits.join(' · ');
+    document.getElementById('footer').textContent =
+      (V.gpuguard || 'gpuguard') + ' · ' + (V.name || '') + ' · schema ' + R.schema + ' v' + R.version;
+  }
+
+  function drawSummary() {
+    const box = document.getElementById('summary');
+    const cls = A.failure ? 'fail' : A.kind === 'warn' ? 'warn' : 'ok';
+    const banner = el('div', {class: 'banner ' + cls}, el('div', {class: 'headline', text: A.headline || 'gpuguard report'}));
+    const why = arr(A.why);
+    if (why.length) banner.append(el('ul', {class: 'why'}, ...why.map(w => el('li', {text: w}))));
+    box.append(banner);
+
+    const cards = el('div', {class: 'cards'});
+    function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
+    const live = num(V.live_bytes) || 0;
+    if (limit) card('limit', bytes(num(limit.bytes)), [limit.scope, limit.source && (limit.source + (limit.spec ? '=' + limit.spec : ''))].filter(Boolean).join(' · '));
+    else card('limit', 'none', 'no quota on this device');
+    if (num(usage.container_bytes) !== null) card('container', bytes(usage.container_bytes), limit && num(limit.bytes) ? pct(usage.container_bytes, limit.bytes) + '% of the limit' : 'all processes');
+    card('this process', bytes(live), num(usage.live_allocations) !== null ? usage.live_allocations + ' live allocations' : '');
+    if (num(V.peak_bytes) !== null) card('peak', bytes(V.peak_bytes), limit && num(limit.bytes) ? pct(V.peak_bytes, limit.bytes) + '% of the limit' : '');
+    if (failed && num(failed.bytes) !== null) card('request', bytes(failed.bytes), (failed.api || '') + (failed.driver_api && failed.driver_api !== failed.api ? ' → ' + failed.driver_api : ''));
+    if (num(dev.total_bytes) !== null && dev.total_bytes >= 0) card('device', bytes(dev.total_bytes), (dev.name || 'device') + (num(dev.free_bytes) !== null && dev.free_bytes >= 0 ? ' · ' + bytes(dev.free_bytes) + ' free' : ''));
+    box.append(cards);
+
+    // The meter: what was held, by whom, and where the failed request would have ended, against the limit.
+    const lim = limit && num(limit.bytes);
+    if (lim) {
+      const container = num(usage.container_bytes) !== null ? usage.container_bytes : live;
+      const others = Math.max(0, container - live);
+      const req = failed && num(failed.bytes) ? failed.bytes : 0;
+      const scale = Math.max(lim, container + req) * 1.02;
+      const bar = el('div', {class: 'bar'});
+      let x = 0;
+      function part(c, v, label) {
+        if (v <= 0) return;
+        const p = el('div', {class: 'part ' + c, title: label});
+        p.style.left = (100 * x / scale) + '%';
+        p.style.width = (100 * v / scale) + '%';
+        bar.append(p);
+        x += v;
+      }
+      part('self', live, 'this process: ' + bytes(live));
+      part('other', others, 'other processes: ' + bytes(others));
+      part('request', req, 'the failed request: ' + bytes(req));
+      const l = el('div', {class: 'limit', title: 'limit ' + bytes(lim)});
+      l.style.left = 'calc(' + (100 * lim / scale) + '% - 1px)';
+      bar.append(l);
+      const keys = el('div', {class: 'keys'},
+        el('span', null, el('i', {style: 'background:var(--self)'}), 'this process ' + bytes(live)),
+        others > 0 ? el('span', null, el('i', {style: 'background:var(--other)'}), 'other processes ' + bytes(others)) : null,
+        req > 0 ? el('span', null, el('i', {style: 'background:var(--request)'}), 'failed request ' + bytes(req)) : null,
+        el('span', null, el('i', {style: 'background:var(--fail)'}), 'limit ' + bytes(lim)));
+      box.append(el('div', {class: 'meter'}, bar, keys));
+    }
+
+    const advice = arr(A.advice);
+    if (advice.length) {
+      const adv = el('div', {class: 'advice'}, el('h3', {text: 'Advice'}));
+      for (const a of advice) adv.append(el('div', {class: 'item', 'data-advice': a.id}, el('b', {text: a.title}), el('span', {text: a.detail})));
+      box.append(adv);
+    }
+  }
+
+  // ---- timeline -----------------------------------------------------------------------------
+  function drawTimeline() {
+    const host = document.getElementById('timeline');
+    host.textContent = '';
+    const tl = obj(R.timeline);
+    const pts = arr(tl.points).filter(p => Array.isArray(p) && num(p[0]) !== null && num(p[1]) !== null)
+      .map(p => [p[0], p[1]]).sort((a, b) => a[0] - b[0]);
+    const t0u = num(tl.t0_unix_ns);
+    // The report's own moment, on the timeline's clock: where the failure goes.
+    let tEnd = pts.length ? pts[pts.length - 1][0] : 0;
+    const tReport = t0u !== null && num(R.time_unix_ns) !== null ? R.time_unix_ns - t0u : null;
+    if (tReport !== null && tReport > tEnd) tEnd = tReport;
+    if (pts.length && tReport !== null && tReport > pts[pts.length - 1][0]) pts.push([tReport, pts[pts.length - 1][1]]);
+    if (pts.length < 2) {
+      host.append(el('div', {class: 'empty', text: 'This report has no usage timeline.'}));
+      return;
+    }
+    const peak = obj(R.peak);
+    const tPeak = t0u !== null && num(peak.time_unix_ns) !== null ? peak.time_unix_ns - t0u : null;
+    const lim = limit && num(limit.bytes);
+    let maxY = 0;
+    for (const p of pts) maxY = Math.max(maxY, p[1]);
+    if (lim) maxY = Math.max(maxY, lim);
+    if (num(V.peak_bytes)) maxY = Math.max(maxY, V.peak_bytes);
+    maxY = maxY * 1.08 || 1;
+    const tStart = pts[0][0];
+    const span = Math.max(1, tEnd - tStart);
+
+    const W = Math.max(480, host.clientWidth || 900), H = 260;
+    const m = {l: 70, r: 18, t: 14, b: 30};
+    const pw = W - m.l - m.r, ph = H - m.t - m.b;
+    const X = t => m.l + pw * (t - tStart) / span;
+    const Y = b => m.t + ph * (1 - b / maxY);
+    const s = svg('svg', {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': 'GPU memory of this process over time'});
+
+    // Axes: bytes on nice binary steps, time in seconds.
+    const gy = svg('g', {class: 'axis grid'});
+    const unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(maxY) / Math.log(1024))));
+    const raw = maxY / unit / 5;
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = ([1, 2, 2.5, 5, 10].map(k => k * mag).find(k => k >= raw) || 10 * mag) * unit;
+    for (let v = 0; v <= maxY; v += step) {
+      gy.append(svg('line', {x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v)}));
+      gy.append(svg('text', {x: m.l - 8, y: Y(v) + 4, 'text-anchor': 'end'}, shortBytes(v)));
+    }
+    s.append(gy);
+    const gx = svg('g', {class: 'axis'});
+    const secs = span / 1e9;
+    const xraw = secs / 8, xmag = Math.pow(10, Math.floor(Math.log10(xraw || 1)));
+    const xstep = ([1, 2, 5, 10].map(k => k * xmag).find(k => k >= xraw) || 10 * xmag);
+    for (let v = 0; v <= secs + 1e-9; v += xstep) {
+      const x = X(tStart + v * 1e9);
+      gx.append(svg('line', {x1: x, x2: x, y1: H - m.b, y2: H - m.b + 4}));
+      gx.append(svg('text', {x, y: H - m.b + 17, 'text-anchor': 'middle'}, (xstep < 1 ? v.toFixed(Math.min(3, -Math.floor(Math.log10(xstep)))) : Math.round(v)) + ' s'));
+    }
+    gx.append(svg('line', {x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b}));
+    s.append(gx);
+
+    // Usage is a step function: it holds its value until the next point.
+    let d = `M ${X(pts[0][0])} ${Y(pts[0][1])}`;
+    for (let i = 1; i < pts.length; i++) d += ` H ${X(pts[i][0])} V ${Y(pts[i][1])}`;
+    s.append(svg('path', {class: 'area', d: d + ` V ${Y(0)} H ${X(pts[0][0])} Z`}));
+    s.append(svg('path', {class: 'line', d}));
+
+    if (lim) {
+      s.append(svg('line', {class: 'limit-line', x1: m.l, x2: W - m.r, y1: Y(lim), y2: Y(lim)}));
+      s.append(svg('text', {class: 'limit-label', x: m.l + 6, y: Y(lim) - 5}, 'limit ' + bytes(lim)));
+    }
+    if (tPeak !== null && num(V.peak_bytes) !== null && tPeak >= tStart && tPeak <= tEnd) {
+      s.append(svg('circle', {class: 'peak-dot', cx: X(tPeak), cy: Y(V.peak_bytes), r: 5}));
+      const right = X(tPeak) > m.l + pw * 0.7;
+      s.append(svg('text', {class: 'peak-label', x: X(tPeak) + (right ? -9 : 9), y: Y(V.peak_bytes) + (Y(V.peak_bytes) < m.t + 24 ? 16 : -8), 'text-anchor': right ? 'end' : 'start'}, 'peak ' + bytes(V.peak_bytes)));
+    }
+    if (A.failure && tReport !== null) {
+      const x = X(tReport);
+      s.append(svg('line', {class: 'fail-line', x1: x, x2: x, y1: m.t, y2: H - m.b}));
+      s.append(svg('text', {class: 'fail-label', x: x - 6, y: m.t + 12, 'text-anchor': 'end'}, 'OOM' + (failed && num(failed.bytes) ? ': +' + bytes(failed.bytes) : '')));
+    }
+
+    // Hover: the value under the cursor.
+    const cursor = svg('line', {class: 'cursor', y1: m.t, y2: H - m.b, x1: -10, x2: -10});
+    s.append(cursor);
+    const hit = svg('rect', {x: m.l, y: m.t, width: pw, height: ph, fill: 'transparent'});
+    hit.addEventListener('mousemove', ev => {
+      const r = s.getBoundingClientRect();
+      const sx = (ev.clientX - r.left) * (W / r.width);
+      const t = tStart + (sx - m.l) / pw * span;
+      let v = pts[0][1];
+      for (const p of pts) { if (p[0] <= t) v = p[1]; else break; }
+      cursor.setAttribute('x1', sx);
+      cursor.setAttribute('x2', sx);
+      showTip(ev, duration(t - tStart) + '\n' + bytes(v) + (lim ? ' (' + pct(v, lim) + '% of the limit)' : ''));
+    });
+    hit.addEventListener('mouseleave', () => { hideTip(); cursor.setAttribute('x1', -10); cursor.setAttribute('x2', -10); });
+    s.append(hit);
+    host.append(s);
+    host.setAttribute('data-points', String(pts.length));
+    const note = document.getElementById('timeline-note');
+    note.textContent = 'this process, ' + pts.length + ' points over ' + duration(span);
+  }
+
+  // ---- flame graph (icicle: outermost frame on top) ------------------------------------------
+  const flame = {which: 'live', zoom: [], search: ''};
+  function buildTree(list) {
+    const rootNode = {label: 'all', key: '', kind: 'root', value: 0, count: 0, children: new Map(), stacks: [], detail: ''};
+    for (const e of arr(list)) {
+      const b = num(e && e.bytes);
+      if (!b) continue;
+      rootNode.value += b;
+      rootNode.count += num(e.count) || 0;
+      let node = rootNode;
+      let frames = stackFrames(e.stack);
+      if (!frames.length) frames = [{label: '[unknown stack]', key: 'unknown', kind: 'plumbing', detail: ''}];
+      for (const f of frames) {
+        let c = node.children.get(f.key);
+        if (!c) {
+          c = {label: f.label, key: f.key, kind: f.kind, detail: f.detail, value: 0, count: 0, children: new Map(), stacks: [], parent: node};
+          node.children.set(f.key, c);
+        }
+        c.value += b;
+        c.count += num(e.count) || 0;
+        node = c;
+      }
+      node.stacks.push(e.stack);
+    }
+    return rootNode;
+  }
+  const trees = {live: buildTree(R.by_stack), peak: buildTree(obj(R.peak).by_stack)};
+  const failedKeys = new Set(stackFrames(failedStack).map(f => f.key));
+
+  function colour(node) {
+    let h = 0;
+    for (let i = 0; i < node.label.length; i++) h = (h * 31 + node.label.charCodeAt(i)) >>> 0;
+    const j = (h % 1000) / 1000;  // a stable small variation, so neighbours differ
+    switch (node.kind) {
+      case 'python': return `hsl(${24 + j * 14}, 88%, ${60 + j * 8}%)`;
+      case 'pylib': return `hsl(${44 + j * 10}, 78%, ${60 + j * 8}%)`;
+      case 'native': return `hsl(${195 + j * 18}, 55%, ${58 + j * 10}%)`;
+      default: return `hsl(220, 8%, ${70 + j * 8}%)`;
+    }
+  }
+
+  function drawFlame() {
+    const host = document.getElementById('flame');
+    const crumbs = document.getElementById('flame-crumbs');
+    const detail = document.getElementById('flame-detail');
+    host.textContent = '';
+    crumbs.textContent = '';
+    const tree = trees[flame.which];
+    if (!tree.value) {
+      host.style.height = 'auto';
+      host.append(el('div', {class: 'empty', text: flame.which === 'peak' ? 'The report has no stacks for the peak.' : 'No live memory by stack in this report.'}));
+      return;
+    }
+    // Resolve the zoom path (a list of keys from the root) against this tree.
+    let focus = tree;
+    const path = [];
+    for (const k of flame.zoom) {
+      const c = focus.children.get(k);
+      if (!c) break;
+      focus = c;
+      path.push(c);
+    }
+    crumbs.append(el('a', {text: 'all', onclick: () => { flame.zoom = []; drawFlame(); }}));
+    path.forEach((n, i) => {
+      crumbs.append(' › ');
+      crumbs.append(el('a', {text: n.label, onclick: () => { flame.zoom = flame.zoom.slice(0, i + 1); drawFlame(); }}));
+    });
+
+    const W = host.clientWidth || 1000;
+    const rowH = 22;
+    const minPx = 2;
+    const q = flame.search.trim().toLowerCase();
+    let maxDepth = 0, matched = 0;
+    const frag = document.createDocumentFragment();
+    function place(node, depth, x, w) {
+      if (w < minPx) return;
+      maxDepth = Math.max(maxDepth, depth);
+      const isRoot = depth === 0;
+      const label = isRoot
+        ? (path.length ? '↑ ' + node.label : 'all live memory') + ' — ' + bytes(node.value)
+        : node.label;
+      const div = el('div', {class: 'node' + (isRoot ? ' root' : ''), title: null});
+      div.textContent = w > 30 ? label : '';
+      div.style.left = x + 'px';
+      div.style.width = Math.max(1, w - 1) + 'px';
+      div.style.top = (depth * rowH) + 'px';
+      if (!isRoot) div.style.background = colour(node);
+      if (!isRoot && failedKeys.has(node.key) && flame.which === 'live') div.classList.add('failed');
+      if (q) {
+        if (!isRoot && (node.label.toLowerCase().includes(q) || String(node.detail || '').toLowerCase().includes(q))) { div.classList.add('match'); matched++; }
+        else if (!isRoot) div.classList.add('dim');
+      }
+      const info = () => node.label + '\n' + bytes(node.value) + ' · ' + pct(node.value, tree.value) + '% of all' +
+        (node.parent && node.parent.value ? ' · ' + pct(node.value, node.parent.value) + '% of its caller' : '') +
+        (node.count ? ' · ' + node.count + ' allocation' + (node.count === 1 ? '' : 's') : '') +
+        (node.detail ? '\n' + node.detail : '');
+      div.addEventListener('mouseenter', ev => { detail.textContent = info(); showTip(ev, node.label + '\n' + bytes(node.value) + ' (' + pct(node.value, tree.value) + '%)'); });
+      div.addEventListener('mousemove', ev => showTip(ev, node.label + '\n' + bytes(node.value) + ' (' + pct(node.value, tree.value) + '%)'));
+      div.addEventListener('mouseleave', hideTip);
+      div.addEventListener('click', () => {
+        hideTip();
+        if (isRoot) { flame.zoom = flame.zoom.slice(0, -1); }
+        else {
+          const keys = [];
+          for (let n = node; n && n.parent; n = n.parent) keys.unshift(n.key);
+          flame.zoom = keys;
+        }
+        drawFlame();
+      });
+      frag.append(div);
+      const kids = Array.from(node.children.values()).sort((a, b) => b.value - a.value);
+      let cx = x;
+      for (const c of kids) {
+        const cw = w * c.value / node.value;
+        place(c, depth + 1, cx, cw);
+        cx += cw;
+      }
+    }
+    place(focus, 0, 0, W);
+    host.append(frag);
+    host.style.height = ((maxDepth + 1) * rowH + 2) + 'px';
+    host.setAttribute('data-nodes', String(host.childElementCount));
+    if (q) detail.textContent = matched + ' frame' + (matched === 1 ? '' : 's') + ' match "' + flame.search + '"';
+  }
+
+  function setupFlame() {
+    const live = document.getElementById('flame-live'), peakB = document.getElementById('flame-peak');
+    if (!trees.peak.value) { peakB.disabled = true; peakB.title = 'This report has no stacks for the peak'; }
+    function pick(which) {
+      flame.which = which;
+      flame.zoom = [];
+      live.classList.toggle('on', which === 'live');
+      peakB.classList.toggle('on', which === 'peak');
+      drawFlame();
+    }
+    live.addEventListener('click', () => pick('live'));
+    peakB.addEventListener('click', () => { if (!peakB.disabled) pick('peak'); });
+    const search = document.getElementById('flame-search');
+    search.addEventListener('input', () => { flame.search = search.value; drawFlame(); });
+    drawFlame();
+  }
+
+  // ---- sortable tables ----------------------------------------------------------------------
+  // columns: [{key, label, type: 'bytes'|'num'|'text', value: row => sortable value, cell: row => Node|string}]
+  function table(host, columns, rows, sortKey, sortDir, expand) {
+    host.textContent = '';
+    if (!rows.length) { host.append(el('div', {class: 'empty', text: 'None in this report.'})); return; }
+    let key = sortKey, dir = sortDir;
+    const thead = el('thead'), tbody = el('tbody');
+    const trh = el('tr');
+    const ths = columns.map(c => {
+      const th = el('th', {class: 'sortable' + (c.type !== 'text' ? ' num' : ''), scope: 'col', tabindex: '0', text: c.label, 'data-key': c.key});
+      const go = () => {
+        if (key === c.key) dir = dir === 'asc' ? 'desc' : 'asc';
+        else { key = c.key; dir = c.type === 'text' ? 'asc' : 'desc'; }
+        render();
+      };
+      th.addEventListener('click', go);
+      th.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); go(); } });
+      trh.append(th);
+      return th;
+    });
+    thead.append(trh);
+    const tableEl = el('table', null, thead, tbody);
+    host.append(el('div', {class: 'tablewrap'}, tableEl));
+    function render() {
+      const col = columns.find(c => c.key === key) || columns[0];
+      const sorted = rows.slice().sort((a, b) => {
+        const va = col.value(a), vb = col.value(b);
+        let r;
+        if (typeof va === 'number' && typeof vb === 'number') r = va - vb;
+        else r = String(va === null || va === undefined ? '' : va).localeCompare(String(vb === null || vb === undefined ? '' : vb));
+        return dir === 'asc' ? r : -r;
+      });
+      ths.forEach((th, i) => {
+        if (columns[i].key === key) th.setAttribute('aria-sort', dir === 'asc' ? 'ascending' : 'descending');
+        else th.removeAttribute('aria-sort');
+      });
+      tbody.textContent = '';
+      for (const row of sorted) {
+        const tr = el('tr', {class: expand ? 'clickable' : null});
+        for (const c of columns) {
+          const v = c.cell(row);
+          tr.append(el('td', {class: c.type !== 'text' ? 'num' : null}, v instanceof Node ? v : String(v)));
+        }
+        tbody.append(tr);
+        if (expand) {
+          tr.addEventListener('click', () => {
+            const next = tr.nextElementSibling;
+            if (next && next.classList.contains('stackrow')) { next.remove(); tr.classList.remove('open'); return; }
+            tr.classList.add('open');
+            tr.after(el('tr', {class: 'stackrow'}, el('td', {colspan: String(columns.length)}, expand(row))));
+          });
+        }
+      }
+      tableEl.setAttribute('data-sort', key + ':' + dir);
+    }
+    render();
+  }
+
+  function barCell(v, max) {
+    const w = max > 0 ? Math.max(1, Math.round(60 * v / max)) : 0;
+    const b = el('span', {class: 'inbar'});
+    b.style.width = w + 'px';
+    return el('span', null, b, bytes(v));
+  }
+
+  function bestCell(id) {
+    const s = el('span', null, bestLabel(id));
+    const info = STACKS[id];
+    if (info && info.phase) s.append(el('span', {class: 'tag', text: info.phase}));
+    if (info && info.caching_allocator) s.append(el('span', {class: 'tag', text: 'caching allocator'}));
+    if (id && id === failedStack) s.append(el('span', {class: 'tag hot', text: 'failed request'}));
+    return s;
+  }
+
+  function drawHolders() {
+    const rows = arr(R.by_stack).filter(e => e && num(e.bytes) !== null);
+    const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
+    const total = rows.reduce((m, r) => m + r.bytes, 0);
+    table(document.getElementById('holders'), [
+      {key: 'bytes', label: 'Live bytes', type: 'bytes', value: r => r.bytes, cell: r => barCell(r.bytes, max)},
+      {key: 'share', label: 'Share', type: 'num', value: r => r.bytes, cell: r => pct(r.bytes, total) + '%'},
+      {key: 'count', label: 'Allocations', type: 'num', value: r => num(r.count) || 0, cell: r => String(num(r.count) || 0)},
+      {key: 'where', label: 'Where (innermost Python frame, else native)', type: 'text', value: r => bestLabel(r.stack), cell: r => bestCell(r.stack)},
+    ], rows, 'bytes', 'desc', r => frameList(r.stack, 12));
+  }
+
+  function drawAllocs() {
+    const rows = arr(R.top_allocations).filter(e => e && num(e.bytes) !== null);
+    const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
+    table(document.getElementById('allocs'), [
+      {key: 'bytes', label: 'Size', type: 'bytes', value: r => r.bytes, cell: r => barCell(r.bytes, max)},
+      {key: 'api', label: 'API', type: 'text', value: r => r.api || '', cell: r => el('code', {text: r.api || '?'})},
+      {key: 'age', label: 'Age', type: 'num', value: r => num(r.age_ns) === null ? -1 : r.age_ns, cell: r => num(r.age_ns) === null ? '?' : duration(r.age_ns)},
+      {key: 'device', label: 'Device', type: 'num', value: r => num(r.device) === null ? -1 : r.device, cell: r => num(r.device) === null ? '?' : String(r.device)},
+      {key: 'thread', label: 'Thread', type: 'num', value: r => num(r.thread) === null ? -1 : r.thread, cell: r => num(r.thread) === null ? '?' : String(r.thread)},
+      {key: 'tag', label: 'Tag', type: 'text', value: r => r.tag || '', cell: r => r.tag ? el('span', {class: 'tag', text: r.tag}) : ''},
+      {key: 'where', label: 'Where', type: 'text', value: r => bestLabel(r.stack), cell: r => bestCell(r.stack)},
+      {key: 'address', label: 'Address', type: 'text', value: r => r.address || '', cell: r => el('code', {text: r.address || ''})},
+    ], rows, 'bytes', 'desc', r => frameList(r.stack, 12));
+  }
+
+  function drawFailed() {
+    if (!failed) return;
+    document.getElementById('failed-section').hidden = false;
+    const box = document.getElementById('failed');
+    const dl = el('dl', {class: 'kv'});
+    function kv(k, v) { if (v !== null && v !== undefined && v !== '') dl.append(el('dt', {text: k}), el('dd', {text: String(v)})); }
+    kv('API', failed.api);
+    kv('driver call', failed.driver_api);
+    kv('bytes', num(failed.bytes) !== null ? bytes(failed.bytes) + ' (' + failed.bytes + ')' : null);
+    kv('device', failed.device);
+    kv('thread', failed.thread);
+    kv('driver result', num(failed.driver_result) === 2 ? '2 (CUDA_ERROR_OUT_OF_MEMORY)' : failed.driver_result);
+    const ep = obj(R.episode);
+    if (num(ep.failed_calls) !== null) kv('failed calls in this episode', ep.failed_calls);
+    box.append(dl, el('h3', {class: 'sub', text: ''}), frameList(failedStack, 14));
+  }
+
+  function drawCudnn() {
+    const c = R.cudnn && typeof R.cudnn === 'object' ? R.cudnn : null;
+    if (!c) return;
+    document.getElementById('cudnn-section').hidden = false;
+    const box = document.getElementById('cudnn');
+    const cards = el('div', {class: 'cards'});
+    function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
+    card('largest workspace asked', bytes(num(c.largest_workspace_requested_bytes)));
+    card('workspace cap', num(c.workspace_cap_bytes) === null ? 'off' : bytes(c.workspace_cap_bytes), 'GPUGUARD_CUDNN_WORKSPACE_LIMIT');
+    card('workspace in use', bytes(num(c.workspace_in_use_bytes)));
+    card('plans rejected', num(c.plans_rejected) === null ? '?' : String(c.plans_rejected), 'by the cap');
+    box.append(cards);
+    const rows = arr(c.requests_by_stack).filter(e => e && num(e.largest_bytes) !== null);
+    const max = rows.reduce((m, r) => Math.max(m, r.largest_bytes), 0);
+    const t = el('div');
+    box.append(t);
+    table(t, [
+      {key: 'largest', label: 'Largest request', type: 'bytes', value: r => r.largest_bytes, cell: r => barCell(r.largest_bytes, max)},
+      {key: 'count', label: 'Requests', type: 'num', value: r => num(r.count) || 0, cell: r => String(num(r.count) || 0)},
+      {key: 'where', label: 'Where', type: 'text', value: r => bestLabel(r.stack), cell: r => bestCell(r.stack)},
+    ], rows, 'largest', 'desc', r => frameList(r.stack, 12));
+  }
+
+  function drawLedger() {
+    const l = R.ledger && typeof R.ledger === 'object' ? R.ledger : null;
+    if (!l) return;
+    document.getElementById('ledger-section').hidden = false;
+    const box = document.getElementById('ledger');
+    const rows = arr(l.processes).filter(p => p && typeof p === 'object');
+    const max = rows.reduce((m, r) => Math.max(m, num(r.bytes) || 0), 0);
+    const total = rows.reduce((m, r) => m + (num(r.bytes) || 0), 0);
+    const t = el('div');
+    box.append(t);
+    table(t, [
+      {key: 'bytes', label: 'Holds', type: 'bytes', value: r => num(r.bytes) || 0, cell: r => barCell(num(r.bytes) || 0, max)},
+      {key: 'share', label: 'Share', type: 'num', value: r => num(r.bytes) || 0, cell: r => pct(num(r.bytes) || 0, total) + '%'},
+      {key: 'peak', label: 'Peak', type: 'bytes', value: r => num(r.peak_bytes) || 0, cell: r => bytes(num(r.peak_bytes))},
+      {key: 'pid', label: 'PID', type: 'num', value: r => num(r.pid) || 0, cell: r => String(r.pid)},
+      {key: 'command', label: 'Command', type: 'text', value: r => r.command || '', cell: r => {
+        const s = el('span', null, el('code', {text: r.command || '?'}));
+        if (r.self) s.append(el('span', {class: 'tag', text: 'this process'}));
+        if (r.alive === false) s.append(el('span', {class: 'tag hot', text: 'exited'}));
+        if (A.sibling && A.sibling.pid === r.pid) s.append(el('span', {class: 'tag hot', text: 'holds most'}));
+        return s;
+      }},
+    ], rows, 'bytes', 'desc', null);
+    const devs = arr(l.devices);
+    if (devs.length || l.path) {
+      const dl = el('dl', {class: 'kv'});
+      if (l.path) dl.append(el('dt', {text: 'ledger'}), el('dd', {text: l.path}));
+      for (const d of devs) dl.append(el('dt', {text: d.uuid || 'device'}), el('dd', {text: 'used ' + bytes(num(d.used_bytes)) + ' · peak ' + bytes(num(d.peak_bytes)) + ' · limit ' + bytes(num(d.limit_bytes))}));
+      box.append(el('div', {style: 'margin-top:10px'}, dl));
+    }
+  }
+
+  function drawDetails() {
+    const box = document.getElementById('details');
+    const dl = el('dl', {class: 'kv'});
+    function kv(k, v) { if (v !== null && v !== undefined && v !== '') dl.append(el('dt', {text: k}), el('dd', {text: String(v)})); }
+    kv('reason', R.reason);
+    kv('message', R.message);
+    kv('command', arr(proc.command).join(' '));
+    kv('executable', proc.exe);
+    kv('pid / ppid / uid', [proc.pid, proc.ppid, proc.uid].map(v => v === undefined || v === null ? '?' : v).join(' / '));
+    kv('device', [dev.name, num(dev.ordinal) !== null ? '#' + dev.ordinal : null, dev.uuid].filter(Boolean).join(' · '));
+    for (const [k, v] of Object.entries(obj(proc.env))) kv(k, v);
+    kv('gpuguard', R.gpuguard_version);
+    box.append(dl);
+    const counts = Object.entries(obj(R.counts_by_api)).map(([api, c]) => Object.assign({api}, obj(c)));
+    if (counts.length) {
+      const t = el('div', {style: 'margin-top:12px'});
+      box.append(t);
+      table(t, [
+        {key: 'api', label: 'API', type: 'text', value: r => r.api, cell: r => el('code', {text: r.api})},
+        {key: 'allocs', label: 'Allocations', type: 'num', value: r => num(r.allocs) || 0, cell: r => String(num(r.allocs) || 0)},
+        {key: 'frees', label: 'Frees', type: 'num', value: r => num(r.frees) || 0, cell: r => String(num(r.frees) || 0)},
+        {key: 'failures', label: 'Failures', type: 'num', value: r => num(r.failures) || 0, cell: r => String(num(r.failures) || 0)},
+        {key: 'live_count', label: 'Live', type: 'num', value: r => num(r.live_count) || 0, cell: r => String(num(r.live_count) || 0)},
+        {key: 'live_bytes', label: 'Live bytes', type: 'bytes', value: r => num(r.live_bytes) || 0, cell: r => bytes(num(r.live_bytes) || 0)},
+      ], counts, 'live_bytes', 'desc', null);
+    }
+  }
+
+  // ---- go -----------------------------------------------------------------------------------
+  drawHeader();
+  drawSummary();
+  drawTimeline();
+  setupFlame();
+  drawFailed();
+  drawHolders();
+  drawAllocs();
+  drawCudnn();
+  drawLedger();
+  drawDetails();
+  let resizeTimer = null;
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { drawTimeline(); drawFlame(); }, 120);
+  });
+  if (!root.getAttribute('data-gg-status').startsWith('error')) root.setAttribute('data-gg-status', 'ok');
+})();
