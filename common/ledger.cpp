@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <new>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -233,10 +234,11 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
 }
 
 Ledger::~Ledger() {
-    if (slot_ && slot_pid_ == getpid()) {
+    Slot *slot = slot_.load();
+    if (slot && slot_pid_.load() == getpid()) {
         // A clean exit: the driver frees the process's memory, so its slot is free as well.
-        for (auto &b : slot_->bytes) b.store(0);
-        slot_->state.store(kSlotReclaimed);
+        for (auto &b : slot->bytes) b.store(0);
+        slot->state.store(kSlotReclaimed);
     }
     if (header_) munmap(header_, map_size_);
 }
@@ -272,10 +274,13 @@ int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t
 }
 
 bool Ledger::join() {
-    if (slot_ && slot_pid_ == getpid()) return true;
-    if (read_only_) return false;
-    slot_ = nullptr;
     int pid = getpid();
+    if (slot_.load(std::memory_order_acquire) && slot_pid_.load(std::memory_order_relaxed) == pid) return true;
+    if (read_only_) return false;
+    // The first allocations of a process may race on several threads: one claims the slot.
+    std::lock_guard<std::mutex> lock(join_mu_);
+    if (slot_.load() && slot_pid_.load() == pid) return true;
+    slot_ = nullptr;
     uint64_t ticks = process_start_ticks(pid);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < kMaxSlots; i++) {
@@ -294,8 +299,8 @@ bool Ledger::join() {
             uint32_t high = header_->slot_high.load();
             while (high < (uint32_t)i + 1 && !header_->slot_high.compare_exchange_weak(high, (uint32_t)i + 1)) {
             }
-            slot_ = &s;
-            slot_pid_ = pid;
+            slot_pid_.store(pid);
+            slot_.store(&s, std::memory_order_release);
             return true;
         }
         if (reclaim_dead(false) == 0) break;
@@ -304,8 +309,10 @@ bool Ledger::join() {
 }
 
 void Ledger::on_fork_child() {
-    slot_ = nullptr;
-    slot_pid_ = 0;
+    // The fork may have happened while another thread held join_mu_: a fresh mutex for the child.
+    new (&join_mu_) std::mutex();
+    slot_.store(nullptr);
+    slot_pid_.store(0);
 }
 
 uint64_t Ledger::sum(int dev) const {
@@ -323,6 +330,7 @@ static void raise_to(std::atomic<uint64_t> &peak, uint64_t v) {
 
 bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
     if (!join()) return false;
+    Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
     uint64_t limit = header_->devices[dev].limit.load();
     for (int attempt = 0; attempt < 4; attempt++) {
         uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
@@ -345,14 +353,16 @@ bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
 
 void Ledger::charge(int dev, uint64_t bytes) {
     if (!join()) return;
+    Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
     uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
     raise_to(slot_->peak[dev], mine);
     raise_to(header_->devices[dev].peak, sum(dev));
 }
 
 uint64_t Ledger::release(int dev, uint64_t bytes) {
-    if (!slot_ || slot_pid_ != getpid()) return 0;
-    std::atomic<uint64_t> &b = slot_->bytes[dev];
+    Slot *slot = slot_.load(std::memory_order_acquire);
+    if (!slot || slot_pid_.load(std::memory_order_relaxed) != getpid()) return 0;
+    std::atomic<uint64_t> &b = slot->bytes[dev];
     uint64_t cur = b.load();
     uint64_t take;
     do {
@@ -364,8 +374,14 @@ uint64_t Ledger::release(int dev, uint64_t bytes) {
 }
 
 uint64_t Ledger::container_used(int dev) const { return sum(dev); }
-uint64_t Ledger::own_bytes(int dev) const { return slot_ ? slot_->bytes[dev].load() : 0; }
-uint64_t Ledger::own_peak(int dev) const { return slot_ ? slot_->peak[dev].load() : 0; }
+uint64_t Ledger::own_bytes(int dev) const {
+    Slot *slot = slot_.load();
+    return slot ? slot->bytes[dev].load() : 0;
+}
+uint64_t Ledger::own_peak(int dev) const {
+    Slot *slot = slot_.load();
+    return slot ? slot->peak[dev].load() : 0;
+}
 
 int Ledger::reclaim_dead(bool periodic) {
     if (read_only_ || path_.empty()) return 0;
@@ -423,7 +439,7 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
         }
         v.reclaimed = st == kSlotReclaimed;
         v.alive = !v.reclaimed && process_alive(v.pid, s.start_ticks.load());
-        v.self = &s == slot_;
+        v.self = &s == slot_.load();
         out.push_back(std::move(v));
     }
     return out;

@@ -17,6 +17,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -143,8 +144,9 @@ private:
     Header *header_ = nullptr;
     size_t map_size_ = 0;
     std::string path_;
-    Slot *slot_ = nullptr;
-    int slot_pid_ = 0;
+    std::atomic<Slot *> slot_{nullptr};
+    std::atomic<int> slot_pid_{0};
+    std::mutex join_mu_;
     bool read_only_ = false;
     uint64_t sum(int dev) const;
 };

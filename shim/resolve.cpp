@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <dlfcn.h>
+#include <link.h>
 #include <mutex>
 
 #include "api.h"
@@ -111,10 +112,33 @@ const RealDriver &real_driver() {
     return d;
 }
 
+void *find_in_loaded(const char *library_stem, const char *symbol) {
+    // A library loaded with RTLD_LOCAL (a Python extension's own cudart, say) is invisible to
+    // RTLD_NEXT, yet its users' calls land in our exported hooks: look among the loaded objects.
+    struct Search {
+        const char *stem, *symbol;
+        void *found;
+    } search{library_stem, symbol, nullptr};
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *info, size_t, void *data) -> int {
+            Search *s = static_cast<Search *>(data);
+            const char *name = info->dlpi_name;
+            if (!name || !*name || !strstr(name, s->stem)) return 0;
+            void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+            if (!h) return 0;
+            s->found = real_dlsym(h, s->symbol);
+            dlclose(h);
+            return s->found ? 1 : 0;
+        },
+        &search);
+    return search.found;
+}
+
 void *real_runtime_fn(const char *symbol) {
     // RTLD_NEXT from the shim: the next definition after ours in the program's lookup order, which
     // is the cudart the program loaded, whatever its version or path.
-    return real_dlsym(RTLD_NEXT, symbol);
+    void *p = real_dlsym(RTLD_NEXT, symbol);
+    return p ? p : find_in_loaded("libcudart", symbol);
 }
 
 void *real_cudnn_fn(const char *symbol) {
@@ -127,8 +151,7 @@ void *real_cudnn_fn(const char *symbol) {
 void *real_nvml_fn(const char *symbol) {
     void *p = real_dlsym(RTLD_NEXT, symbol);
     if (p) return p;
-    void *h = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    return h ? real_dlsym(h, symbol) : nullptr;
+    return find_in_loaded("libnvidia-ml", symbol);
 }
 
 bool is_hooked_name(const char *symbol) {
@@ -183,7 +206,9 @@ void *procaddress_answer(const char *symbol, int cuda_version, cuuint64_t flags,
 // or null to let glibc answer the caller itself. Jumping (not calling) keeps the caller's return
 // address, so RTLD_NEXT keeps meaning "next after the caller", not "next after gpuguard": a peer's
 // dlsym interposer that changed it broke OpenMP's tool loading.
-extern "C" __attribute__((visibility("hidden"))) void *gg_glibc_dlsym = nullptr;
+extern "C" {
+__attribute__((visibility("hidden"))) void *gg_glibc_dlsym = nullptr;
+}
 
 extern "C" __attribute__((visibility("hidden"))) void *gg_dlsym_answer(void *handle, const char *symbol) {
     static void *const glibc = reinterpret_cast<void *>(gg::find_real_dlsym_fn());

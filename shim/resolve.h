@@ -48,6 +48,10 @@ void *real_cudnn_fn(const char *symbol);
 bool is_hooked_name(const char *symbol);
 void *(*find_real_dlsym_fn())(void *, const char *);
 
+// The definition of `symbol` in a loaded library whose path contains `library_stem`, also one
+// loaded with RTLD_LOCAL; null when none.
+void *find_in_loaded(const char *library_stem, const char *symbol);
+
 // The real dlsym (glibc's), for the shim's own lookups.
 void *real_dlsym(void *handle, const char *symbol);
 

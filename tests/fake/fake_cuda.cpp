@@ -11,6 +11,10 @@
 //   FAKE_CUDA_TRUTH=FILE       shared per-device counters of bytes handed out (fake_truth.h)
 //   FAKE_CUDA_FAIL_EVERY=N     every Nth allocation call fails with CUDA_ERROR_OUT_OF_MEMORY
 //   FAKE_CUDA_TRACE=1          one stderr line per memory call and per cuGetProcAddress lookup
+//   FAKE_CUDA_BENCH=1          benchmarks only (tests/bench): the cuMemAlloc family hands out addresses
+//                              from one reserved, inaccessible region instead of an mmap per call, and
+//                              never reuses them, so that mmap/munmap do not dominate what is timed.
+//                              Programs must not touch that memory.
 //   CUDA_VISIBLE_DEVICES=i,j   ordinal k is physical device list[k], as with the real driver
 #include <atomic>
 #include <cstdarg>
@@ -190,6 +194,9 @@ struct Driver {
   uint64_t fail_every = 0;
   std::atomic<uint64_t> alloc_calls{0};
   bool trace = false;
+  // FAKE_CUDA_BENCH: a PROT_NONE reservation [bench_begin, bench_end) and its bump pointer; 0 when off.
+  std::atomic<uintptr_t> bench_next{0};
+  uintptr_t bench_begin = 0, bench_end = 0;
   CUctx_st primary[fake::kMaxDevices] = {};
   int primary_refs[fake::kMaxDevices] = {};
   std::unordered_map<uintptr_t, Alloc> allocs;
@@ -240,13 +247,33 @@ Driver& drv() {
     p->fail_every = fake::env_u64("FAKE_CUDA_FAIL_EVERY", 0);
     const char* tr = std::getenv("FAKE_CUDA_TRACE");
     p->trace = tr && *tr && std::strcmp(tr, "0") != 0;
+    if (fake::env_u64("FAKE_CUDA_BENCH", 0) == 1) {
+      constexpr size_t kBenchRegion = size_t(256) << 30;  // address space only: PROT_NONE, no reserve
+      void* r = mmap(nullptr, kBenchRegion, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (r != MAP_FAILED) {
+        p->bench_begin = reinterpret_cast<uintptr_t>(r);
+        p->bench_end = p->bench_begin + kBenchRegion;
+        p->bench_next = p->bench_begin;
+      }
+    }
     return p;
   }();
   return *d;
 }
 
 // The current context is per thread, as a stack (cuCtxPush/PopCurrent); cuCtxSetCurrent replaces the top.
-thread_local std::vector<CUcontext> t_stack;
+// The thread's context stack. Trivially destructible on purpose: a thread_local std::vector is
+// destroyed at exit before atexit handlers run, and the shim's at-exit report still asks which
+// context is current (a real driver answers then too).
+struct ContextStack {
+  CUcontext items[64];
+  int n = 0;
+  bool empty() const { return n == 0; }
+  CUcontext& back() { return items[n - 1]; }
+  void push_back(CUcontext c) { if (n < 64) items[n++] = c; }
+  void pop_back() { if (n > 0) n--; }
+};
+thread_local ContextStack t_stack;
 
 const char* error_name(CUresult r);
 
@@ -311,7 +338,13 @@ CUresult device_alloc(const char* fn, CUdeviceptr* dptr, uint64_t bytes, uint64_
   if (!r) r = charge(ctx->phys, charged);
   if (!r) {
     size_t len = page_round(bytes);
-    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = MAP_FAILED;
+    if (drv().bench_end) {  // FAKE_CUDA_BENCH: a bump pointer, no system call
+      uintptr_t at = drv().bench_next.fetch_add(len);
+      if (at + len <= drv().bench_end) p = reinterpret_cast<void*>(at);
+    }
+    if (p == MAP_FAILED)
+      p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
       uncharge(ctx->phys, charged);
       r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -340,7 +373,8 @@ CUresult device_free(const char* fn, CUdeviceptr ptr) {
       }
     }
     if (!r) {
-      munmap(reinterpret_cast<void*>(ptr), a.mapped);
+      bool from_bench_region = ptr >= drv().bench_begin && ptr < drv().bench_end;
+      if (!from_bench_region) munmap(reinterpret_cast<void*>(ptr), a.mapped);
       uncharge(a.phys, a.bytes);
     }
   }

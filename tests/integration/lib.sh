@@ -35,3 +35,8 @@ check() {
     echo "$out" | tail -30 | sed 's/^/       /'
   fi
 }
+# Starts a test in a folder of its own (reports and files of one test never meet another's):
+# call first inside a function given to `check`, which runs it in a subshell.
+fresh() {
+  TMP=$(mktemp -d "$TMP/t.XXXXXX") && cd "$TMP" && export GPUGUARD_REPORT_DIR=$TMP
+}
