@@ -233,13 +233,16 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
     return nullptr;
 }
 
-Ledger::~Ledger() {
+void Ledger::leave() {
     Slot *slot = slot_.load();
-    if (slot && slot_pid_.load() == getpid()) {
-        // A clean exit: the driver frees the process's memory, so its slot is free as well.
-        for (auto &b : slot->bytes) b.store(0);
-        slot->state.store(kSlotReclaimed);
-    }
+    if (!slot || slot_pid_.load() != getpid()) return;
+    for (auto &b : slot->bytes) b.store(0);
+    slot->state.store(kSlotReclaimed);
+    slot_.store(nullptr);
+}
+
+Ledger::~Ledger() {
+    leave();
     if (header_) munmap(header_, map_size_);
 }
 

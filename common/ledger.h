@@ -103,6 +103,9 @@ public:
     // into its parent's slot). Returns false when every slot is held by a live process.
     bool join();
     void on_fork_child();  // called in the child: forget the parent's slot
+    // A clean exit: the driver frees the process's memory, so its bytes leave the ledger at once
+    // (a killed process's are reclaimed by the others instead).
+    void leave();
 
     // Admission: true and the bytes are charged to this process, or false and nothing changed.
     // *container_used receives the container's usage on the device as seen by the decision.

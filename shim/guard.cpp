@@ -110,7 +110,9 @@ QuotaView quota_of(int ordinal) {
     QuotaView v;
     const DeviceInfo *d = device_info(ordinal);
     if (!d || d->ledger_index < 0 || !has_limit(*d)) return v;
-    state().ledger->reclaim_dead(true);
+    // Not hot (frameworks ask once per step at most): a full check for dead processes, so the
+    // answer never counts a process that is gone.
+    state().ledger->reclaim_dead(false);
     v.limited = true;
     v.limit = d->limit;
     v.container_used = state().ledger->container_used(d->ledger_index);

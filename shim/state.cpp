@@ -1,5 +1,6 @@
 #include "state.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -56,6 +57,9 @@ State *build() {
     stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks);
     tracker();  // created before fork handlers can run
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    // Registered before the report triggers, so that at exit the report (LIFO) still sees this
+    // process's share before it leaves the ledger.
+    atexit([] { state().ledger->leave(); });
     triggers::install(*s->cfg);
     return s;
 }
