@@ -135,6 +135,8 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.cpp.o $(FAKES)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread -rdynamic
 comma := ,
+# Test programs export their functions so that reports can name them (dladdr sees only exports).
+$(BUILD)/obj/tests/integration/%.o: CXXFLAGS += -fvisibility=default
 
 unit-test: $(UNIT)
 	$(UNIT)
@@ -148,7 +150,14 @@ test: deps-check all $(UNIT) $(FAKES) $(INTEG_BIN)
 demo: deps-check all $(FAKES) $(INTEG_BIN)
 	@BUILD=$(BUILD) examples/demo.sh
 
-bench: all $(FAKES)
+# Benchmarks: tests/bench/*.c -> build/bench/<name>, linked to the driver's stub (soname libcuda.so.1),
+# so that one binary runs against the test driver (LD_LIBRARY_PATH=build/fake) and the real driver.
+BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.c.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS) -L$(CUDA_HOME)/lib64/stubs -lcuda -ldl -pthread
+
+bench: all $(FAKES) $(BENCH_BIN)
 	@BUILD=$(BUILD) tests/bench/run.sh
 
 gpu-test: all

@@ -1,0 +1,52 @@
+"""Allocates device memory through ctypes (the GIL is released around the call, as in PyTorch's
+operators) against whichever libcuda.so.1 is found: the report must name this file, the function
+and the line of the call. Usage: py_alloc.py [with-gil-holder]"""
+import ctypes
+import sys
+import threading
+
+cuda = ctypes.CDLL("libcuda.so.1")
+
+
+def setup():
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    assert cuda.cuInit(0) == 0
+    assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+    assert cuda.cuCtxSetCurrent(ctx) == 0
+
+
+class Model:
+    def grow_activations(self, n):
+        ptr = ctypes.c_uint64()
+        return cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n))  # LINE-OF-ALLOC
+
+
+def train_step(model):
+    return model.grow_activations(1 << 30)
+
+
+def main():
+    setup()
+    if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
+        # Another Python thread keeps the GIL busy while a native thread of the probe library
+        # allocates with no Python at all: the shim must neither wait for the GIL nor deadlock.
+        stop = threading.Event()
+
+        def spin():
+            x = 0
+            while not stop.is_set():
+                x += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        native = ctypes.CDLL(sys.argv[2])
+        r = native.alloc_in_native_thread(ctypes.c_size_t(1 << 20))
+        stop.set()
+        t.join()
+        print("native thread ->", r)
+        return
+    print("alloc ->", train_step(Model()))
+
+
+main()

@@ -1,0 +1,93 @@
+# Issue 4: who holds the memory. Native stacks by function, Python frames by file and line, exact
+# totals by stack, reports on request / at exit / on a signal / at a usage mark.
+MIB=1048576
+export GPUGUARD_LEDGER=none
+
+alpha_beta() {
+  fresh
+  local out; out=$(shimmed "$BIN/stacks_app_linked" report 2>"$TMP/err")
+  expect_eq "$out" "report -> 0" "gpuguard_report_now" || return 1
+  local r; r=$(ls "$TMP"/gpuguard-request-*.json)
+  # The innermost frame outside the shim and the driver names the allocating function.
+  local best='lambda st: next(f["symbol"] for f in d["stacks"][st]["frames"] if f.get("symbol") in ("alpha", "beta"))'
+  expect_eq "$(json "$r" "sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'] if f.get('symbol') in ('alpha','beta')), '?'))(b['stack']), b['bytes'], b['count']) for b in d['by_stack'])")" \
+    "[('alpha', $((192*MIB)), 3), ('beta', $((32*MIB)), 1)]" "bytes by stack, exact" &&
+  expect_eq "$(json "$r" "[(a['bytes'], next((f['symbol'] for f in d['stacks'][a['stack']]['frames'] if f.get('symbol') in ('alpha','beta')), '?')) for a in d['top_allocations']][-1]")" \
+    "($((32*MIB)), 'beta')" "the top allocations carry their stacks" &&
+  expect_eq "$(json "$r" "all(f['module'] and f['offset'].startswith('0x') and 'build_id' in f for s in d['stacks'].values() for f in s['frames'] if f['kind']=='native')")" "True" "module, offset and build id on every native frame" &&
+  expect_eq "$(json "$r" "any('libgpuguard' in f['module'] for s in d['stacks'].values() for f in s['frames'])")" "False" "the shim's own frames are left out"
+}
+check "a C++ program's report names alpha() and beta() with exact totals by stack" alpha_beta
+
+failed_request_stack() {
+  fresh
+  GPUGUARD_MEM_LIMIT=200MiB shimmed "$BIN/stacks_app_linked" oom >/dev/null 2>"$TMP/err"
+  local r; r=$(ls "$TMP"/gpuguard-quota-*.json) || return 1
+  expect_eq "$(json "$r" "[f.get('symbol') for f in d['stacks'][d['failed_request']['stack']]['frames']][0]")" "alpha" "the failed request's stack starts at its caller" &&
+  expect_eq "$(json "$r" "d['peak']['bytes'] == 192*2**20 and d['peak']['by_stack'][0]['bytes'] == 128*2**20")" "True" "the peak and its bytes by stack" &&
+  expect_eq "$(json "$r" "len(d['timeline']['points']) >= 1 and max(p[1] for p in d['timeline']['points']) == 192*2**20")" "True" "the timeline"
+}
+check "the failed request has its own stack, and the peak and timeline are in the report" failed_request_stack
+
+python_frames() {
+  fresh
+  local py=$1
+  GPUGUARD_MEM_LIMIT=512MiB shimmed "$py" "$ROOT/tests/integration/py_alloc.py" >"$TMP/out" 2>"$TMP/err"
+  expect_contains "$TMP/out" "alloc -> 2" "refused" || return 1
+  local line; line=$(grep -n "LINE-OF-ALLOC" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  local r; r=$(ls "$TMP"/gpuguard-quota-*.json)
+  expect_eq "$(json "$r" "[(f['file'].split('/')[-1], f['function'], f['line']) for f in d['stacks'][d['failed_request']['stack']]['frames'] if f['kind']=='python'][:3]")" \
+    "[('py_alloc.py', 'Model.grow_activations', $line), ('py_alloc.py', 'train_step', $((line + 4))), ('py_alloc.py', 'main', $(grep -n 'print("alloc ->"' "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1))]" "Python frames, innermost first"
+}
+check "Python frames name the .py file, the function and the line (CPython 3.11, GIL released by ctypes)" python_frames python3
+if [[ -x /root/.pyenv/versions/3.12.1/bin/python3 ]]; then
+  check "Python frames under CPython 3.12" python_frames /root/.pyenv/versions/3.12.1/bin/python3
+fi
+
+no_python_thread() {
+  fresh
+  cc -shared -fPIC -I/usr/local/cuda/include -o native.so "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread || return 1
+  local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE python3 "$ROOT/tests/integration/py_alloc.py" with-gil-holder "$TMP/native.so" 2>"$TMP/err")
+  expect_contains "$out" "native thread -> 0" "allocated without deadlock" &&
+  local r; r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+  expect_eq "$(json "$r" "[s for s in d['stacks'].values() if any(f['kind']=='native' for f in s['frames'])] != []")" "True" "a native stack"
+}
+check "a thread without Python allocates while another holds the GIL: no deadlock, native stack" no_python_thread
+
+signal_report() {
+  fresh
+  # env execs the program, so $! is its pid.
+  env GPUGUARD_REPORT_SIGNAL=USR2 LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc $MIB wait < <(sleep 2) > "$TMP/out" 2>"$TMP/err" &
+  local pid=$!
+  for _ in $(seq 40); do grep -q ready "$TMP/out" 2>/dev/null && break; sleep 0.05; done
+  kill -USR2 $pid; sleep 0.5
+  wait $pid
+  local r; r=$(ls "$TMP"/gpuguard-signal-*.json) &&
+  expect_eq "$(json "$r" 'd["usage"]["process_bytes"]')" "$MIB" "usage in the signal report"
+}
+check "GPUGUARD_REPORT_SIGNAL=USR2 writes a report on the signal" signal_report
+
+no_handler_unless_asked() {
+  fresh
+  env LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc 1 wait < <(sleep 1) > "$TMP/out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 40); do grep -q ready "$TMP/out" 2>/dev/null && break; sleep 0.05; done
+  expect_eq "$(awk '/SigCgt/ {print $2}' /proc/$pid/status)" "0000000000000000" "no signal handler installed"
+  wait $pid
+}
+check "no signal handler is installed unless asked" no_handler_unless_asked
+
+warn_at() {
+  fresh
+  GPUGUARD_WARN_AT=0.9 GPUGUARD_MEM_LIMIT=100MiB shimmed "$BIN/drv_linked" linked alloc $((50*MIB)) alloc $((45*MIB)) free 1 alloc $((45*MIB)) >/dev/null 2>"$TMP/err"
+  expect_eq "$(ls "$TMP"/gpuguard-warn_at-*.json | wc -l)" "2" "one report per upward crossing"
+}
+check "GPUGUARD_WARN_AT writes a report each time usage crosses the mark going up" warn_at
+
+stack_knobs() {
+  fresh
+  GPUGUARD_STACK_MIN_BYTES=48MiB shimmed "$BIN/stacks_app_linked" report >/dev/null 2>&1
+  local r; r=$(ls "$TMP"/gpuguard-request-*.json)
+  expect_eq "$(json "$r" "sorted((b['stack'] is None, b['bytes']) for b in d['by_stack'])")" "[(False, $((192*MIB))), (True, $((32*MIB)))]" "only allocations of 48 MiB or more have stacks"
+}
+check "GPUGUARD_STACK_MIN_BYTES leaves small allocations without stacks" stack_knobs
