@@ -101,10 +101,19 @@ $(BUILD)/fake/libcuda.so.1: $(call obj,tests/fake/fake_cuda.cpp)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -ldl -pthread -lrt
 	@ln -sf libcuda.so.1 $(BUILD)/fake/libcuda.so
-$(BUILD)/fake/libcudnn.so.9: $(call obj,tests/fake/fake_cudnn.cpp)
+# The test cuDNN keeps cuDNN 9's shape (tests/fake/fake_cudnn.h): a dispatcher and the sub-libraries it
+# dlopens, with symbol versions named after each soname as cuDNN's are, so that linked programs carry
+# versioned references like PyTorch's.
+CUDNN_PARTS := $(BUILD)/fake/libcudnn_graph.so.9 $(BUILD)/fake/libcudnn_cnn.so.9
+$(BUILD)/fake/libcudnn.so.9: $(call obj,tests/fake/fake_cudnn.cpp) | $(CUDNN_PARTS)
 	@mkdir -p $(dir $@)
-	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudnn.so.9 -Wl,-Bsymbolic -ldl -pthread
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudnn.so.9 -Wl,--default-symver -Wl,-Bsymbolic -ldl -pthread
 	@ln -sf libcudnn.so.9 $(BUILD)/fake/libcudnn.so
+$(BUILD)/fake/libcudnn_graph.so.9: $(call obj,tests/fake/fake_cudnn_graph.cpp)
+$(BUILD)/fake/libcudnn_cnn.so.9: $(call obj,tests/fake/fake_cudnn_cnn.cpp)
+$(CUDNN_PARTS):
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,$(notdir $@) -Wl,--default-symver -Wl,-Bsymbolic -ldl -pthread
 $(BUILD)/fake/libnvidia-ml.so.1: $(call obj,tests/fake/fake_nvml.cpp)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libnvidia-ml.so.1 -Wl,-Bsymbolic -ldl -pthread
@@ -135,6 +144,8 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.cpp.o $(FAKES)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread -rdynamic
 comma := ,
+# The cuDNN test program links the test cuDNN as PyTorch links libcudnn.so.9 (private: not the fakes').
+$(BUILD)/tests/bin/cudnn_linked: private LDFLAGS += -L$(BUILD)/fake -lcudnn
 # Test programs export their functions so that reports can name them (dladdr sees only exports).
 $(BUILD)/obj/tests/integration/%.o: CXXFLAGS += -fvisibility=default
 

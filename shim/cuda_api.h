@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+// cuDNN 9's declarations type the cuDNN hooks (hooks_cudnn.def); the shim never links cuDNN.
+#include <cudnn.h>
 
 #include "nvml_min.h"
 

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "report_schema.h"
 #include "version.h"
+#include "pyframes.h"
 #include "resolve.h"
 #include "state.h"
 #include "tracker.h"
@@ -183,6 +184,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r["time_unix_ns"] = unix_ns();
     r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
     r["process"] = process_section();
+    r["capture"] = {{"unwinder", stacks::unwinder()}, {"python", py::version()}, {"stack_depth", c.stack_depth}};
     r["device"] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);

@@ -83,7 +83,8 @@ void *real_of(const DriverRow &row) {
     return *reinterpret_cast<void *const *>(reinterpret_cast<const char *>(&real_driver()) + row.real_offset);
 }
 
-// Runtime, NVML and cuDNN hooks: the real function is the next definition after ours.
+// Runtime, NVML and cuDNN hooks: the real function is the next definition after ours (for cuDNN, the
+// entry point of the loaded libcudnn.so, which our dlsym replaces; see cudnn_resolve.h).
 struct HookRow {
     const char *symbol;
     void *hook;
@@ -141,12 +142,7 @@ void *real_runtime_fn(const char *symbol) {
     return p ? p : find_in_loaded("libcudart", symbol);
 }
 
-void *real_cudnn_fn(const char *symbol) {
-    void *p = real_dlsym(RTLD_NEXT, symbol);
-    if (p) return p;
-    void *h = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_NOLOAD);
-    return h ? real_dlsym(h, symbol) : nullptr;
-}
+// real_cudnn_fn lives in cudnn_resolve.cpp: cuDNN's dispatcher needs more than RTLD_NEXT.
 
 void *real_nvml_fn(const char *symbol) {
     void *p = real_dlsym(RTLD_NEXT, symbol);

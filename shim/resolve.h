@@ -41,7 +41,8 @@ const RealDriver &real_driver();
 void *real_runtime_fn(const char *symbol);
 void *real_nvml_fn(const char *symbol);
 
-// cuDNN is found where the program loaded it (see hooks_cudnn.cpp for why not RTLD_NEXT alone).
+// cuDNN's entry point for `symbol` where the program loaded it (cudnn_resolve.h says why not
+// RTLD_NEXT alone); the hooks themselves call the sub-library's definition.
 void *real_cudnn_fn(const char *symbol);
 
 // Whether a name is one of our hooks (any library).

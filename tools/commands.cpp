@@ -1,13 +1,19 @@
 // The subcommands of `gpuguard`, in the order `gpuguard --help` lists them.
 #include "commands.h"
 
+int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_top(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 namespace gg::tool {
 
 const std::vector<Command> &commands() {
     static const std::vector<Command> table = {
+        {"run", "run a command with the shim preloaded and the quota in force (a container entrypoint)", cmd_run},
         {"report", "read a report: summary, HTML viewer, flame graph and trace exports, diff", cmd_report},
+        {"top", "show the container's GPU memory by device and process, live", cmd_top},
+        {"doctor", "check the driver, libraries, shim, ledger and settings; whether a command is guarded", cmd_doctor},
     };
     return table;
 }

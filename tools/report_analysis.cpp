@@ -65,11 +65,13 @@ Phase classify(const Stack &s) {
         if (!f.python && (contains(f.symbol, "torch::autograd::Engine") || contains(f.symbol, "autograd::generated")))
             return Phase::Backward;
     }
-    // With Python frames, neither in the optimizer nor in autograd: the forward computation, which is
-    // where the activations that backward needs are allocated.
-    for (const Frame &f : s.frames)
-        if (f.python && contains(f.file, "torch/")) return Phase::Forward;
-    return python ? Phase::Forward : Phase::Other;
+    // Under PyTorch's Python code, neither in the optimizer nor in autograd: the forward computation,
+    // which is where the activations that backward needs are allocated. Other Python libraries
+    // (CuPy, JAX, Numba) have no such phases: they stay Other.
+    if (python)
+        for (const Frame &f : s.frames)
+            if (f.python && contains(f.file, "torch/")) return Phase::Forward;
+    return Phase::Other;
 }
 
 bool through_caching_allocator(const Stack &s) {
@@ -182,7 +184,8 @@ Analysis analyze(const Report &r) {
         a.kind = "unknown";
         a.headline = "Report (reason '" + (reason.empty() ? std::string("unknown") : reason) + "')";
     }
-    if (!a.failure && !r.message.empty()) a.why.push_back(r.message);
+    // The shim's message says again what the exit line says; for the other reasons it is the news.
+    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
     if (a.sibling)
         a.why.push_back("a sibling process holds most of it: " + process_desc(*a.sibling) + " holds " +
                         human_bytes(a.sibling->bytes) + ", " + std::to_string(percent(a.sibling->bytes, ledger_total)) +
@@ -214,9 +217,11 @@ Analysis analyze(const Report &r) {
                                     human_bytes(limit) + ": no amount of freeing helps; raise GPUGUARD_MEM_LIMIT to at least " +
                                     limit_spec_at_least(live + request) + " or make the allocation smaller."});
         } else if (needed > limit && !a.sibling) {
-            std::string what = peak && *peak > limit
-                                   ? "held " + human_bytes(*peak) + " at its peak"
-                                   : "held " + human_bytes(live) + " and asked for " + human_bytes(request) + " more";
+            bool asked_more = a.failure && a.kind == "quota" && live + request >= peak.value_or(0);
+            std::string what = asked_more ? "held " + human_bytes(live) + " and asked for " + human_bytes(request) +
+                                                " more (" + human_bytes(live + request) + ")"
+                                          : "held " + human_bytes(*peak) + " at its peak";
+            if (asked_more && peak && *peak > limit) what += ", and held " + human_bytes(*peak) + " at its peak";
             a.advice.push_back({"raise-limit", "The limit is smaller than this program needs",
                                 "This process alone " + what + ", more than the " + human_bytes(limit) +
                                     " limit: raise GPUGUARD_MEM_LIMIT to at least " + limit_spec_at_least(needed) +
@@ -245,8 +250,8 @@ Analysis analyze(const Report &r) {
             case Phase::Optimizer:
                 a.advice.push_back({"optimizer", "The optimizer step holds " + share,
                                     "Optimizer state (Adam keeps two tensors per parameter) was allocated under torch/optim: "
-                                    "consider a lighter or 8-bit optimizer, fused/foreach=False variants, or sharding the "
-                                    "state (ZeRO, FSDP)."});
+                                    "consider a lighter or 8-bit optimizer, foreach=False (fewer temporaries during "
+                                    "the step), or sharding the state (ZeRO, FSDP)."});
                 break;
             case Phase::Backward:
                 a.advice.push_back({"backward", "Autograd backward holds " + share,

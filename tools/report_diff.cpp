@@ -25,7 +25,7 @@ void collect(const Report &r, bool second, std::map<std::string, Row> &rows) {
         std::string key = s ? stack_key(*s) : "\x01unknown";
         Row &row = rows[key];
         if (row.where.empty()) {
-            row.where = best_label(r, sb.stack);
+            row.where = where_label(r, sb.stack);
             if (s)
                 for (const Frame *f : frames_outermost_first(*s)) row.frames.push_back(frame_label(*f));
         }

@@ -41,7 +41,7 @@ json view_of(const Report &r, const Analysis &a) {
                               {"best", f == best}});
         Phase p = classify(s);
         stacks[id] = {{"frames", frames},
-                      {"best", best_label(r, id)},
+                      {"best", where_label(r, id)},
                       {"phase", p == Phase::Other ? json(nullptr) : json(phase_name(p))},
                       {"caching_allocator", through_caching_allocator(s)}};
     }

@@ -514,12 +514,40 @@ bool is_plumbing(const Frame &f) {
     return m.rfind("libcuda.so", 0) == 0 || m.rfind("libcudart", 0) == 0 || m.rfind("libgpuguard", 0) == 0;
 }
 
+bool is_allocation_machinery(const Frame &f) {
+    if (f.python) return false;
+    if (is_plumbing(f)) return true;
+    std::string m = base_name(f.module);
+    if (m.rfind("libc10_cuda", 0) == 0 || m.rfind("libc10.so", 0) == 0) return true;
+    for (const char *p : {"at::detail::empty", "at::native::empty", "at::empty", "at::_ops::empty", "c10::"})
+        if (f.symbol.rfind(p, 0) == 0) return true;
+    return false;
+}
+
+bool is_library_python(const Frame &f) {
+    if (!f.python) return false;
+    return f.file.find("site-packages/") != std::string::npos || f.file.find("dist-packages/") != std::string::npos ||
+           f.file.find("/lib/python") != std::string::npos || (!f.file.empty() && f.file[0] == '<');
+}
+
 const Frame *best_frame(const Stack &s) {
     for (const Frame &f : s.frames)
         if (f.python) return &f;
     for (const Frame &f : s.frames)
+        if (!is_allocation_machinery(f)) return &f;
+    for (const Frame &f : s.frames)
         if (!is_plumbing(f)) return &f;
     return nullptr;
+}
+
+std::string where_label(const Report &r, const std::string &stack_id) {
+    std::string best = best_label(r, stack_id);
+    const Stack *s = r.stack(stack_id);
+    const Frame *b = s ? best_frame(*s) : nullptr;
+    if (!b || !is_library_python(*b)) return best;
+    for (const Frame &f : s->frames)
+        if (f.python && !is_library_python(f)) return best + " ← " + frame_label(f);
+    return best;
 }
 
 std::string best_label(const Report &r, const std::string &stack_id) {

@@ -181,10 +181,19 @@ std::string stack_key(const Stack &s);
 
 // Frames of the machinery below the program: the driver, the runtime and the shim itself.
 bool is_plumbing(const Frame &f);
+// Plumbing, or the generic allocation path of a framework (PyTorch's caching allocator in libc10,
+// at::empty and its kin): frames every allocation passes through, which say nothing about which one.
+bool is_allocation_machinery(const Frame &f);
+// A Python frame in an installed package (site-packages, dist-packages, the standard library).
+bool is_library_python(const Frame &f);
 // The frame that says where an allocation came from: the innermost Python frame when there is one,
-// else the innermost native frame outside the plumbing. Null when the stack has neither.
+// else the innermost native frame outside the plumbing (and, when there is such a frame, outside the
+// allocation machinery too). Null when the stack has neither.
 const Frame *best_frame(const Stack &s);
 std::string best_label(const Report &r, const std::string &stack_id);  // "[unknown stack]" when none
+// The best frame, followed by the program's own innermost Python frame when the best one is in a
+// library: "_conv_forward (torch/nn/modules/conv.py:549) ← forward (work/model.py:34)".
+std::string where_label(const Report &r, const std::string &stack_id);
 
 // Frames outermost first with the shim's own frames dropped: the order of flame graphs.
 std::vector<const Frame *> frames_outermost_first(const Stack &s);

@@ -3,6 +3,8 @@
 #include "report_render.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <sstream>
 
 namespace gg::report {
@@ -106,6 +108,13 @@ void print_frames(std::ostream &out, const Style &st, const Stack &s) {
     if (py.empty() && native.empty()) out << "    " << st.dim() << "(no frames outside the CUDA libraries)" << st.reset() << "\n";
 }
 
+// "best ← caller" into its two halves (the caller is "" when where_label gave none).
+std::pair<std::string, std::string> split_where(const std::string &where) {
+    auto at = where.find(" ← ");
+    if (at == std::string::npos) return {where, ""};
+    return {where.substr(0, at), where.substr(at + strlen(" ← "))};
+}
+
 std::string phase_tag(const Report &r, const std::string &stack_id) {
     const Stack *s = r.stack(stack_id);
     if (!s) return "";
@@ -135,11 +144,26 @@ std::string text_bar(uint64_t part, uint64_t whole, int width) {
 }
 
 std::string wrap(const std::string &text, size_t width, const std::string &indent) {
-    std::istringstream words(text);
-    std::string word, out, line;
+    // Words, with a size's unit kept on the number's line ("4.50 GiB" never splits).
+    std::vector<std::string> tokens;
+    {
+        std::istringstream in(text);
+        std::string w;
+        while (in >> w) {
+            bool unit = false;
+            for (const char *u : {"B", "KiB", "MiB", "GiB", "TiB", "PiB"})
+                if (w.rfind(u, 0) == 0 && (w.size() == strlen(u) || !isalnum(static_cast<unsigned char>(w[strlen(u)]))))
+                    unit = true;
+            if (unit && !tokens.empty() && !tokens.back().empty() && isdigit(static_cast<unsigned char>(tokens.back().back())))
+                tokens.back() += " " + w;
+            else
+                tokens.push_back(w);
+        }
+    }
+    std::string out, line;
     size_t indent_w = display_width(indent);
     bool first = true;
-    while (words >> word) {
+    for (const std::string &word : tokens) {
         size_t limit = first ? width : width - indent_w;
         if (!line.empty() && display_width(line) + 1 + display_width(word) > limit) {
             out += (first ? "" : indent) + line + "\n";
@@ -190,7 +214,7 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
     } else {
         row("limit", "none", st.dim() + std::string("no quota on this device") + st.reset());
     }
-    if (r.container_bytes && (r.limit_scope != "process" || *r.container_bytes != live))
+    if (r.container_bytes && (r.has_ledger || *r.container_bytes != live))
         row("container", human_bytes(*r.container_bytes),
             scale ? text_bar(*r.container_bytes, scale, 20) + " " + std::to_string(percent(*r.container_bytes, scale)) + "%" : "");
     row("process", human_bytes(live),
@@ -204,7 +228,9 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         row("peak", human_bytes(*pk), (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") +
                                           st.dim() + when + st.reset());
     }
-    if (r.failed && r.failed->bytes) row("request", human_bytes(*r.failed->bytes), "");
+    if (r.failed && r.failed->bytes)
+        row("request", human_bytes(*r.failed->bytes),
+            st.dim() + std::string("asked by ") + (r.failed->api.empty() ? "?" : r.failed->api) + st.reset());
     if (r.device_total) {
         std::string dev = r.device_name.empty() ? "device" : r.device_name;
         if (r.device_ordinal) dev += " #" + std::to_string(*r.device_ordinal);
@@ -257,10 +283,12 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         for (size_t i = 0; i < shown; ++i) {
             const StackBytes &sb = r.by_stack[i];
             std::string tag = phase_tag(r, sb.stack);
+            auto [best, caller] = split_where(where_label(r, sb.stack));
             out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' ' << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4)
                 << ' ' << st.cyan() << text_bar(sb.bytes, r.by_stack.front().bytes, 10) << st.reset() << ' '
-                << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best_label(r, sb.stack), 50)
+                << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
                 << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
+            if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
         }
         if (r.by_stack.size() > shown) {
             uint64_t rest = 0;
@@ -276,7 +304,7 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset() << "\n";
         for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
             out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
-                << clip(best_label(r, r.peak_by_stack[i].stack), 70) << "\n";
+                << clip(where_label(r, r.peak_by_stack[i].stack), 84) << "\n";
         out << "\n";
     }
 
@@ -286,12 +314,13 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         out << st.bold() << "cuDNN" << st.reset() << "  largest workspace requested "
             << human_bytes(c.largest_workspace_requested_bytes) << st.dim() << " · cap "
             << (c.workspace_cap_bytes ? human_bytes(*c.workspace_cap_bytes) : std::string("off")) << " · in use "
-            << human_bytes(c.workspace_in_use_bytes) << " · plans rejected by the cap "
-            << (c.plans_rejected ? std::to_string(*c.plans_rejected) : std::string("unknown")) << st.reset() << "\n";
+            << human_bytes(c.workspace_in_use_bytes);
+        if (c.workspace_cap_bytes && c.plans_rejected) out << " · " << *c.plans_rejected << " plans rejected by the cap";
+        out << st.reset() << "\n";
         for (size_t i = 0; i < c.requests_by_stack.size() && i < 3; ++i) {
             const CudnnStack &cs = c.requests_by_stack[i];
             out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  " << pad_left(std::to_string(cs.count) + "×", 6)
-                << "  " << clip(best_label(r, cs.stack), 70) << "\n";
+                << "  " << clip(where_label(r, cs.stack), 76) << "\n";
         }
         out << "\n";
     }

@@ -169,6 +169,13 @@ memory_viz_format() {
 import json, pickle, sys
 raw = open(sys.argv[1], "rb").read()
 assert raw[:2] == b"\x80\x02", raw[:2]                  # protocol 2, which MemoryViz.js's unpickler reads
+# Only opcodes that the unpickler in torch/utils/viz/MemoryViz.js (pytorch.org/memory_viz) handles.
+import pickletools
+viz = {"PROTO", "EMPTY_DICT", "EMPTY_LIST", "MARK", "SETITEMS", "SETITEM", "APPENDS", "APPEND", "BINUNICODE",
+       "SHORT_BINUNICODE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE",
+       "STOP", "MEMOIZE", "BINPUT", "BINGET", "FRAME", "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"}
+used = {op.name for op, _, _ in pickletools.genops(raw)}
+assert used <= viz, used - viz
 s = pickle.loads(raw); r = json.load(open(sys.argv[2]))
 assert set(s) >= {"segments", "device_traces"}
 live = 0

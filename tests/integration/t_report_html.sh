@@ -42,3 +42,22 @@ PY
   html_renders "$PWD/hostile.json"
 }
 check "report strings with markup in them stay text in the page" hostile_page
+
+# The real speedscope app imports our --speedscope and --folded files. Needs speedscope's npm package:
+# SPEEDSCOPE_DIR=<unpacked package>, else `npm pack speedscope` once into a cache (about 3 MB); without
+# either (no npm, no registry) it prints a skip line and passes.
+speedscope_imports() {
+  local dir=${SPEEDSCOPE_DIR:-} cache=${XDG_CACHE_HOME:-$HOME/.cache}/gpuguard-tests
+  if [[ -z $dir ]]; then
+    dir=$cache/speedscope/package
+    if [[ ! -f $dir/dist/release/index.html ]] && command -v npm >/dev/null; then
+      mkdir -p "$cache/speedscope" &&
+      (cd "$cache/speedscope" && timeout 120 npm pack speedscope --silent >/dev/null 2>&1 && tar xzf speedscope-*.tgz && rm -f speedscope-*.tgz)
+    fi
+  fi
+  "$CLI" report --speedscope gpuguard.speedscope.json --folded gpuguard.folded "$DATA/pytorch_quota.json" 2>/dev/null || return 1
+  "$ROOT/tests/browser/check_speedscope.sh" "$dir" shots-speedscope gpuguard.speedscope.json gpuguard.folded; local rc=$?
+  if ((rc == 77)); then echo "SKIP (speedscope, Node 20+ or Chromium missing)" >&2; return 0; fi
+  return $rc
+}
+check "speedscope itself imports the --speedscope and --folded outputs" speedscope_imports

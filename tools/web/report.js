@@ -258,7 +258,7 @@
     if (tPeak !== null && num(V.peak_bytes) !== null && tPeak >= tStart && tPeak <= tEnd) {
       s.append(svg('circle', {class: 'peak-dot', cx: X(tPeak), cy: Y(V.peak_bytes), r: 5}));
       const right = X(tPeak) > m.l + pw * 0.7;
-      s.append(svg('text', {class: 'peak-label', x: X(tPeak) + (right ? -9 : 9), y: Y(V.peak_bytes) + (Y(V.peak_bytes) < m.t + 24 ? 16 : -8), 'text-anchor': right ? 'end' : 'start'}, 'peak ' + bytes(V.peak_bytes)));
+      s.append(svg('text', {class: 'peak-label', x: X(tPeak) + (right ? -9 : 9), y: Y(V.peak_bytes) + (Y(V.peak_bytes) < m.t + 34 ? 18 : -9), 'text-anchor': right ? 'end' : 'start'}, 'peak ' + bytes(V.peak_bytes)));
     }
     if (A.failure && tReport !== null) {
       const x = X(tReport);
@@ -315,7 +315,13 @@
     return rootNode;
   }
   const trees = {live: buildTree(R.by_stack), peak: buildTree(obj(R.peak).by_stack)};
-  const failedKeys = new Set(stackFrames(failedStack).map(f => f.key));
+  // The failed request's own path through the tree (not every node that shares a frame with it).
+  const failedPath = stackFrames(failedStack).map(f => f.key).join('\u001e');
+  function pathOf(node) {
+    const keys = [];
+    for (let n = node; n && n.parent; n = n.parent) keys.unshift(n.key);
+    return keys.join('\u001e');
+  }
 
   function colour(node) {
     let h = 0;
@@ -375,7 +381,9 @@
       div.style.width = Math.max(1, w - 1) + 'px';
       div.style.top = (depth * rowH) + 'px';
       if (!isRoot) div.style.background = colour(node);
-      if (!isRoot && failedKeys.has(node.key) && flame.which === 'live') div.classList.add('failed');
+      if (!isRoot && failedPath && flame.which === 'live' && (failedPath + '\u001e').startsWith(pathOf(node) + '\u001e')) {
+        div.classList.add('failed');
+      }
       if (q) {
         if (!isRoot && (node.label.toLowerCase().includes(q) || String(node.detail || '').toLowerCase().includes(q))) { div.classList.add('match'); matched++; }
         else if (!isRoot) div.classList.add('dim');
@@ -632,6 +640,11 @@
   }
 
   // ---- go -----------------------------------------------------------------------------------
+  const only = /(?:^#|&)only=([a-z]+)/.exec(location.hash || '');
+  if (only) {
+    const sec = document.getElementById(only[1] === 'summary' ? 'summary' : only[1] + '-section');
+    if (sec) { document.body.classList.add('only'); sec.classList.add('shown'); }
+  }
   drawHeader();
   drawSummary();
   drawTimeline();

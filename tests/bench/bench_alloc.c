@@ -1,0 +1,336 @@
+/* Allocation benchmarks for gpuguard: one program, run with and without LD_PRELOAD=libgpuguard.so,
+ * linked to the driver directly (-lcuda), so that the same binary runs against the test driver
+ * (LD_LIBRARY_PATH=build/fake, FAKE_CUDA_BENCH=1) on the CPU machine and against the real driver
+ * on the GPU machine. Every mode prints one line of key=value pairs; tests/bench/run.sh and
+ * tests/bench/gpu_run.sh interleave the runs and take the medians.
+ *
+ *   pairs SIZE N DEPTH        N cuMemAlloc+cuMemFree pairs of SIZE bytes, timed together, made from
+ *                             DEPTH extra native frames (so that an unwinder has a realistic stack
+ *                             to walk): ns_per_pair
+ *   calls SIZES N WARMUP      per size (comma list), N pairs each timed call by call: the medians
+ *                             and 10th/90th percentiles of alloc, free and the pair, in ns
+ *   threads T SIZE N DEPTH    T threads, each N pairs, released together: pairs_per_s
+ *   procs P SIZE N DEPTH      P processes (this program again), each N pairs, released together at
+ *                             one CLOCK_MONOTONIC instant: pairs_per_s, late (children not ready)
+ *   hold N SIZE REPORTS       holds N allocations made from 64 distinct stacks, prints the resident
+ *                             memory they added per allocation, then asks the shim for REPORTS
+ *                             reports (gpuguard_report, include/gpuguard/gpuguard.h), timing each
+ *                             from call to return (assembled and written): report_ms=a,b,...
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpuguard/gpuguard.h"
+
+extern char **environ;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, CUresult r) {
+    fprintf(stderr, "bench_alloc: %s failed: %d\n", what, (int)r);
+    exit(3);
+}
+
+static CUcontext g_ctx;
+
+static void open_device(void) {
+    CUdevice dev;
+    CUresult r;
+    if ((r = cuInit(0))) die("cuInit", r);
+    if ((r = cuDeviceGet(&dev, 0))) die("cuDeviceGet", r);
+    if ((r = cuDevicePrimaryCtxRetain(&g_ctx, dev))) die("cuDevicePrimaryCtxRetain", r);
+    if ((r = cuCtxSetCurrent(g_ctx))) die("cuCtxSetCurrent", r);
+}
+
+static void one_pair(size_t bytes) {
+    CUdeviceptr p;
+    CUresult r = cuMemAlloc(&p, bytes);
+    if (r) die("cuMemAlloc", r);
+    if ((r = cuMemFree(p))) die("cuMemFree", r);
+}
+
+/* Runs fn(arg) under `depth` extra frames of this function. The volatile local and the work after
+ * the call keep the compiler from turning the recursion into a loop or a tail call. */
+typedef void (*body_fn)(void *);
+__attribute__((noinline)) static int at_depth(int depth, body_fn fn, void *arg) {
+    volatile int mark = depth;
+    if (depth <= 0) {
+        fn(arg);
+        return mark;
+    }
+    int r = at_depth(depth - 1, fn, arg);
+    __asm__ volatile("" ::: "memory");
+    return r + mark;
+}
+
+/* ---- pairs ---- */
+
+struct pairs {
+    size_t bytes;
+    long n;
+    uint64_t t0, t1;
+};
+
+static void run_pairs(void *arg) {
+    struct pairs *p = arg;
+    for (long i = 0; i < 1000; i++) one_pair(p->bytes);  // warm-up: first-use costs stay out
+    p->t0 = now_ns();
+    for (long i = 0; i < p->n; i++) one_pair(p->bytes);
+    p->t1 = now_ns();
+}
+
+static int mode_pairs(int argc, char **argv) {
+    if (argc < 5) return 2;
+    struct pairs p = {strtoull(argv[2], NULL, 0), atol(argv[3]), 0, 0};
+    open_device();
+    at_depth(atoi(argv[4]), run_pairs, &p);
+    printf("pairs size=%zu n=%ld ns_per_pair=%.1f\n", p.bytes, p.n, (double)(p.t1 - p.t0) / (double)p.n);
+    return 0;
+}
+
+/* ---- calls: every call timed on its own (the GPU machine, where a call takes tens of µs) ---- */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+static uint64_t pct(uint64_t *v, long n, int p) {
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    return v[(n - 1) * p / 100];
+}
+
+static int mode_calls(int argc, char **argv) {
+    if (argc < 5) return 2;
+    long n = atol(argv[3]), warmup = atol(argv[4]);
+    if (n <= 0) return 2;
+    uint64_t *ta = malloc(sizeof(uint64_t) * (size_t)n), *tf = malloc(sizeof(uint64_t) * (size_t)n),
+             *tp = malloc(sizeof(uint64_t) * (size_t)n);
+    open_device();
+    char *sizes = strdup(argv[2]);
+    for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
+        size_t bytes = strtoull(tok, NULL, 0);
+        for (long i = 0; i < warmup; i++) one_pair(bytes);
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr p;
+            uint64_t a = now_ns();
+            CUresult r = cuMemAlloc(&p, bytes);
+            uint64_t b = now_ns();
+            if (r) die("cuMemAlloc", r);
+            if ((r = cuMemFree(p))) die("cuMemFree", r);
+            uint64_t c = now_ns();
+            ta[i] = b - a, tf[i] = c - b, tp[i] = c - a;
+        }
+        printf("calls size=%zu n=%ld alloc_ns=%llu free_ns=%llu pair_ns=%llu pair_p10_ns=%llu pair_p90_ns=%llu\n", bytes, n,
+               (unsigned long long)pct(ta, n, 50), (unsigned long long)pct(tf, n, 50), (unsigned long long)pct(tp, n, 50),
+               (unsigned long long)pct(tp, n, 10), (unsigned long long)pct(tp, n, 90));
+        fflush(stdout);
+    }
+    free(sizes);
+    free(ta), free(tf), free(tp);
+    return 0;
+}
+
+/* ---- threads ---- */
+
+struct worker {
+    pthread_barrier_t *ready;
+    struct pairs p;
+    int depth;
+};
+
+static void run_after_barrier(void *arg) {
+    struct worker *w = arg;
+    for (long i = 0; i < 200; i++) one_pair(w->p.bytes);
+    pthread_barrier_wait(w->ready);
+    w->p.t0 = now_ns();
+    for (long i = 0; i < w->p.n; i++) one_pair(w->p.bytes);
+    w->p.t1 = now_ns();
+}
+
+static void *thread_main(void *arg) {
+    struct worker *w = arg;
+    CUresult r = cuCtxSetCurrent(g_ctx);
+    if (r) die("cuCtxSetCurrent", r);
+    at_depth(w->depth, run_after_barrier, w);
+    return NULL;
+}
+
+static int mode_threads(int argc, char **argv) {
+    if (argc < 6) return 2;
+    int t = atoi(argv[2]);
+    if (t < 1 || t > 256) return 2;
+    open_device();
+    pthread_barrier_t ready;
+    pthread_barrier_init(&ready, NULL, (unsigned)t);
+    struct worker *w = calloc((size_t)t, sizeof *w);
+    pthread_t *tid = calloc((size_t)t, sizeof *tid);
+    for (int i = 0; i < t; i++) {
+        w[i].ready = &ready;
+        w[i].p.bytes = strtoull(argv[3], NULL, 0);
+        w[i].p.n = atol(argv[4]);
+        w[i].depth = atoi(argv[5]);
+        pthread_create(&tid[i], NULL, thread_main, &w[i]);
+    }
+    uint64_t first = UINT64_MAX, last = 0;
+    for (int i = 0; i < t; i++) {
+        pthread_join(tid[i], NULL);
+        if (w[i].p.t0 < first) first = w[i].p.t0;
+        if (w[i].p.t1 > last) last = w[i].p.t1;
+    }
+    double pairs = (double)t * (double)w[0].p.n;
+    printf("threads t=%d n=%ld pairs_per_s=%.0f\n", t, w[0].p.n, pairs / ((double)(last - first) / 1e9));
+    free(w), free(tid);
+    return 0;
+}
+
+/* ---- procs: children are this program in mode "child START SIZE N DEPTH" ---- */
+
+struct child {
+    uint64_t start;
+    struct pairs p;
+    int late;
+};
+
+static void run_child(void *arg) {
+    struct child *c = arg;
+    for (long i = 0; i < 200; i++) one_pair(c->p.bytes);
+    c->late = now_ns() > c->start;
+    while (now_ns() < c->start) {
+    }
+    c->p.t0 = now_ns();
+    for (long i = 0; i < c->p.n; i++) one_pair(c->p.bytes);
+    c->p.t1 = now_ns();
+}
+
+static int mode_child(int argc, char **argv) {
+    if (argc < 6) return 2;
+    struct child c = {strtoull(argv[2], NULL, 0), {strtoull(argv[3], NULL, 0), atol(argv[4]), 0, 0}, 0};
+    open_device();
+    at_depth(atoi(argv[5]), run_child, &c);
+    printf("%llu %llu %d\n", (unsigned long long)c.p.t0, (unsigned long long)c.p.t1, c.late);
+    return 0;
+}
+
+static int mode_procs(int argc, char **argv) {
+    if (argc < 6) return 2;
+    int np = atoi(argv[2]);
+    if (np < 1 || np > 64) return 2;
+    int fd[2];
+    if (pipe(fd)) return 3;
+    /* Long enough for every child to start, load the shim and warm up on a busy 2-core machine. */
+    uint64_t start = now_ns() + 150000000ull * (uint64_t)np;
+    char start_s[32];
+    snprintf(start_s, sizeof start_s, "%llu", (unsigned long long)start);
+    pid_t pids[64];
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fd[0]);
+    char *cargv[] = {argv[0], "child", start_s, argv[3], argv[4], argv[5], NULL};
+    for (int i = 0; i < np; i++)
+        if (posix_spawn(&pids[i], "/proc/self/exe", &fa, NULL, cargv, environ)) return 3;
+    posix_spawn_file_actions_destroy(&fa);
+    close(fd[1]);
+    FILE *in = fdopen(fd[0], "r");
+    uint64_t last = 0, first = UINT64_MAX;
+    int got = 0, late = 0;
+    unsigned long long a, b;
+    int l;
+    while (fscanf(in, "%llu %llu %d", &a, &b, &l) == 3) {
+        got++, late += l;
+        if (a < first) first = a;
+        if (b > last) last = b;
+    }
+    fclose(in);
+    int failed = 0;
+    for (int i = 0; i < np; i++) {
+        int st = 0;
+        waitpid(pids[i], &st, 0);
+        failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (failed || got != np) {
+        fprintf(stderr, "bench_alloc: %d of %d children failed\n", failed ? failed : np - got, np);
+        return 3;
+    }
+    double pairs = (double)np * (double)atol(argv[4]);
+    printf("procs p=%d n=%ld pairs_per_s=%.0f late=%d\n", np, atol(argv[4]), pairs / ((double)(last - first) / 1e9), late);
+    return 0;
+}
+
+/* ---- hold: memory per live allocation, then reports ---- */
+
+static long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
+    fclose(f);
+    return resident * sysconf(_SC_PAGESIZE);
+}
+
+struct hold {
+    size_t bytes;
+    CUdeviceptr *ptrs;
+    long i;
+};
+
+static void alloc_one(void *arg) {
+    struct hold *h = arg;
+    CUresult r = cuMemAlloc(&h->ptrs[h->i], h->bytes);
+    if (r) die("cuMemAlloc", r);
+}
+
+static int mode_hold(int argc, char **argv) {
+    if (argc < 5) return 2;
+    long n = atol(argv[2]);
+    int reports = atoi(argv[4]);
+    if (n < 1) return 2;
+    size_t slots = (size_t)(n > 64 ? n : 64);  // the warm-up below uses 64
+    struct hold h = {strtoull(argv[3], NULL, 0), calloc(slots, sizeof(CUdeviceptr)), 0};
+    if (!h.ptrs) return 3;
+    memset(h.ptrs, 1, sizeof(CUdeviceptr) * slots);  // resident before the first measurement
+    open_device();
+    for (h.i = 0; h.i < 64; h.i++) at_depth((int)h.i, alloc_one, &h);  // every stack once: the table
+    for (long i = 0; i < 64; i++) cuMemFree(h.ptrs[i]);
+    long before = rss_bytes();
+    for (h.i = 0; h.i < n; h.i++) at_depth((int)(h.i % 64), alloc_one, &h);
+    long after = rss_bytes();
+    printf("hold n=%ld rss_bytes_per_alloc=%.1f", n, (double)(after - before) / (double)n);
+    for (int k = 0; k < reports; k++) {
+        uint64_t t0 = now_ns();
+        int rc = gpuguard_report_now("bench");
+        uint64_t t1 = now_ns();
+        if (rc == 1) break;  // not under gpuguard
+        printf(k ? ",%.2f" : " report_ms=%.2f", rc == 0 ? (double)(t1 - t0) / 1e6 : -1.0);
+    }
+    printf("\n");
+    for (long i = 0; i < n; i++) cuMemFree(h.ptrs[i]);
+    free(h.ptrs);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int rc = 2;
+    if (argc >= 2) {
+        if (!strcmp(argv[1], "pairs")) rc = mode_pairs(argc, argv);
+        else if (!strcmp(argv[1], "calls")) rc = mode_calls(argc, argv);
+        else if (!strcmp(argv[1], "threads")) rc = mode_threads(argc, argv);
+        else if (!strcmp(argv[1], "procs")) rc = mode_procs(argc, argv);
+        else if (!strcmp(argv[1], "child")) rc = mode_child(argc, argv);
+        else if (!strcmp(argv[1], "hold")) rc = mode_hold(argc, argv);
+    }
+    if (rc == 2) fprintf(stderr, "usage: see the comment at the top of tests/bench/bench_alloc.c\n");
+    return rc;
+}

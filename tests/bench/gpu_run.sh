@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# make gpu-bench: the shim's cost on a real GPU, every comparison A/B interleaved in separate
+# processes that take turns (the order rotating each round), all in one command of about 5 minutes:
+#   1. raw cuMemAlloc + cuMemFree of 512 B, 2 MiB, 20 MiB and 1 GiB (each call timed; medians of
+#      300 pairs a process, 5 rounds): no shim / shim with quota but no stacks / shim, all features;
+#   2. PyTorch training loops (tests/bench/train_bench.py: convolution and transformer-style), with
+#      the caching allocator and with PYTORCH_NO_CUDA_MEMORY_CACHING=1, 3 rounds: no shim / shim,
+#      all features / torch.cuda.memory._record_memory_history() without the shim;
+#   3. in that training loop: a report on demand, and the time from a failing request to torch's
+#      OutOfMemoryError with and without the shim (which writes its report inside that call).
+# Builds only a small C program (gcc, the machine's cuda.h and libcuda); uses build/libgpuguard.so
+# as carried (and build/libunwind.so.8 beside it). Logs, results and the shim's reports go to $OUT
+# (default build/gpu-bench); the markdown tables for BENCHMARKS.md are printed last and written to
+# $OUT/gpu_bench.md (tests/bench/report.py splice gpu-bench BENCHMARKS.md < that file).
+#
+#   GPU_BENCH_SECONDS=330  rounds not started by then are skipped (the tables say how many ran)
+#   GPU_BENCH_LIBCUDA=PATH the driver library to link the raw benchmark with (default: found)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+BUILD=${BUILD:-build}
+[[ $BUILD = /* ]] || BUILD="$root/$BUILD"
+OUT=${OUT:-$BUILD/gpu-bench}
+mkdir -p "$OUT/reports"
+DEADLINE=${GPU_BENCH_SECONDS:-330}
+LIB=$BUILD/libgpuguard.so
+RES=$OUT/results.txt
+: > "$RES"
+W=$(mktemp -d /tmp/gpuguard-gpubench.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+RAW_ROUNDS=5 RAW_PAIRS=300 RAW_SIZES=512,2097152,20971520,1073741824
+TRAIN_ROUNDS=3 TRAIN_STEPS=200 TRAIN_WARMUP=30
+LIMIT=100GiB  # every shim run has a quota (admission on); 1 GiB blocks fit, a 200 GiB request does not
+
+while read -r v; do
+  case $v in GPUGUARD_* | CUDA_DEVICE_MEMORY_* | LD_PRELOAD | PYTORCH_NO_CUDA_MEMORY_CACHING) unset "$v" ;; esac
+done < <(compgen -e)
+export GPUGUARD_REPORT_DIR=$OUT/reports
+
+main() {
+echo "== machine"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
+  head -1 | tee "$OUT/gpu.txt"
+{ python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' \
+  2>/dev/null || echo "python3 without torch"; } | tee -a "$OUT/gpu.txt"
+[[ -f $LIB ]] || { echo "gpu-bench: $LIB is missing: build it (make) and carry build/"; exit 2; }
+
+echo "== build the raw allocation benchmark against this machine's driver"
+libcuda=${GPU_BENCH_LIBCUDA:-}
+[[ -n $libcuda ]] || for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+  [[ -e $d/libcuda.so.1 ]] && { libcuda=$d/libcuda.so.1; break; }
+done
+[[ -n $libcuda ]] || libcuda=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+cuda_inc=""
+for d in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../include"; do
+  [[ -f $d/cuda.h ]] && { cuda_inc=$d; break; }
+done
+BA=$W/bench_alloc
+if [[ -n $libcuda && -n $cuda_inc ]] &&
+  gcc -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$cuda_inc" -I"$root/include" "$here/bench_alloc.c" -o "$BA" \
+    "$libcuda" -Wl,-rpath,"$(dirname "$libcuda")" -ldl -pthread; then
+  echo "built with $cuda_inc/cuda.h, linked to $libcuda"
+elif [[ -x $BUILD/bench/bench_alloc ]]; then
+  BA=$BUILD/bench/bench_alloc
+  [[ -n $libcuda ]] && export LD_LIBRARY_PATH=$(dirname "$libcuda")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "could not build here (cuda.h: ${cuda_inc:-none}, libcuda: ${libcuda:-none}); using the carried $BA"
+else
+  echo "gpu-bench: cannot build tests/bench/bench_alloc.c (cuda.h: ${cuda_inc:-none}, libcuda: ${libcuda:-none})"
+  exit 2
+fi
+
+# variant NAME CMD...: no shim (none, history), or the shim with a quota and no stacks (quota), or
+# with every feature on (all: quota, native stacks at the default depth, Python frames).
+variant() {
+  local name=$1; shift
+  case $name in
+    none | history) env "$@" ;;
+    quota) env LD_PRELOAD="$LIB" GPUGUARD_LEDGER="$W/ledger-quota" GPUGUARD_MEM_LIMIT=$LIMIT GPUGUARD_STACK_DEPTH=0 \
+      GPUGUARD_PYTHON_STACKS=0 "$@" ;;
+    all) env LD_PRELOAD="$LIB" GPUGUARD_LEDGER="$W/ledger-all" GPUGUARD_MEM_LIMIT=$LIMIT GPUGUARD_PYTHON_STACKS=1 "$@" ;;
+  esac
+}
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
+late() { ((SECONDS >= DEADLINE)) && { echo "gpu-bench: past ${DEADLINE}s, skipping the rest of $1"; return 0; }; return 1; }
+
+echo "== does the shim load? (a report on demand from a program holding 10 allocations)"
+probe=$(variant all "$BA" hold 10 512 1 2>&1)
+echo "$probe"
+if [[ $probe != *report_ms=* ]]; then
+  echo "gpu-bench: THE SHIM DID NOT LOAD (LD_PRELOAD=$LIB); ldd says:"
+  ldd "$LIB"
+  exit 3
+fi
+rm -f "$OUT"/reports/*.json
+
+echo "== raw cuMemAlloc + cuMemFree ($RAW_ROUNDS rounds x $RAW_PAIRS pairs a size)"
+vs=(none quota all)
+for ((r = 0; r < RAW_ROUNDS; r++)); do
+  late "raw" && break
+  for ((k = 0; k < 3; k++)); do
+    v=${vs[$(((k + r) % 3))]}
+    out=$(variant "$v" timeout 120 "$BA" calls "$RAW_SIZES" "$RAW_PAIRS" 20 2>>"$OUT/stderr.txt") ||
+      { echo "raw $v failed"; tail -3 "$OUT/stderr.txt"; continue; }
+    while read -r line; do
+      size=$(field size "$line")
+      echo "raw$size $v $r $(field pair_ns "$line")" >> "$RES"
+      echo "rawalloc$size $v $r $(field alloc_ns "$line")" >> "$RES"
+      echo "rawfree$size $v $r $(field free_ns "$line")" >> "$RES"
+    done <<< "$out"
+    echo "round $r $v: $(tr '\n' ' ' <<< "$out" | sed 's/calls //g' | cut -c1-200)"
+  done
+done
+
+echo "== PyTorch training loops ($TRAIN_ROUNDS rounds, $TRAIN_STEPS steps after $TRAIN_WARMUP)"
+vs=(none all history)
+for ((r = 0; r < TRAIN_ROUNDS; r++)); do
+  for alloc in caching nocache; do
+    late "training" && break 2
+    for ((k = 0; k < 3; k++)); do
+      v=${vs[$(((k + r) % 3))]}
+      args=(--steps "$TRAIN_STEPS" --warmup "$TRAIN_WARMUP")
+      [[ $v == history ]] && args+=(--history)
+      [[ $r == 0 && $alloc == caching && $v != history ]] && args+=(--oom)
+      nc=()
+      [[ $alloc == nocache ]] && nc=(PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+      out=$(variant "$v" "${nc[@]}" timeout 150 python3 "$here/train_bench.py" "${args[@]}" 2>>"$OUT/stderr.txt") ||
+        { echo "train $alloc $v failed"; tail -5 "$OUT/stderr.txt"; }
+      echo "$out" | sed "s/^/round $r $alloc $v: /"
+      while read -r line; do
+        case $line in
+          train\ *)
+            m=$(field model "$line")
+            echo "train-$alloc-$m $v $r $(field step_ms "$line")" >> "$RES"
+            ev=$(field history_events "$line")
+            [[ -n $ev ]] && echo "histev-$alloc-$m $v $r $ev" >> "$RES"
+            ;;
+          report\ *) echo "gpureport $v $r $(field ms "$line")" >> "$RES" ;;
+          oom\ ms=*)
+            IFS=, read -ra t <<< "$(field ms "$line")"
+            for i in "${!t[@]}"; do echo "oom $v $i ${t[$i]}" >> "$RES"; done
+            ;;
+          oom_report\ *)
+            for key in files bytes stacks live names_script; do echo "oomfile $key 0 $(field $key "$line")" >> "$RES"; done
+            ;;
+        esac
+      done <<< "$out"
+    done
+  done
+done
+
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || cat "$root/.git-commit" 2>/dev/null || echo unknown)
+machine="$(head -1 "$OUT/gpu.txt"), $(nproc) cores; $(sed -n 2p "$OUT/gpu.txt")"
+python3 "$here/report.py" gpu "$RES" --machine "$machine" --commit "$commit" --command "make gpu-bench" \
+  --date "$(date -u +%Y-%m-%d)" --seconds "$SECONDS" --runs "$TRAIN_ROUNDS" --pairs "$RAW_PAIRS" \
+  --steps "$TRAIN_STEPS" > "$OUT/gpu_bench.md" 2>>"$OUT/stderr.txt" || echo "gpu-bench: report.py failed (see stderr.txt)"
+echo
+echo "== results ($SECONDS s; logs, results.txt and the shim's reports are in \$OUT)"
+cat "$OUT/gpu_bench.md"
+}
+
+main 2>&1 | tee "$OUT/gpu_bench.log"
+exit "${PIPESTATUS[0]}"

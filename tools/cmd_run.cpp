@@ -1,0 +1,257 @@
+// `gpuguard run`: the wrapper for `docker run`, Kubernetes and plain shells. It sets the shim's
+// environment, puts libgpuguard.so first in LD_PRELOAD, creates the ledger with the limit, and then
+// either exec()s the command (so its exit status and signals are the command's own) or, as PID 1 or
+// with --init, supervises it like tini: forwards signals, reaps orphans, exits with the child's status.
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ledger.h"
+#include "process.h"
+#include "settings.h"
+#include "size_spec.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: gpuguard run [options] [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Runs COMMAND with libgpuguard.so preloaded and the GPU memory quota in force for it and every\n"
+    "process it starts. Meant as a container's entrypoint: ENTRYPOINT [\"gpuguard\", \"run\", \"--\"].\n"
+    "\n"
+    "options (each falls back to its variable, so `docker run -e GPUGUARD_MEM_LIMIT=8GiB` works):\n"
+    "  --limit SPEC            quota: 8GiB, 50%, 0=8GiB,1=4GiB ...       (GPUGUARD_MEM_LIMIT)\n"
+    "  --ledger PATH|none      the ledger shared by the container's processes, or none for a\n"
+    "                          per-process quota (default /dev/shm/gpuguard-<uid>.ledger) (GPUGUARD_LEDGER)\n"
+    "  --report-dir DIR        where OOM reports go; created if missing (default: the working\n"
+    "                          directory of the process that fails)            (GPUGUARD_REPORT_DIR)\n"
+    "  --cudnn-workspace SPEC  cap on cuDNN workspaces: a size, auto or off  (GPUGUARD_CUDNN_WORKSPACE_LIMIT)\n"
+    "  --init                  supervise COMMAND as PID 1 does (forward signals, reap zombies) even\n"
+    "                          when not PID 1; as PID 1 this is automatic\n"
+    "  -h, --help              this help\n"
+    "\n"
+    "The library is GPUGUARD_LIBRARY, else libgpuguard.so beside this program, else ../lib/.\n"
+    "\n"
+    "A ledger that live processes already use keeps its limit: a different --limit is reported\n"
+    "with a warning and has no effect until they have all exited (the next run then sets it).\n"
+    "\n"
+    "Exit status: COMMAND's own status (128+N when it was killed by signal N); 2 bad usage or a bad\n"
+    "option value, an unusable report directory or ledger; 126 COMMAND cannot be executed; 127 COMMAND\n"
+    "or libgpuguard.so not found.\n";
+
+int fail(int code, const std::string &msg) {
+    fprintf(stderr, "gpuguard: %s\n", msg.c_str());
+    return code;
+}
+
+int usage_error(const std::string &msg) { return fail(2, "run: " + msg + " (try 'gpuguard run --help')"); }
+
+// "--name VALUE" or "--name=VALUE". True when argv[i] is that option; *missing when VALUE is absent.
+bool option_value(int argc, char **argv, int &i, const char *name, std::string *value, bool *missing) {
+    size_t n = strlen(name);
+    if (strncmp(argv[i], name, n) != 0) return false;
+    if (argv[i][n] == '=') {
+        *value = argv[i] + n + 1;
+        return true;
+    }
+    if (argv[i][n] != '\0') return false;
+    if (i + 1 >= argc) {
+        *missing = true;
+        return true;
+    }
+    *value = argv[++i];
+    return true;
+}
+
+// The child's side of a failed exec: the same one line and status a shell would give.
+[[noreturn]] void exec_or_die(char **cmd) {
+    execvp(cmd[0], cmd);
+    int e = errno;
+    fprintf(stderr, "gpuguard: %s %s: %s\n", e == ENOENT ? "command not found:" : "cannot execute", cmd[0], strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+}
+
+// The signals a supervisor passes on. The synchronous ones (a fault in gpuguard itself) and the
+// terminal stop signals are left alone, as tini does; SIGKILL and SIGSTOP cannot be caught anyway.
+sigset_t forwarded_signals() {
+    sigset_t set;
+    sigfillset(&set);
+    for (int s : {SIGFPE, SIGILL, SIGSEGV, SIGBUS, SIGABRT, SIGTRAP, SIGSYS, SIGTTIN, SIGTTOU}) sigdelset(&set, s);
+    return set;
+}
+
+int status_to_exit(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+// PID 1 duty: without it, `docker stop` (SIGTERM to PID 1, which has no default action there) waits
+// ten seconds and then kills everything, and orphaned processes pile up as zombies. The child gets
+// its own process group and, when we hold the terminal, the terminal, so that Ctrl-C reaches it once
+// (from the terminal) and not twice (from the terminal and from us).
+int supervise(char **cmd) {
+    // Orphans of the command are re-parented to us even when we are not PID 1 (--init).
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the child before we could read its status
+    sigset_t set = forwarded_signals(), old;
+    sigprocmask(SIG_BLOCK, &set, &old);
+    pid_t child = fork();
+    if (child < 0) return fail(126, std::string("cannot start ") + cmd[0] + ": fork: " + strerror(errno));
+    if (child == 0) {
+        setpgid(0, 0);
+        if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgid(getppid())) {
+            signal(SIGTTOU, SIG_IGN);  // we are not yet the foreground group while taking the terminal
+            tcsetpgrp(STDIN_FILENO, getpid());
+            signal(SIGTTOU, SIG_DFL);
+        }
+        sigprocmask(SIG_SETMASK, &old, nullptr);
+        exec_or_die(cmd);
+    }
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&set, &info);
+        if (sig < 0) continue;  // EINTR
+        if (sig != SIGCHLD) {
+            // Sent to the child alone, not its group: the command decides what its own children get.
+            kill(child, sig);
+            continue;
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            if (pid == child) return status_to_exit(status);
+    }
+}
+
+}  // namespace
+
+int cmd_run(int argc, char **argv) {
+    std::string limit, ledger_opt, report_dir, cudnn;
+    bool have_limit = false, have_ledger = false, have_report = false, have_cudnn = false, init = false;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        bool missing = false;
+        if (!strcmp(a, "--")) {
+            i++;
+            break;
+        }
+        if (a[0] != '-') break;  // the command: options after it are its own
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(kUsage, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--init")) {
+            init = true;
+        } else if (option_value(argc, argv, i, "--limit", &limit, &missing)) {
+            have_limit = true;
+        } else if (option_value(argc, argv, i, "--ledger", &ledger_opt, &missing)) {
+            have_ledger = true;
+        } else if (option_value(argc, argv, i, "--report-dir", &report_dir, &missing)) {
+            have_report = true;
+        } else if (option_value(argc, argv, i, "--cudnn-workspace", &cudnn, &missing)) {
+            have_cudnn = true;
+        } else {
+            return usage_error(std::string("unknown option '") + a + "'");
+        }
+        if (missing) return usage_error(std::string(a) + " needs a value");
+    }
+    if (i >= argc) return usage_error("no command given");
+    char **cmd = argv + i;
+
+    std::string why;
+    std::string lib = gg::tool::find_library(&why);
+    if (lib.empty()) return fail(127, why);
+    if (lib.find_first_of(" :\t") != std::string::npos)
+        return fail(2, "the library path " + lib + " holds a space or a colon, which LD_PRELOAD cannot carry");
+
+    // The limit, checked here so that a typo stops the container at once with one clear line instead
+    // of every process refusing every allocation (what the shim does with a malformed limit).
+    std::string limit_text;
+    if (have_limit) {
+        gg::LimitSpec spec;
+        if (limit.empty()) return usage_error("--limit is empty (leave it out for no limit)");
+        if (!gg::parse_limit_spec(limit, &spec, &why)) return fail(2, "--limit " + limit + " is not a valid limit: " + why);
+        setenv("GPUGUARD_MEM_LIMIT", limit.c_str(), 1);
+        limit_text = limit;
+    } else {
+        gg::tool::LimitSetting s = gg::tool::limit_from_env();
+        gg::LimitSpec spec;
+        if (s.set_but_empty) return fail(2, "GPUGUARD_MEM_LIMIT is set but empty (unset it for no limit)");
+        if (!s.text.empty() && !gg::parse_limit_spec(s.text, &spec, &why))
+            return fail(2, s.source + "=" + s.text + " is not a valid limit: " + why);
+        limit_text = s.text;
+    }
+
+    if (have_cudnn || getenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT")) {
+        std::string v = have_cudnn ? cudnn : getenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT");
+        const char *what = have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
+        if (!v.empty() && !gg::tool::valid_cudnn_workspace(v, &why)) return fail(2, what + v + " is " + why);
+        if (have_cudnn) setenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT", v.c_str(), 1);
+    }
+
+    // Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
+    // since the command may change its working directory before it runs out of memory.
+    if (!have_report && getenv("GPUGUARD_REPORT_DIR") && *getenv("GPUGUARD_REPORT_DIR")) {
+        report_dir = getenv("GPUGUARD_REPORT_DIR");
+        have_report = true;
+    }
+    if (have_report) {
+        if (report_dir.empty()) return usage_error("--report-dir is empty");
+        report_dir = gg::tool::absolute_path(report_dir);
+        if (!gg::tool::make_dirs(report_dir, &why) || !gg::tool::dir_writable(report_dir, &why))
+            return fail(2, "report directory: " + why);
+        setenv("GPUGUARD_REPORT_DIR", report_dir.c_str(), 1);
+    }
+
+    std::string resolved;
+    int code = gg::tool::locate_command(cmd[0], &resolved, &why);
+    if (code) return fail(code, why);
+
+    // The ledger, created now with the limit so that the limit is the container's from the first
+    // allocation on, whichever process makes it. Its path is passed on explicitly (and absolute):
+    // the default depends on the user id, which a command that drops privileges would change.
+    std::string ledger_path;
+    if (have_ledger) {
+        if (ledger_opt.empty()) return usage_error("--ledger is empty (use --ledger none for a per-process quota)");
+        ledger_path = gg::tool::is_per_process_ledger(ledger_opt) ? "" : gg::tool::absolute_path(ledger_opt);
+        setenv("GPUGUARD_LEDGER", ledger_path.empty() ? "none" : ledger_path.c_str(), 1);
+    } else {
+        ledger_path = gg::tool::ledger_path_from_env();
+        if (!ledger_path.empty()) {
+            ledger_path = gg::tool::absolute_path(ledger_path);
+            setenv("GPUGUARD_LEDGER", ledger_path.c_str(), 1);
+        }
+    }
+    if (!ledger_path.empty()) {
+        int group = -1;
+        if (!gg::tool::ledger_group_from_env(&group, &why)) return fail(2, why);
+        size_t slash = ledger_path.rfind('/');
+        if (slash != std::string::npos && slash > 0 && !gg::tool::make_dirs(ledger_path.substr(0, slash), &why))
+            return fail(2, "ledger: " + why);
+        gg::ledger::OpenOptions o;
+        o.path = ledger_path;
+        o.limit_spec = limit_text;
+        o.group = group;
+        std::string error, notice;
+        gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
+        if (!l)
+            return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        if (!notice.empty())
+            fprintf(stderr, "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
+                    notice.c_str());
+        delete l;  // the file stays; the command's processes map it
+    }
+
+    setenv("LD_PRELOAD", gg::tool::preload_with(lib, getenv("LD_PRELOAD")).c_str(), 1);
+
+    if (init || getpid() == 1) return supervise(cmd);
+    exec_or_die(cmd);
+}
