@@ -16,10 +16,11 @@
 namespace {
 
 // FAKE_CUDNN_DISPATCH=global: the sub-libraries are loaded RTLD_GLOBAL and their functions looked up
-// with dlsym(RTLD_DEFAULT), the first definition in the process. Valid only when this library was
-// itself loaded RTLD_LOCAL (its own exports then stay out of that scope). Under a preload that defines
-// the same names, the table then holds the preload's hooks: the shape in which a preload that calls
-// "the next definition" (this dispatcher) from a re-entered hook never returns.
+// in the global scope (dlsym on dlopen(NULL); not RTLD_DEFAULT, which a -Bsymbolic library such as
+// this one or cuDNN answers from itself first). Valid only when this library was itself loaded
+// RTLD_LOCAL, so that its own exports stay out of that scope. Under a preload that defines the same
+// names the table then holds the preload's hooks: the shape in which a preload whose re-entered hook
+// calls "the next definition" (this dispatcher) never returns.
 bool dispatch_global() {
   static const bool g = [] {
     const char* v = std::getenv("FAKE_CUDNN_DISPATCH");
@@ -41,7 +42,7 @@ void* open_part(const char* part) {
 // The function the dispatcher will call for `name`; FAKE_CUDNN_TRACE says which library it lies in.
 void* lookup(void* part, const char* name) {
   if (!part) return nullptr;
-  void* fn = dlsym(dispatch_global() ? RTLD_DEFAULT : part, name);
+  void* fn = dlsym(dispatch_global() ? dlopen(nullptr, RTLD_NOW) : part, name);
   Dl_info info{};
   const char* where = fn && dladdr(fn, &info) && info.dli_fname ? std::strrchr(info.dli_fname, '/') : nullptr;
   fake_cudnn::trace("dispatch %s -> %s", name, where ? where + 1 : "nothing");
