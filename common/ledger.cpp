@@ -177,7 +177,7 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         return l;
     }
     l->path_ = o.path;
-    for (int attempt = 0; attempt < 3; attempt++) {
+    for (int attempt = 0; attempt < 8; attempt++) {
         int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !o.read_only) {
             if (!create_file(o.path, o.limit_spec, o.group, false, error)) break;
@@ -241,7 +241,16 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
                 *notice = "the limit '" + o.limit_spec + "' differs from the limit '" + (theirs.empty() ? "none" : theirs) +
                           "' of the shared ledger " + o.path + ", which stands";
         }
-        return l;
+        // Two processes starting together on an idle ledger may both replace it; the one whose
+        // file lost the race maps a file no longer at the path. Joining first makes the ledger
+        // busy (nobody replaces a busy ledger), then the file at the path must be the one mapped.
+        l->join();
+        struct stat now;
+        if (stat(o.path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) return l;
+        l->leave();
+        munmap(p, sizeof(Header));
+        l->header_ = nullptr;
+        notice->clear();
     }
     if (error->empty()) *error = "cannot open ledger " + o.path;
     delete l;
