@@ -17,12 +17,6 @@
 namespace gg::py {
 namespace {
 
-template <class T>
-T at(uintptr_t base, int off) {
-    T v;
-    std::memcpy(&v, reinterpret_cast<const void *>(base + off), sizeof v);
-    return v;
-}
 
 // What detection found: the layout and the few interpreter entry points that are safe without the
 // GIL. Py_IsInitialized and (_)Py_IsFinalizing only load a field of _PyRuntime;

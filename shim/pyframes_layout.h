@@ -9,6 +9,7 @@
 // A cheap self-check against the running interpreter's own type sizes guards against a build that
 // differs anyway (a debug or free-threaded build): see check_layout() in pyframes.cpp.
 #pragma once
+#include <cstring>
 #include <cstdint>
 
 namespace gg::py {
@@ -66,6 +67,15 @@ inline const Layout *find_layout(int major, int minor) {
     for (const Layout &l : kLayouts)
         if (l.major == major && l.minor == minor) return &l;
     return nullptr;
+}
+
+// Reads a T at base+off of the interpreter's memory without assuming alignment (the layouts are
+// CPython's, not ours). Used by the frame walk and the string reader.
+template <class T>
+T at(uintptr_t base, int off) {
+    T v;
+    std::memcpy(&v, reinterpret_cast<const void *>(base + off), sizeof v);
+    return v;
 }
 
 }  // namespace gg::py

@@ -4,16 +4,11 @@
 #include <cstring>
 
 #include "log.h"
+#include "pyframes_layout.h"
 
 namespace gg::py {
 namespace {
 
-template <class T>
-T at(uintptr_t base, int off) {
-    T v;
-    std::memcpy(&v, reinterpret_cast<const void *>(base + off), sizeof v);
-    return v;
-}
 
 size_t put_utf8(uint32_t c, char *out) {
     if (c >= 0xD800 && c <= 0xDFFF) c = '?';  // a lone surrogate (e.g. from surrogateescape)
