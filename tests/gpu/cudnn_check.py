@@ -11,11 +11,13 @@ not fit. Run it three ways and compare the last lines:
 The quota: --limit SIZE, or (default, under the shim only) calibrated first in a child process
 that runs one training step with no quota and the cap off, and reads how much the step reserved
 (P) and the largest workspace cuDNN asked for (W) from a gpuguard report: the limit is then
-P - W/2, so that training fits but the largest workspace does not. GPUGUARD_MEM_LIMIT, when set,
-wins over both. The quota is this process's own (GPUGUARD_LEDGER=none unless set): a shared ledger
-keeps the limit of the first process that registered the device, which would tie one run to another. The run trains --steps steps and exits 0 when they all finished; the last line is a
-one-line summary (step times; the shim's view: cap, largest workspace, plans and algorithms
-rejected, failed allocations, reports written; PyTorch's allocator retries and OOMs).
+P - W/2 (P when W >= P) plus 128 MiB, so that training fits but the largest workspace does not.
+GPUGUARD_MEM_LIMIT, when set, wins over both. The quota is this process's own (GPUGUARD_LEDGER=none
+unless set): a shared ledger keeps the limit of the first process that registered the device,
+which would tie one run to another. The run trains --steps steps and exits 0 when they all
+finished; the last line is a one-line summary (step times; the shim's view: cap, largest workspace,
+plans and algorithms rejected, failed allocations, reports written; PyTorch's allocator retries
+and OOMs).
 """
 import argparse
 import ctypes
@@ -167,7 +169,7 @@ def main():
         print("calibration " + json.dumps({"reserved_peak": r["reserved_peak"], "largest_ws": ws}), flush=True)
         return
 
-    limit_note = "no shim: no quota"
+    limit_note = "no shim: no quota, no cap"
     if shim_loaded():
         # The quota must be in the environment before the shim's first hooked call (CUDA init).
         os.environ.setdefault("GPUGUARD_LEDGER", "none")
@@ -179,13 +181,16 @@ def main():
         else:
             c = calibrate(args)
             p, w = c["reserved_peak"], c["largest_ws"] or 0
-            limit = max(p - w // 2, int((p - w) * 1.25) + (256 << 20))
+            # W is the largest size cuDNN asked for, which PyTorch may never have allocated (it skips
+            # plans larger than the free memory): P alone then already keeps it out.
+            limit = p if w >= p else p - w // 2
+            limit += 128 << 20  # what cuDNN and the driver allocate outside PyTorch's allocator
             limit = (limit + (1 << 20) - 1) >> 20 << 20
             os.environ["GPUGUARD_MEM_LIMIT"] = f"{limit >> 20}MiB"
             limit_note = (f"GPUGUARD_MEM_LIMIT={limit >> 20}MiB (calibrated: one step reserved {human(p)}, "
                           f"largest workspace {human(w)}; pass --limit {limit >> 20}MiB to reuse)")
-    print(f"cudnn_check: {limit_note}; cap GPUGUARD_CUDNN_WORKSPACE_LIMIT="
-          f"{os.environ.get('GPUGUARD_CUDNN_WORKSPACE_LIMIT', 'auto')}", flush=True)
+    cap_note = f"; cap GPUGUARD_CUDNN_WORKSPACE_LIMIT={os.environ.get('GPUGUARD_CUDNN_WORKSPACE_LIMIT', 'auto')}"
+    print(f"cudnn_check: {limit_note}{cap_note if shim_loaded() else ''}", flush=True)
 
     r = train(args)
     steady = r["times"][1:] or r["times"]
