@@ -413,7 +413,7 @@ uint64_t Ledger::own_peak(int dev) const {
 int Ledger::reclaim_dead(bool periodic) {
     if (read_only_ || path_.empty()) return 0;
     if (periodic) {
-        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        uint64_t now = now_ns(CLOCK_MONOTONIC_COARSE);
         uint64_t last = header_->last_reclaim_ns.load(std::memory_order_relaxed);
         if (now - last < 500000000ull) return 0;
         if (!header_->last_reclaim_ns.compare_exchange_strong(last, now)) return 0;

@@ -95,7 +95,7 @@ void failed(Ticket &t, CUresult result) {
     episode::failed(r, kShimFrames - 1);
 }
 
-bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a); }
+bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a, mono_ns()); }
 
 void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation &a, CUresult result) {
     if (!found) return;

@@ -5,6 +5,7 @@
 // The hot path takes one shard lock (the live table is split 16 ways by key) and the stats lock,
 // each for a few hash-map operations; no I/O, no symbolization, no driver calls under either.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -43,13 +44,13 @@ class Tracker {
 public:
     void insert(KeyKind kind, uint64_t key, const Allocation &a);
     // Removes and returns the allocation; false when the key is unknown (a pointer allocated before
-    // the shim was loaded, or not device memory of ours).
-    bool take(KeyKind kind, uint64_t key, Allocation *out);
+    // the shim was loaded, or not device memory of ours). now_ns: mono_ns() of the call.
+    bool take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns);
     // Puts back an allocation whose free failed in the driver.
     void restore(KeyKind kind, uint64_t key, const Allocation &a);
     void count_failure(Api api);
 
-    uint64_t live_bytes() const;
+    uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 
     struct Snapshot {
         uint64_t live_bytes = 0, live_count = 0, peak_bytes = 0, peak_t_ns = 0;
@@ -76,29 +77,42 @@ private:
     struct KeyHash {
         size_t operator()(const Key &k) const { return std::hash<uint64_t>()(k.key * 0x9E3779B97F4A7C15ull ^ (uint64_t)k.kind); }
     };
+    struct Held {
+        uint64_t bytes = 0, count = 0;
+    };
+    using ByStack = std::unordered_map<stacks::StackId, Held>;
+
+    // Everything an allocation touches lives in its shard, under the shard's one lock: the hot path
+    // takes exactly one lock, and threads working on different shards never meet. Process-wide
+    // totals are atomics; per-API counts and bytes by stack are summed over shards at report time.
     static constexpr int kShards = 16;
-    struct Shard {
+    struct alignas(64) Shard {
         mutable std::mutex mu;
         std::unordered_map<Key, Allocation, KeyHash> live;
+        ByStack by_stack;  // entries are kept at zero rather than erased: no allocation per pair
+        ApiCounts counts[(int)Api::kCount];
     };
     Shard shards_[kShards];
     Shard &shard_of(const Key &k) { return shards_[KeyHash()(k) >> 60 & (kShards - 1)]; }
 
-    // Stats: counts, bytes by stack, peak, timeline.
-    mutable std::mutex stats_mu_;
-    ApiCounts counts_[(int)Api::kCount];
-    struct Held {
-        uint64_t bytes = 0, count = 0;
-    };
-    std::unordered_map<stacks::StackId, Held> by_stack_;
-    uint64_t live_bytes_ = 0, live_count_ = 0;
-    uint64_t peak_bytes_ = 0, peak_t_ns_ = 0, peak_snapshot_bytes_ = 0;
-    std::unordered_map<stacks::StackId, Held> peak_by_stack_;
+    std::atomic<uint64_t> live_bytes_{0}, live_count_{0}, peak_bytes_{0}, peak_t_ns_{0};
+
+    // Bytes by stack at the peak: copied when the peak has grown by 1/64 since the last copy.
+    mutable std::mutex peak_mu_;
+    std::atomic<uint64_t> peak_snapshot_bytes_{0};
+    ByStack peak_by_stack_;
+
+    // The timeline: completed steps under a lock; the current step's start and highest usage as
+    // atomics, so most allocations update it without a lock.
+    mutable std::mutex timeline_mu_;
     std::vector<std::pair<uint64_t, uint64_t>> timeline_;
     uint64_t timeline_step_ns_ = 1000000;  // 1 ms; doubles each time the timeline is thinned
+    std::atomic<uint64_t> step_start_ns_{0}, step_max_{0};
 
-    void on_change(const Allocation &a, bool added);
-    void add_timeline_point(uint64_t t, uint64_t bytes);
+    void after_change(uint64_t live, uint64_t now);
+    void copy_peak_breakdown(uint64_t peak);
+    void note_timeline(uint64_t now, uint64_t bytes);
+    ByStack merged_by_stack() const;  // with every shard locked by the caller
 };
 
 Tracker &tracker();
