@@ -222,7 +222,8 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
             (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) + st.reset());
     if (Bytes pk = r.peak()) {
         std::string when;
-        if (r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns)
+        // A peak time of 0 means "never": a process that has held nothing has no peak moment.
+        if (r.peak_time_unix_ns && *r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns)
             when = *r.time_unix_ns - *r.peak_time_unix_ns < 1000000 ? "at the report"
                                                                      : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
         row("peak", human_bytes(*pk), (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") +
