@@ -8,10 +8,27 @@
 #   tests/unit/*.cpp        -> build/tests/unit              (doctest; links common + the shim's core)
 #   tests/fake/fake_X.cpp   -> build/fake/<soname of X>      (test doubles of libcuda, cuDNN, NVML, cudart)
 #   tests/integration/*.c*  -> build/tests/bin/<name>        (programs run under the shim)
+#
+# Sanitizers: `make test SANITIZE=address,undefined` and `make test SANITIZE=thread` build everything
+# (shim, command, test doubles, test programs) with the sanitizer into a folder of their own
+# (build-asan, build-tsan; BUILD=... overrides), so they never mix objects with the plain build.
+# The shim links the sanitizer's shared runtime, which must be loaded before libc in any process
+# that preloads the shim: tests/sanitize_env.sh preloads it ahead of the shim (LD_PRELOAD=
+# "<runtime>:libgpuguard.so") for the programs the tests run, collects every sanitizer report in a
+# file so that a report fails its check, and turns leak detection on for this project's programs.
+# By hand: LD_PRELOAD="$(gcc -print-file-name=libasan.so):build-asan/libgpuguard.so" prog (likewise
+# libtsan.so). A static runtime is no option: GCC links libasan.a/libtsan.a into executables only.
 
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 SANITIZE  ?=
+ifneq ($(filter address%,$(SANITIZE)),)
+  BUILD   ?= build-asan
+else ifeq ($(SANITIZE),thread)
+  BUILD   ?= build-tsan
+else ifneq ($(SANITIZE),)
+  BUILD   ?= build-san
+endif
 BUILD     ?= build
 
 CXX       ?= g++
@@ -176,6 +193,60 @@ gpu-test: all
 
 gpu-bench: all
 	@BUILD=$(BUILD) tests/bench/gpu_run.sh
+
+# Fuzzing: tests/fuzz/fuzz_<name>.cpp -> build-fuzz/fuzz_<name>, built with clang's libFuzzer under
+# ASan and UBSan (any undefined behaviour stops the run, as a crash does), each run for FUZZ_SECONDS
+# from its seed corpus tests/fuzz/corpus/<name>/ (tests/fuzz/run.sh). Its own folder and compiler,
+# so that it never mixes objects with the gcc build.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_CXX     ?= clang++
+FUZZ_FLAGS   := -O1 -g -std=c++17 $(WARN) -pthread -fno-omit-frame-pointer -fno-sanitize-recover=all
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.cpp)
+FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
+fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
+# What each target links besides itself: the code it fuzzes and what that code calls.
+FUZZ_DEPS_fuzz_size_spec := common/size_spec.cpp
+FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/config.cpp tools/settings.cpp
+FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
+FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(wildcard tools/report_*.cpp) $(FUZZ_BUILD)/tools/embedded.cpp
+
+$(FUZZ_BUILD)/obj/%.o: % | fuzz-check
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(CPPFLAGS) -Itools $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+$(FUZZ_BUILD)/tools/embedded.cpp: $(WEB_FILES) tools/embed.sh
+	@mkdir -p $(dir $@)
+	tools/embed.sh $@ $(WEB_FILES)
+.SECONDEXPANSION:
+$(FUZZ_BIN): $(FUZZ_BUILD)/%: $$(call fuzz_obj,tests/fuzz/$$*.cpp $$(FUZZ_DEPS_$$*))
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $^ -ldl
+
+.PHONY: fuzz-build fuzz-check
+fuzz-build: fuzz-check $(FUZZ_BIN)
+fuzz-check:
+	@command -v $(FUZZ_CXX) >/dev/null && echo 'int main(){}' | $(FUZZ_CXX) -fsanitize=fuzzer-no-link -x c++ - -o /dev/null 2>/dev/null \
+	  || { echo "gpuguard: make fuzz needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(notdir $(FUZZ_BIN))
+
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Soak: hours of random allocation traffic from several processes under the ASan+UBSan shim, with
+# kills and restarts, checked against the test driver's ground truth (tests/soak/run.sh builds its
+# own sanitizer build in SOAK_BUILD through soak-bin, then runs the supervisor for SOAK_MINUTES).
+SOAK_MINUTES ?= 120
+SOAK_BUILD   ?= build-soak
+SOAK_BIN     := $(BUILD)/tests/soak/soak $(BUILD)/tests/soak/soak_worker
+.PHONY: soak-bin
+soak-bin: all $(FAKES) $(SOAK_BIN)
+$(BUILD)/tests/soak/soak_worker: $(call obj,tests/soak/soak_worker.cpp) $(FAKES)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $< $(LDFLAGS) -L$(BUILD)/fake -lcuda -Wl,-rpath,'$$ORIGIN/../../fake' -pthread
+$(BUILD)/tests/soak/soak: $(call obj,tests/soak/soak.cpp) $(COMMON_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $^ $(LDFLAGS) -ldl -pthread
+soak:
+	@SOAK_BUILD=$(SOAK_BUILD) SOAK_MINUTES=$(SOAK_MINUTES) tests/soak/run.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/gpuguard

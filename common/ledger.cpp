@@ -20,6 +20,9 @@ namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'U', 'G', 'L', 'E', 'D', 'G'};
 
+// Ledger::rescue_ (see rescue_fault()).
+enum Rescue : int { kIntact, kRemembering, kRescuing, kRescued, kRecovered, kFailed };
+
 uint64_t now_ns(clockid_t clock) {
     timespec ts;
     clock_gettime(clock, &ts);
@@ -29,16 +32,37 @@ uint64_t now_ns(clockid_t clock) {
 std::string errno_text(int e) { return strerror(e); }
 
 // getpid() is a system call (about 115 ns on the CPU machine) and the ledger needs the pid twice per
-// allocation to notice a fork: it is cached, and forgotten in the child of every fork.
-std::atomic<int> g_pid{0};
-void forget_pid() { g_pid.store(0, std::memory_order_relaxed); }
+// allocation to notice a fork: it is cached, and forgotten in every child. fork() runs the atfork
+// handler below, but a child made by clone() without CLONE_VM runs no fork handler at all; it would
+// keep its parent's pid and charge its parent's slot. So the cache lives in a page the kernel zeroes
+// in every such child (MADV_WIPEONFORK, Linux 4.14); on an older kernel the atfork handler still
+// covers fork().
+std::atomic<int> g_pid_fallback{0};
+std::atomic<std::atomic<int> *> g_pid_cell{nullptr};
+void forget_pid() {
+    if (std::atomic<int> *cell = g_pid_cell.load(std::memory_order_relaxed)) cell->store(0, std::memory_order_relaxed);
+}
+std::atomic<int> *make_pid_cell() {
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = mmap(nullptr, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED && madvise(p, (size_t)page, MADV_WIPEONFORK) == 0) return new (p) std::atomic<int>(0);
+    if (p != MAP_FAILED) munmap(p, (size_t)page);
+    return &g_pid_fallback;
+}
 int self_pid() {
-    int p = g_pid.load(std::memory_order_relaxed);
-    if (p) return p;
-    static const bool registered = pthread_atfork(nullptr, nullptr, forget_pid) == 0;
-    (void)registered;
-    p = getpid();
-    g_pid.store(p, std::memory_order_relaxed);
+    std::atomic<int> *cell = g_pid_cell.load(std::memory_order_acquire);
+    if (cell) {
+        int p = cell->load(std::memory_order_relaxed);
+        if (p) return p;
+    } else {
+        static std::atomic<int> *const made = [] {
+            pthread_atfork(nullptr, nullptr, forget_pid);
+            return make_pid_cell();
+        }();
+        g_pid_cell.store(cell = made, std::memory_order_release);
+    }
+    int p = getpid();
+    cell->store(p, std::memory_order_relaxed);
     return p;
 }
 
@@ -193,8 +217,14 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
             close(fd);
             break;
         }
-        if (!o.read_only && st.st_uid != geteuid() && (st.st_mode & 0060) != 0060) {
-            *error = "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+        // Whoever can write the file can set the limit and forge the counts (docs/threat-model.md),
+        // so it is trusted only when it is ours, or shared with the group GPUGUARD_LEDGER_GROUP names;
+        // never when another user left it at the path (a squatter in a shared /dev/shm or /tmp would
+        // otherwise set our quota), nor when every user may write it.
+        bool group_shared = o.group >= 0 && st.st_gid == (gid_t)o.group && (st.st_mode & 0060) == 0060;
+        if (!o.read_only && st.st_uid != geteuid() && !group_shared) {
+            *error = "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")" +
+                     ((st.st_mode & 0060) == 0060 ? " and is not shared with the group GPUGUARD_LEDGER_GROUP names" : "");
             close(fd);
             break;
         }
@@ -215,6 +245,11 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
             break;
         }
         std::string why = validate(p, size);
+        if (why.empty() && !o.read_only && (st.st_mode & 0002)) {
+            char mode[8];
+            snprintf(mode, sizeof mode, "%03o", (unsigned)(st.st_mode & 0777));
+            why = std::string("writable by every user (mode ") + mode + "), so anyone could set its limit";
+        }
         if (!why.empty()) {
             munmap(p, sizeof(Header));
             *error = "ledger " + o.path + ": " + why;
@@ -229,7 +264,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
             // ledger is left from an earlier run) this process's limit replaces it.
             l->reclaim_dead(false);
             bool idle = true;
-            for (uint32_t i = 0; i < l->header_->slot_high.load(); i++)
+            // Clamped again although validate() checked it: the file can change after the check.
+            for (uint32_t i = 0; i < l->header_->slot_high.load() && i < (uint32_t)kMaxSlots; i++)
                 if (slot_is_live(l->header_->slots[i])) idle = false;
             if (idle) {
                 munmap(p, sizeof(Header));
@@ -246,7 +282,13 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         // busy (nobody replaces a busy ledger), then the file at the path must be the one mapped.
         l->join();
         struct stat now;
-        if (stat(o.path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) return l;
+        if (stat(o.path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+            // The private copy for rescue_fault(): address space only until remember() writes it.
+            void *copy = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (copy != MAP_FAILED) l->remembered_ = static_cast<Header *>(copy);
+            l->remember();
+            return l;
+        }
         l->leave();
         munmap(p, sizeof(Header));
         l->header_ = nullptr;
@@ -268,32 +310,134 @@ void Ledger::leave() {
 Ledger::~Ledger() {
     leave();
     if (header_) munmap(header_, map_size_);
+    if (remembered_ && rescue_.load() == kIntact) munmap(remembered_, sizeof(Header));
 }
 
-std::string Ledger::limit_spec() const { return header_ ? header_->limit_spec : ""; }
+static void raise_to(std::atomic<uint64_t> &peak, uint64_t v);
+
+// What remember() keeps of a device entry (the copy is read field by field: other threads update
+// the entries' atomics meanwhile).
+namespace {
+struct DeviceCopy {
+    uint32_t state;
+    uint8_t uuid[16];
+    uint64_t limit, peak, physical_total;
+    char name[64];
+};
+}  // namespace
+
+void Ledger::remember() {
+    if (!remembered_ || read_only_) return;
+    std::lock_guard<std::mutex> lock(join_mu_);
+    // Read the shared file first (this may fault, and be rescued from the previous copy), then
+    // write the copy in a window where this thread touches nothing shared.
+    const Header *h = header_;
+    char head[offsetof(Header, slot_high)];
+    memcpy(head, h, sizeof head);  // magic .. limit_spec: plain fields, fixed at creation
+    DeviceCopy devs[kMaxDevices];
+    for (int i = 0; i < kMaxDevices; i++) {
+        const DeviceEntry &d = h->devices[i];
+        devs[i].state = d.state.load();
+        if (devs[i].state != kDeviceReady) continue;
+        memcpy(devs[i].uuid, d.uuid, sizeof devs[i].uuid);
+        devs[i].limit = d.limit.load();
+        devs[i].peak = d.peak.load();
+        devs[i].physical_total = d.physical_total.load();
+        memcpy(devs[i].name, d.name, sizeof devs[i].name);
+    }
+    int expected = kIntact;
+    if (!rescue_.compare_exchange_strong(expected, kRemembering)) return;  // rescued meanwhile
+    Header *r = remembered_;
+    memcpy(static_cast<void *>(r), head, sizeof head);
+    for (int i = 0; i < kMaxDevices; i++) {
+        if (devs[i].state != kDeviceReady) continue;
+        DeviceEntry &m = r->devices[i];
+        memcpy(m.uuid, devs[i].uuid, sizeof m.uuid);
+        m.limit.store(devs[i].limit);
+        m.peak.store(devs[i].peak);
+        m.physical_total.store(devs[i].physical_total);
+        memcpy(m.name, devs[i].name, sizeof m.name);
+        m.state.store(kDeviceReady);
+    }
+    rescue_.store(kIntact);
+}
+
+// Async-signal-safe: atomics, pointer arithmetic and one system call.
+bool Ledger::rescue_fault(const void *addr) {
+    const char *base = reinterpret_cast<const char *>(header_);
+    const char *a = static_cast<const char *>(addr);
+    if (!base || !remembered_ || a < base || a >= base + map_size_) return false;
+    int state;
+    for (;;) {
+        state = kIntact;
+        if (rescue_.compare_exchange_strong(state, kRescuing)) break;
+        if (state == kRemembering || state == kRescuing) continue;  // another thread, for microseconds
+        return state == kRescued || state == kRecovered;  // already replaced: the access can go again
+    }
+    Header *r = remembered_;
+    if (Slot *mine = slot_.load()) {
+        size_t i = (size_t)(mine - header_->slots);  // no access to the lost page: arithmetic only
+        Slot &m = r->slots[i];
+        m.pid.store(slot_pid_.load());
+        m.state.store(kSlotLive);
+        r->slot_high.store((uint32_t)i + 1);
+    }
+    void *p = mremap(r, sizeof(Header), map_size_, MREMAP_MAYMOVE | MREMAP_FIXED, header_);
+    rescued_at_ns_.store(now_ns(CLOCK_MONOTONIC));
+    rescue_.store(p == MAP_FAILED ? kFailed : kRescued);
+    return p != MAP_FAILED;
+}
+
+bool Ledger::take_recovery() {
+    if (rescue_.load(std::memory_order_relaxed) != kRescued) return false;
+    int expected = kRescued;
+    return rescue_.compare_exchange_strong(expected, kRecovered);
+}
+
+void Ledger::add_own_bytes(int dev, uint64_t bytes) {
+    if (Slot *slot = slot_.load(); slot && bytes) raise_to(slot->peak[dev], slot->bytes[dev].fetch_add(bytes) + bytes);
+}
+
+// Bounded by the field, not by the terminator validate() saw: another process may have written over
+// it since.
+std::string Ledger::limit_spec() const {
+    if (!header_) return "";
+    return std::string(header_->limit_spec, strnlen(header_->limit_spec, sizeof header_->limit_spec));
+}
 
 int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name) {
+    int waits = 0;  // shared by all entries: see below
     for (int i = 0; i < kMaxDevices; i++) {
         DeviceEntry &d = header_->devices[i];
-        for (int spin = 0;; spin++) {
+        for (;;) {
             uint32_t s = d.state.load();
             if (s == kDeviceReady) {
-                if (memcmp(d.uuid, uuid, 16) == 0) return i;
+                if (memcmp(d.uuid, uuid, 16) == 0) {
+                    remember();
+                    return i;
+                }
                 break;
             }
             if (s == kDeviceFree) {
+                // Entries are claimed in order, so a free one ends the table; a reader registers
+                // nothing (retrying here spun forever on a read-only ledger: found by fuzz_ledger).
+                if (read_only_) return -1;
                 uint32_t expected = kDeviceFree;
-                if (read_only_ || !d.state.compare_exchange_strong(expected, kDeviceClaiming)) continue;
+                if (!d.state.compare_exchange_strong(expected, kDeviceClaiming)) continue;  // re-read it
                 memcpy(d.uuid, uuid, 16);
                 d.limit.store(limit_if_new);
                 d.physical_total.store(physical_total);
                 snprintf(d.name, sizeof d.name, "%s", name ? name : "");
                 d.state.store(kDeviceReady);
+                remember();
                 return i;
             }
             // Another process is registering this entry: it takes microseconds. A claimer killed in
-            // that window leaves the entry unusable; after a second it is skipped, not waited on.
-            if (spin > 1000) break;
+            // that window leaves the entry unusable, so it is waited on for a second at most, and
+            // that second is the whole call's: a file whose every entry reads "claiming" (or a value
+            // no gpuguard writes, skipped at once) must not stall an allocation for 32 seconds.
+            if (s != kDeviceClaiming || waits >= 1000) break;
+            waits++;
             usleep(1000);
         }
     }
@@ -309,6 +453,18 @@ bool Ledger::join() {
     if (slot_.load() && slot_pid_.load() == pid) return true;
     slot_ = nullptr;
     uint64_t ticks = process_start_ticks(pid);
+    // A live slot with this pid and start time is this very process before an exec(): exec keeps
+    // both, so no other process can ever tell it from a live one, yet the driver freed its memory
+    // with the old image. Its bytes go now.
+    for (uint32_t i = 0; ticks > 1 && i < header_->slot_high.load() && i < (uint32_t)kMaxSlots; i++) {
+        Slot &s = header_->slots[i];
+        uint32_t expected = kSlotLive;
+        if (s.pid.load() != pid || s.start_ticks.load() != ticks || !s.state.compare_exchange_strong(expected, kSlotReclaiming))
+            continue;
+        for (auto &b : s.bytes) b.exchange(0);
+        s.state.store(kSlotReclaimed);
+        header_->reclaimed_processes.fetch_add(1);
+    }
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < kMaxSlots; i++) {
             Slot &s = header_->slots[i];

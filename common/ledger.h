@@ -142,6 +142,24 @@ public:
 
     Header *header() const { return header_; }  // tests only
 
+    // The file truncated under a running process (by hand, or by a tool that rewrites it in place):
+    // touching the mapping past the new end raises SIGBUS, and no check before each access could
+    // close that window. So the shim's SIGBUS handler (shim/sigbus.cpp) calls rescue_fault(), which
+    // is async-signal-safe: when the address lies in this mapping, the mapping is replaced in place
+    // (mremap) by a private copy of what this process knew of the header and the device table
+    // (remember()), its own slot live in it, and true is returned; the faulting access then
+    // completes on the copy. From then on the quota is this process's alone (other processes'
+    // usage is no longer seen); take_recovery() tells the one caller that must put back into its
+    // slot the bytes this process charged before rescued_at_ns() (CLOCK_MONOTONIC), which were lost
+    // with the file (add_own_bytes(), from the shim's tracker).
+    bool rescue_fault(const void *addr);
+    bool take_recovery();
+    uint64_t rescued_at_ns() const { return rescued_at_ns_.load(); }
+    void add_own_bytes(int dev, uint64_t bytes);
+    // Refreshes the private copy that rescue_fault() restores. Not hot: at open and after each
+    // device lookup.
+    void remember();
+
 private:
     Ledger() = default;
     Header *header_ = nullptr;
@@ -151,6 +169,12 @@ private:
     std::atomic<int> slot_pid_{0};
     std::mutex join_mu_;
     bool read_only_ = false;
+    // rescue_fault(): the private copy (a mapping of the ledger's size, shared ledgers only) and
+    // its state: kIntact, kRemembering (remember() is writing the copy), kRescuing, kRescued,
+    // kRecovered (own bytes put back), kFailed.
+    Header *remembered_ = nullptr;
+    std::atomic<int> rescue_{0};
+    std::atomic<uint64_t> rescued_at_ns_{0};
     uint64_t sum(int dev) const;
 };
 

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <atomic>
+#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -7,18 +9,20 @@
 
 #include "ledger.h"
 #include "log.h"
+#include "race_once.h"
 
 namespace gg {
 namespace {
 
-const char *env(const char *name) {
+// An empty variable is an unset one (GPUGUARD_MEM_LIMIT excepted: see load_limit).
+const char *env(const EnvLookup &getenv, const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : nullptr;
 }
 
 // An integer variable within [lo, hi]; a bad value keeps the default and says so.
-int env_int(const char *name, int def, int lo, int hi) {
-    const char *v = env(name);
+int env_int(const EnvLookup &getenv, const char *name, int def, int lo, int hi) {
+    const char *v = env(getenv, name);
     if (!v) return def;
     char *end = nullptr;
     long n = strtol(v, &end, 10);
@@ -29,8 +33,8 @@ int env_int(const char *name, int def, int lo, int hi) {
     return (int)n;
 }
 
-bool env_bool(const char *name, bool def) {
-    const char *v = env(name);
+bool env_bool(const EnvLookup &getenv, const char *name, bool def) {
+    const char *v = env(getenv, name);
     if (!v) return def;
     if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on")) return true;
     if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off")) return false;
@@ -51,24 +55,24 @@ int signal_number(const char *v) {
 }
 
 // HAMi-core's per-device variables, CUDA_DEVICE_MEMORY_LIMIT_<i>, folded into one spec text.
-std::string hami_per_device_limits() {
+std::string hami_per_device_limits(const EnvLookup &getenv) {
     std::string spec;
     for (int i = 0; i < 64; i++) {
         std::string name = "CUDA_DEVICE_MEMORY_LIMIT_" + std::to_string(i);
-        if (const char *v = env(name.c_str())) spec += (spec.empty() ? "" : ",") + std::to_string(i) + "=" + v;
+        if (const char *v = env(getenv, name.c_str())) spec += (spec.empty() ? "" : ",") + std::to_string(i) + "=" + v;
     }
     return spec;
 }
 
-void load_limit(Config &c) {
+void load_limit(const EnvLookup &getenv, Config &c) {
     std::string text, source;
     if (const char *v = getenv("GPUGUARD_MEM_LIMIT")) {
         text = v;
         source = "GPUGUARD_MEM_LIMIT";
     } else {
         // HAMi-core's names, so that users can switch; GPUGUARD_MEM_LIMIT wins when both are set.
-        std::string all = env("CUDA_DEVICE_MEMORY_LIMIT") ? env("CUDA_DEVICE_MEMORY_LIMIT") : "";
-        std::string per = hami_per_device_limits();
+        std::string all = env(getenv, "CUDA_DEVICE_MEMORY_LIMIT") ? env(getenv, "CUDA_DEVICE_MEMORY_LIMIT") : "";
+        std::string per = hami_per_device_limits(getenv);
         text = all.empty() ? per : per.empty() ? all : all + "," + per;
         source = all.empty() && !per.empty() ? "CUDA_DEVICE_MEMORY_LIMIT_<i>" : "CUDA_DEVICE_MEMORY_LIMIT";
     }
@@ -90,9 +94,9 @@ void load_limit(Config &c) {
     c.limit_source = source;
 }
 
-void load_ledger(Config &c) {
-    const char *v = env("GPUGUARD_LEDGER");
-    if (!v) v = env("CUDA_DEVICE_MEMORY_SHARED_CACHE");  // HAMi-core's name
+void load_ledger(const EnvLookup &getenv, Config &c) {
+    const char *v = env(getenv, "GPUGUARD_LEDGER");
+    if (!v) v = env(getenv, "CUDA_DEVICE_MEMORY_SHARED_CACHE");  // HAMi-core's name
     if (!v) {
         c.ledger_path = ledger::default_path();
     } else if (!strcasecmp(v, "none") || !strcasecmp(v, "off") || !strcasecmp(v, "process")) {
@@ -100,10 +104,11 @@ void load_ledger(Config &c) {
     } else {
         c.ledger_path = v;
     }
-    if (const char *g = env("GPUGUARD_LEDGER_GROUP")) {
+    if (const char *g = env(getenv, "GPUGUARD_LEDGER_GROUP")) {
         char *end = nullptr;
         long gid = strtol(g, &end, 10);
-        if (*end == '\0' && gid >= 0) {
+        // Past INT_MAX the cast would wrap onto another group (4294967296 -> 0, root's): refused.
+        if (*end == '\0' && gid >= 0 && gid <= INT_MAX) {
             c.ledger_group = (int)gid;
         } else if (struct group *gr = getgrnam(g)) {
             c.ledger_group = (int)gr->gr_gid;
@@ -113,8 +118,8 @@ void load_ledger(Config &c) {
     }
 }
 
-void load_cudnn_cap(Config &c) {
-    const char *v = env("GPUGUARD_CUDNN_WORKSPACE_LIMIT");
+void load_cudnn_cap(const EnvLookup &getenv, Config &c) {
+    const char *v = env(getenv, "GPUGUARD_CUDNN_WORKSPACE_LIMIT");
     if (!v || !strcasecmp(v, "auto")) {
         c.cudnn_cap = Config::kCapAuto;
         return;
@@ -133,20 +138,20 @@ void load_cudnn_cap(Config &c) {
 
 }  // namespace
 
-Config load_config() {
+Config parse_config(const EnvLookup &getenv) {
     Config c;
     c.debug = debug_enabled();
-    load_limit(c);
-    load_ledger(c);
-    if (const char *v = env("GPUGUARD_REPORT_DIR")) c.report_dir = v;
-    c.max_reports = env_int("GPUGUARD_MAX_REPORTS", 8, 0, 100000);
-    c.top_n = env_int("GPUGUARD_TOP_N", 20, 0, 100000);
-    c.report_on_exit = env_bool("GPUGUARD_REPORT_ON_EXIT", false);
-    if (const char *v = env("GPUGUARD_REPORT_SIGNAL")) {
+    load_limit(getenv, c);
+    load_ledger(getenv, c);
+    if (const char *v = env(getenv, "GPUGUARD_REPORT_DIR")) c.report_dir = v;
+    c.max_reports = env_int(getenv, "GPUGUARD_MAX_REPORTS", 8, 0, 100000);
+    c.top_n = env_int(getenv, "GPUGUARD_TOP_N", 20, 0, 100000);
+    c.report_on_exit = env_bool(getenv, "GPUGUARD_REPORT_ON_EXIT", false);
+    if (const char *v = env(getenv, "GPUGUARD_REPORT_SIGNAL")) {
         c.report_signal = signal_number(v);
         if (!c.report_signal) log_error("GPUGUARD_REPORT_SIGNAL=%s is not a signal (try USR2); no handler installed", v);
     }
-    if (const char *v = env("GPUGUARD_WARN_AT")) {
+    if (const char *v = env(getenv, "GPUGUARD_WARN_AT")) {
         char *end = nullptr;
         double f = strtod(v, &end);
         if (*end == '%') f /= 100, end++;
@@ -155,22 +160,30 @@ Config load_config() {
         else
             c.warn_at = f;
     }
-    c.stack_depth = env_int("GPUGUARD_STACK_DEPTH", 48, 0, 128);
-    if (const char *v = env("GPUGUARD_STACK_MIN_BYTES")) {
+    c.stack_depth = env_int(getenv, "GPUGUARD_STACK_DEPTH", 48, 0, 128);
+    if (const char *v = env(getenv, "GPUGUARD_STACK_MIN_BYTES")) {
         std::string why;
         if (!parse_size(v, &c.stack_min_bytes, &why))
             log_error("GPUGUARD_STACK_MIN_BYTES=%s is not a size (%s); stacks are captured for every allocation", v,
                       why.c_str());
     }
-    c.python_stacks = env_bool("GPUGUARD_PYTHON_STACKS", true);
-    load_cudnn_cap(c);
-    if (const char *v = env("GPUGUARD_REAL_LIBCUDA")) c.real_libcuda = v;
+    c.python_stacks = env_bool(getenv, "GPUGUARD_PYTHON_STACKS", true);
+    load_cudnn_cap(getenv, c);
+    if (const char *v = env(getenv, "GPUGUARD_REAL_LIBCUDA")) c.real_libcuda = v;
     return c;
 }
 
+Config load_config() {
+    return parse_config([](const char *name) -> const char * { return ::getenv(name); });
+}
+
 const Config &config() {
-    static const Config c = load_config();
-    return c;
+    // Never destroyed: the report thread and hooks still read it while exit() runs the static
+    // destructors (a destroyed Config was read by a signal report during exit: found by the soak).
+    // Not a C++ static: a fork() in another thread while it is made would leave the child waiting on
+    // its guard forever (state.cpp builds again in such a child); see race_once.h.
+    static std::atomic<const Config *> c{nullptr};
+    return race_once(c, load_config);
 }
 
 }  // namespace gg

@@ -4,6 +4,7 @@
 // of a run going unlimited.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "size_spec.h"
@@ -42,7 +43,14 @@ struct Config {
     bool debug = false;
 };
 
-// Reads the environment. Errors are printed (one line each) as they are found.
+// Parses an environment given as a lookup (a name -> its value, or null when unset), so that the
+// fuzz target (tests/fuzz/fuzz_config.cpp) can feed it any environment without touching the real
+// one. Errors are printed (one line each) as they are found. GPUGUARD_DEBUG is the exception: it is
+// read once per process by log.cpp, whatever the lookup says.
+using EnvLookup = std::function<const char *(const char *name)>;
+Config parse_config(const EnvLookup &getenv);
+
+// parse_config of the process's environment.
 Config load_config();
 
 // The one configuration of this process, loaded on first use.

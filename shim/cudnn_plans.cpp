@@ -52,4 +52,11 @@ int64_t workspace(const void *plan) {
     return it == s.size.end() ? kUnknown : it->second;
 }
 
+void lock_for_fork() {
+    for (Shard &s : g_shards) s.mu.lock();
+}
+void unlock_after_fork() {
+    for (int i = kShards - 1; i >= 0; i--) g_shards[i].mu.unlock();
+}
+
 }  // namespace gg::cudnn::plans

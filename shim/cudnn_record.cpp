@@ -140,4 +140,7 @@ InUse::InUse(uint64_t bytes) : bytes_(bytes) {
 }
 InUse::~InUse() { g_in_use.fetch_sub(bytes_, std::memory_order_relaxed); }
 
+void lock_for_fork() { g_mu.lock(); }
+void unlock_after_fork() { g_mu.unlock(); }
+
 }  // namespace gg::cudnn

@@ -1,5 +1,6 @@
 #include "cudnn_resolve.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,12 +29,16 @@ bool is_dispatcher_name(const char *base) {
 }
 bool is_sublibrary_name(const char *base) { return strncmp(base, "libcudnn_", 9) == 0; }
 
+// Not a C++ static: dladdr takes the loader's lock, and cuDNN hooks run inside dlopen (race_once.h).
 const void *shim_base() {
-    static const void *base = [] {
+    static std::atomic<const void *> base{nullptr};
+    const void *b = base.load(std::memory_order_acquire);
+    if (!b) {
         Dl_info info{};
-        return dladdr(reinterpret_cast<void *>(&entry_of), &info) ? info.dli_fbase : nullptr;
-    }();
-    return base;
+        b = dladdr(reinterpret_cast<void *>(&entry_of), &info) ? info.dli_fbase : nullptr;
+        base.store(b, std::memory_order_release);
+    }
+    return b;
 }
 
 // The module `fn` lies in; false for the shim itself (or no module).

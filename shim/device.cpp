@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "ledger.h"
 #include "log.h"
@@ -37,10 +38,24 @@ void describe(int ordinal, DeviceInfo &d) {
         log_error("cannot read the UUID of device %d; it is keyed by ordinal in the ledger", ordinal);
         snprintf(d.uuid, sizeof d.uuid, "ordinal-%d", ordinal);
     }
-    if (r.cuDeviceGetName) r.cuDeviceGetName(d.name, sizeof d.name - 1, dev);
+    // Every failed query is said once, here (the result is cached): the device is still accounted.
+    CUresult rc = r.cuDeviceGetName ? r.cuDeviceGetName(d.name, sizeof d.name - 1, dev) : CUDA_ERROR_NOT_FOUND;
+    if (rc != CUDA_SUCCESS) {
+        d.name[0] = '\0';
+        log_error("cannot read the name of device %d (CUDA error %d); reports show it without one", ordinal, (int)rc);
+    }
     size_t total = 0;
-    if (r.cuDeviceTotalMem_v2 && r.cuDeviceTotalMem_v2(&total, dev) == CUDA_SUCCESS) d.physical_total = total;
+    rc = r.cuDeviceTotalMem_v2 ? r.cuDeviceTotalMem_v2(&total, dev) : CUDA_ERROR_NOT_FOUND;
     State &s = state();
+    if (rc == CUDA_SUCCESS) {
+        d.physical_total = total;
+    } else {
+        // A limit given as a share of the device cannot be computed: it resolves to 0, and every
+        // allocation on the device is refused (fail closed, as for a malformed limit).
+        bool share = !s.fail_closed && s.spec.for_device(ordinal, d.uuid).kind == Limit::kPercent;
+        log_error("cannot read the memory size of device %d (CUDA error %d)%s", ordinal, (int)rc,
+                  share ? "; its limit is a share of that size, so every allocation on it is refused" : "");
+    }
     d.limit = s.limit_for(ordinal, d.uuid, d.physical_total);
     d.ledger_index = s.ledger->device_index(reinterpret_cast<const uint8_t *>(uuid.bytes), d.limit, d.physical_total, d.name);
     if (d.ledger_index < 0) {
@@ -71,6 +86,11 @@ const DeviceInfo *device_info(int ordinal) {
         }
     }
     return &c.info;
+}
+
+void reset_device_lookups_after_fork() {
+    for (Cached &c : g_devices)
+        if (!c.ready.load(std::memory_order_relaxed)) new (&c.init) std::mutex();
 }
 
 }  // namespace gg

@@ -25,6 +25,11 @@ int current_ordinal();
 // The cached description of an ordinal (looked up on first use); null for an invalid ordinal.
 const DeviceInfo *device_info(int ordinal);
 
+// In the child of fork(): a lookup that another thread of the parent had under way is done again.
+// (Its lock is held across a driver call, so it is re-made in the child rather than taken before
+// fork: a driver that takes its own locks in a fork handler would otherwise deadlock against us.)
+void reset_device_lookups_after_fork();
+
 // Whether the device has a quota.
 inline bool has_limit(const DeviceInfo &d) { return d.limit != UINT64_MAX; }
 

@@ -37,21 +37,42 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
 void failed(const Request &r, int skip_frames) {
     // The stack of the request is taken before any lock: it is this thread's own.
     stacks::StackId stack = state().cfg->stack_depth > 0 ? stacks::capture(skip_frames) : 0;
-    uint64_t now = mono_ns();
-    std::lock_guard<std::mutex> lock(g_mu);
-    bool fresh = g_id == 0 || now - g_last_failure_ns > kEpisodeGapNs;
-    g_last_failure_ns = now;
-    if (!fresh) {
-        report::note_failed_call();
-        return;
+    int id;
+    uint64_t first_unix_ns;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        // The clock is read under the lock: a time taken before it could be older than the last
+        // failure another thread recorded meanwhile, and the unsigned gap would then look huge (each
+        // thread of a storm of failures started an episode of its own).
+        uint64_t now = mono_ns();
+        bool fresh = g_id == 0 || now - g_last_failure_ns > kEpisodeGapNs;
+        g_last_failure_ns = now;
+        if (!fresh) {
+            report::note_failed_call();
+            return;
+        }
+        id = ++g_id;
+        first_unix_ns = unix_ns();
+        report::begin_episode(id, first_unix_ns);
     }
-    g_id++;
+    // The report is written outside the lock. Writing it symbolizes stacks (dladdr takes the
+    // loader's lock) and asks the driver for free memory; a thread that fails an allocation while
+    // it holds the loader's lock (a library constructor inside dlopen) must never wait for us here,
+    // or the two threads would wait for each other forever.
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
-    report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, g_id, unix_ns(), thread_id()};
+    report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
     std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom, message,
                                      &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+}
+
+void lock_for_fork() { g_mu.lock(); }
+void unlock_after_fork() { g_mu.unlock(); }
+void reset_after_fork() {
+    // The child is a process of its own: its first failure starts its own episode and report.
+    g_id = 0;
+    g_last_failure_ns = 0;
 }
 
 void warn(int ordinal, uint64_t used, uint64_t limit) {

@@ -27,4 +27,9 @@ void failed(const Request &r, int skip_frames);
 // Usage crossed GPUGUARD_WARN_AT of the limit going up.
 void warn(int ordinal, uint64_t used, uint64_t limit);
 
+// fork(): the episode lock is taken across it (state.cpp); the child starts with no episode.
+void lock_for_fork();
+void unlock_after_fork();
+void reset_after_fork();
+
 }  // namespace gg::episode

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "pyframes_layout.h"
 #include "pyframes_linetable.h"
 #include "pyframes_str.h"
+#include "race_once.h"
 
 namespace gg::py {
 namespace {
@@ -101,9 +103,10 @@ Runtime detect() {
     return r;
 }
 
+// Not a C++ static: detect() takes the loader's lock (dlsym), see race_once.h.
 const Runtime &runtime() {
-    static const Runtime r = detect();
-    return r;
+    static std::atomic<const Runtime *> r{nullptr};
+    return race_once(r, detect);
 }
 
 // Per code object: its interned names, and the last instruction looked up with its line (a loop
@@ -255,7 +258,9 @@ bool is_eval_loop(uintptr_t ip) {
     };
     // dladdr1 reports the symbol's ELF size, so one range check answers for every ip. The compiler's
     // out-of-line ".cold" part of the function has no dynamic symbol and is not covered.
-    static const Range range = [] {
+    // Not a C++ static: dlsym and dladdr1 take the loader's lock (race_once.h).
+    static std::atomic<const Range *> cached{nullptr};
+    const Range &range = race_once(cached, [] {
         Range rg;
         void *fn = available() ? dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault") : nullptr;
         Dl_info info;
@@ -269,8 +274,11 @@ bool is_eval_loop(uintptr_t ip) {
             log_debug("python frames: no size for _PyEval_EvalFrameDefault; native and Python frames not merged");
         }
         return rg;
-    }();
+    });
     return ip >= range.lo && ip < range.hi;
 }
+
+void lock_for_fork() { g_lock.lock(); }
+void unlock_after_fork() { g_lock.unlock(); }
 
 }  // namespace gg::py

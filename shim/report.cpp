@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <mutex>
 #include <set>
 #include <unistd.h>
@@ -122,8 +123,19 @@ std::string hex(uint64_t v) {
 
 bool write_atomically(const std::string &dir, const std::string &name, const std::string &text, std::string *path) {
     *path = dir + "/" + name;
+    // O_EXCL | O_NOFOLLOW: never through a file or link someone planted at the temporary name (a
+    // report folder may be shared); such a name is skipped for another, with a random part.
     std::string tmp = dir + "/." + name + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    int fd = -1;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+        if (fd >= 0 || errno != EEXIST) break;
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = mono_ns() * 0x9E3779B97F4A7C15ull;
+        char suffix[24];
+        snprintf(suffix, sizeof suffix, ".%016llx", (unsigned long long)r);
+        tmp = dir + "/." + name + suffix + ".tmp";
+    }
     if (fd < 0) {
         log_error("cannot write a report in GPUGUARD_REPORT_DIR=%s: %s", dir.c_str(), strerror(errno));
         return false;
@@ -167,7 +179,23 @@ void add_section(SectionFn fn) {
     g_sections.push_back(fn);
 }
 
+void begin_episode(int id, uint64_t first_unix_ns) {
+    g_episode.store(id);
+    g_episode_calls.store(1);
+    g_episode_first_ns.store(first_unix_ns);
+}
+
 void note_failed_call() { g_episode_calls.fetch_add(1); }
+
+void lock_for_fork() { g_sections_mu.lock(); }
+void unlock_after_fork() { g_sections_mu.unlock(); }
+void reset_after_fork() {
+    g_automatic_written.store(0);
+    g_sequence.store(0);
+    g_episode.store(0);
+    g_episode_calls.store(0);
+    g_episode_first_ns.store(0);
+}
 
 json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
     State &s = state();
@@ -208,14 +236,15 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
                                {"thread", failure->thread},          {"driver_result", failure->result},
                                {"stack", stack_ref(failure->stack)}};
         if (failure->stack) used.insert(failure->stack);
-        g_episode.store(failure->episode);
-        g_episode_calls.store(1);
-        g_episode_first_ns.store(failure->first_unix_ns);
     } else {
         r["failed_request"] = nullptr;
     }
-    if (g_episode.load())
-        r["episode"] = {{"id", g_episode.load()}, {"failed_calls", g_episode_calls.load()}, {"first_unix_ns", g_episode_first_ns.load()}};
+    // A failure's report is about its own episode, even if a later one began while it was written.
+    int episode = failure ? failure->episode : g_episode.load();
+    if (episode)
+        r["episode"] = {{"id", episode},
+                        {"failed_calls", episode == g_episode.load() ? g_episode_calls.load() : 1},
+                        {"first_unix_ns", failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
     else
         r["episode"] = nullptr;
 
@@ -282,7 +311,9 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
     }
     std::string text;
     try {
-        text = build(reason, message, failure, ordinal).dump(1);
+        // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
+        // replaced, not fatal: the report is needed most when something is already wrong.
+        text = build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
     } catch (const std::exception &e) {
         log_error("cannot assemble a report: %s", e.what());
         return "";

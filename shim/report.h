@@ -30,8 +30,14 @@ struct Failure {
 // written or the cap on automatic reports was reached. `ordinal` is the device the report is about.
 std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal);
 
-// One more failed call in the current episode (counted in the next report).
+// A new episode starts (called under the episode lock, so that failures that join it while its
+// report is being written are counted in it); then one more failed call in the current episode.
+void begin_episode(int id, uint64_t first_unix_ns);
 void note_failed_call();
+// fork(): the child writes its own reports, counted from zero (GPUGUARD_MAX_REPORTS is per process).
+void reset_after_fork();
+void lock_for_fork();
+void unlock_after_fork();
 
 // A module that adds a section to every report (cuDNN's) registers it once.
 using SectionFn = void (*)(nlohmann::json &report);

@@ -1,5 +1,6 @@
 #include "resolve.h"
 
+#include <atomic>
 #include <cstring>
 #include <dlfcn.h>
 #include <link.h>
@@ -8,7 +9,14 @@
 #include "api.h"
 #include "config.h"
 #include "log.h"
+#include "race_once.h"
 
+
+// The sanitizer runtimes resolve the functions they intercept with dlsym while they initialise,
+// before ASan's shadow memory (or TSan's state) exists; preloaded after them, the shim answers those
+// calls, so the code on that path must not be instrumented or it faults on its first memory access
+// (any program under `LD_PRELOAD=libasan.so libgpuguard.so` died at start: found by the soak test).
+#define GG_DLSYM_PATH __attribute__((no_sanitize("address", "thread", "undefined")))
 
 namespace gg {
 
@@ -29,7 +37,7 @@ namespace {
 
 typedef void *(*DlsymFn)(void *, const char *);
 
-DlsymFn find_real_dlsym() {
+GG_DLSYM_PATH DlsymFn find_real_dlsym() {
     // glibc 2.34 moved dlsym into libc under a new version; older glibc has only GLIBC_2.2.5.
     // dlvsym is not interposed by us, so this finds glibc's dlsym and not our own.
     void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
@@ -101,16 +109,19 @@ const HookRow kOtherRows[] = {
 
 }  // namespace
 
-void *(*find_real_dlsym_fn())(void *, const char *) { return find_real_dlsym(); }
+GG_DLSYM_PATH void *(*find_real_dlsym_fn())(void *, const char *) { return find_real_dlsym(); }
 
+// Neither is a C++ static: both take the loader's lock while they are found (race_once.h).
 void *real_dlsym(void *handle, const char *symbol) {
-    static const DlsymFn fn = find_real_dlsym();
-    return fn ? fn(handle, symbol) : nullptr;
+    static std::atomic<DlsymFn> fn{nullptr};
+    DlsymFn f = fn.load(std::memory_order_acquire);
+    if (!f) fn.store(f = find_real_dlsym(), std::memory_order_release);
+    return f ? f(handle, symbol) : nullptr;
 }
 
 const RealDriver &real_driver() {
-    static const RealDriver d = load_driver();
-    return d;
+    static std::atomic<const RealDriver *> d{nullptr};
+    return race_once(d, load_driver);
 }
 
 void *find_in_loaded(const char *library_stem, const char *symbol) {
@@ -150,7 +161,7 @@ void *real_nvml_fn(const char *symbol) {
     return find_in_loaded("libnvidia-ml", symbol);
 }
 
-bool is_hooked_name(const char *symbol) {
+GG_DLSYM_PATH bool is_hooked_name(const char *symbol) {
     if (symbol[0] != 'c' && symbol[0] != 'n') return false;  // the common case, decided at once
     for (const HookRow &row : kOtherRows)
         if (row.symbol && !strcmp(row.symbol, symbol)) return true;
@@ -206,9 +217,11 @@ extern "C" {
 __attribute__((visibility("hidden"))) void *gg_glibc_dlsym = nullptr;
 }
 
-extern "C" __attribute__((visibility("hidden"))) void *gg_dlsym_answer(void *handle, const char *symbol) {
-    static void *const glibc = reinterpret_cast<void *>(gg::find_real_dlsym_fn());
-    __atomic_store_n(&gg_glibc_dlsym, glibc, __ATOMIC_RELAXED);
+extern "C" __attribute__((visibility("hidden"))) GG_DLSYM_PATH void *gg_dlsym_answer(void *handle, const char *symbol) {
+    // Found on the first call (not a C++ static, whose guard would be held across dlvsym and the
+    // loader's lock: race_once.h); every caller finds the same function.
+    if (!__atomic_load_n(&gg_glibc_dlsym, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&gg_glibc_dlsym, reinterpret_cast<void *>(gg::find_real_dlsym_fn()), __ATOMIC_RELEASE);
     if (!symbol || !gg::is_hooked_name(symbol)) return nullptr;
     // Only for the few names we hook do we look the symbol up ourselves, then put our hook in place
     // of the real function; anything else glibc answers.

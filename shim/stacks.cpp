@@ -99,9 +99,13 @@ nlohmann::json python_json(const uintptr_t *w) {
 void configure(int depth, bool python) {
     g_depth.store(depth < 0 ? 0 : depth > kMaxDepth ? kMaxDepth : depth, std::memory_order_relaxed);
     g_python.store(python, std::memory_order_relaxed);
-    // Load the unwinder now, from the shim's initialisation, rather than in the first capture,
-    // which might run in a signal handler or with the driver's locks held.
-    if (depth > 0) unwind::name();
+}
+
+void warm_up() {
+    // The unwinder and the Python runtime are found now, from the shim's initialisation, rather
+    // than in the first capture, which might run in a signal handler or with the driver's locks held.
+    if (g_depth.load(std::memory_order_relaxed) > 0) unwind::name();
+    if (g_python.load(std::memory_order_relaxed)) py::available();
 }
 
 // noinline: __builtin_return_address(0) must be the return address into our caller's frame, the one

@@ -14,6 +14,9 @@ using StackId = uint32_t;  // 0 means "no stack"
 // Set once from the configuration before the first capture. depth: native frames kept
 // (GPUGUARD_STACK_DEPTH); python: also record Python frames (GPUGUARD_PYTHON_STACKS).
 void configure(int depth, bool python);
+// Loads the unwinder and looks for Python once, after configure(), outside any lock or C++ static
+// guard: both take the loader's lock (race_once.h).
+void warm_up();
 
 // Captures the calling thread's stack, dropping `skip` innermost native frames (the shim's own),
 // interns it and returns its id. Never allocates device memory, never takes the GIL; safe to call

@@ -149,4 +149,7 @@ Native resolve(uintptr_t ip) {
     return n;
 }
 
+void lock_for_fork() { g_mu.lock(); }
+void unlock_after_fork() { g_mu.unlock(); }
+
 }  // namespace gg::stacks::symbols

@@ -123,4 +123,11 @@ bool get(uint32_t id, std::vector<uintptr_t> *words, uint32_t *tag) {
 
 size_t count() { return g_count.load(std::memory_order_relaxed); }
 
+void lock_for_fork() {
+    for (Shard &s : g_shards) s.mu.lock();
+}
+void unlock_after_fork() {
+    for (int i = int(kShards) - 1; i >= 0; i--) g_shards[i].mu.unlock();
+}
+
 }  // namespace gg::stacks::table

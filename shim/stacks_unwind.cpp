@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "log.h"
@@ -77,8 +76,9 @@ BacktraceFn load_libunwind() {
 
 using UnwindBacktraceFn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void *);
 using UnwindGetIpFn = _Unwind_Ptr (*)(_Unwind_Context *);
-UnwindBacktraceFn g_gcc_backtrace;
-UnwindGetIpFn g_gcc_get_ip;
+// Atomics: two threads may load the unwinder at once (see active()) and store the same pointers.
+std::atomic<UnwindBacktraceFn> g_gcc_backtrace{nullptr};
+std::atomic<UnwindGetIpFn> g_gcc_get_ip{nullptr};
 
 struct GccWalk {
     void **ips;
@@ -88,7 +88,7 @@ struct GccWalk {
 _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
     auto *w = static_cast<GccWalk *>(arg);
     if (w->n >= w->max) return _URC_END_OF_STACK;
-    uintptr_t ip = g_gcc_get_ip(ctx);
+    uintptr_t ip = g_gcc_get_ip.load(std::memory_order_relaxed)(ctx);
     if (ip == 0) return _URC_END_OF_STACK;
     w->ips[w->n++] = reinterpret_cast<void *>(ip);
     return _URC_NO_REASON;
@@ -96,7 +96,7 @@ _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
 
 int gcc_backtrace(void **ips, int max) {
     GccWalk w{ips, 0, max};
-    g_gcc_backtrace(gcc_step, &w);
+    g_gcc_backtrace.load(std::memory_order_relaxed)(gcc_step, &w);
     // The first frame is gcc_backtrace itself (the caller of _Unwind_Backtrace); stacks.cpp trims
     // everything up to its own caller by return address, so it is left in.
     return w.n;
@@ -110,7 +110,7 @@ BacktraceFn load_libgcc() {
         g_gcc_backtrace = reinterpret_cast<UnwindBacktraceFn>(dlsym(h, "_Unwind_Backtrace"));
         g_gcc_get_ip = reinterpret_cast<UnwindGetIpFn>(dlsym(h, "_Unwind_GetIP"));
     }
-    if (!g_gcc_backtrace || !g_gcc_get_ip) {
+    if (!g_gcc_backtrace.load() || !g_gcc_get_ip.load()) {
         log_debug("stacks: libgcc's _Unwind_Backtrace not available");
         return nullptr;
     }
@@ -133,22 +133,31 @@ constexpr bool kPreferLibgcc = false;
 constexpr bool kPreferLibgcc = false;
 #endif
 
+// No lock is held while an unwinder loads: loading takes the loader's lock (dlopen), and a capture
+// can run on a thread that holds it (an allocation in a library constructor, inside dlopen), which
+// must never wait for a thread that waits for the loader. So racing first callers may each load
+// (dlopen of a loaded library only returns it again) and the first result published is kept.
 const Backend kNone{"none", nullptr};
-std::mutex g_load_mutex;  // serialises loading; never taken on the capture path once loaded
-Backend g_libunwind{"libunwind", nullptr}, g_libgcc{"libgcc", nullptr};
-bool g_tried_libunwind, g_tried_libgcc;
+std::atomic<const Backend *> g_libunwind{nullptr}, g_libgcc{nullptr};
+std::atomic<bool> g_tried_libunwind{false}, g_tried_libgcc{false};  // a failed load is not repeated
 std::atomic<const Backend *> g_active{nullptr};
 
-// Under g_load_mutex. Each unwinder is tried at most once per process.
+const Backend *load_once(std::atomic<const Backend *> &slot, std::atomic<bool> &tried, const char *name,
+                         BacktraceFn (*loader)()) {
+    if (const Backend *b = slot.load(std::memory_order_acquire)) return b;
+    if (tried.load(std::memory_order_acquire)) return nullptr;
+    BacktraceFn fn = loader();
+    tried.store(true, std::memory_order_release);
+    if (!fn) return nullptr;
+    const Backend *mine = new Backend{name, fn}, *first = nullptr;
+    if (slot.compare_exchange_strong(first, mine, std::memory_order_acq_rel)) return mine;
+    delete mine;
+    return first;
+}
+
 const Backend *load(const char *which) {
-    if (strcmp(which, "libunwind") == 0) {
-        if (!g_tried_libunwind) g_libunwind.fn = load_libunwind(), g_tried_libunwind = true;
-        return g_libunwind.fn ? &g_libunwind : nullptr;
-    }
-    if (strcmp(which, "libgcc") == 0) {
-        if (!g_tried_libgcc) g_libgcc.fn = load_libgcc(), g_tried_libgcc = true;
-        return g_libgcc.fn ? &g_libgcc : nullptr;
-    }
+    if (strcmp(which, "libunwind") == 0) return load_once(g_libunwind, g_tried_libunwind, "libunwind", load_libunwind);
+    if (strcmp(which, "libgcc") == 0) return load_once(g_libgcc, g_tried_libgcc, "libgcc", load_libgcc);
     if (strcmp(which, "none") == 0) return &kNone;
     return nullptr;
 }
@@ -156,22 +165,20 @@ const Backend *load(const char *which) {
 const Backend *active() {
     const Backend *b = g_active.load(std::memory_order_acquire);
     if (b) return b;
-    std::lock_guard<std::mutex> lock(g_load_mutex);
-    if ((b = g_active.load(std::memory_order_relaxed))) return b;
     const char *want = getenv("GPUGUARD_UNWINDER");
-    if (want && *want && strcmp(want, "libunwind") != 0 && strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0) {
-        log_error("GPUGUARD_UNWINDER=%s not understood (libunwind, libgcc or none); using the default order", want);
-        want = nullptr;
-    }
+    bool unknown = want && *want && strcmp(want, "libunwind") != 0 && strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0;
+    if (unknown) want = nullptr;
     if ((!want || !*want) && kPreferLibgcc) want = "libgcc";
     if (want && *want) b = load(want);
     if (!b) b = load("libunwind");
     if (!b) b = load("libgcc");
-    if (!b) {
+    if (!b) b = &kNone;
+    const Backend *first = nullptr;
+    if (!g_active.compare_exchange_strong(first, b, std::memory_order_acq_rel)) return first;
+    // Said once, by the caller whose choice stands.
+    if (unknown) log_error("GPUGUARD_UNWINDER=%s not understood (libunwind, libgcc or none); using the default order", getenv("GPUGUARD_UNWINDER"));
+    if (b == &kNone && !(want && strcmp(want, "none") == 0))
         log_error("no unwinder found (libunwind.so.8, libgcc): reports will have no native stacks");
-        b = &kNone;
-    }
-    g_active.store(b, std::memory_order_release);
     return b;
 }
 
@@ -186,7 +193,6 @@ const char *name() { return active()->name; }
 
 bool select(const char *which) {
     active();  // so that a later first call does not overwrite this choice
-    std::lock_guard<std::mutex> lock(g_load_mutex);
     const Backend *b = load(which);
     if (b) g_active.store(b, std::memory_order_release);
     return b != nullptr;

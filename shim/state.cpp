@@ -1,13 +1,23 @@
 #include "state.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <ctime>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cudnn_plans.h"
+#include "cudnn_record.h"
+#include "device.h"
+#include "episode.h"
 #include "log.h"
+#include "pyframes.h"
+#include "report.h"
+#include "sigbus.h"
 #include "stacks.h"
+#include "stacks_symbols.h"
+#include "stacks_table.h"
 #include "tracker.h"
 #include "triggers.h"
 
@@ -16,16 +26,67 @@ namespace {
 
 thread_local int t_tid = 0;
 
-void before_fork() { tracker().lock_for_fork(); }
-void after_fork_in_parent() { tracker().unlock_after_fork(); }
+std::atomic<State *> g_state{nullptr};
+// The pid of the process one of whose threads is building the state (0: nobody). A fork() in another
+// thread while build() runs leaves the child a builder that does not exist there: the child then
+// builds its own state (a C++ static would leave it waiting forever on a guard nobody releases).
+std::atomic<int> g_builder{0};
+// Whether this fork's prepare handler took the locks (forks are serialised by glibc's atfork lock).
+bool g_fork_locked = false;
+
+// fork() copies only the calling thread: a lock another thread holds at that moment would stay held
+// forever in the child, whose next allocation (or report, or exit) would then hang. Every lock of the
+// shim that guards data is taken here before fork and released on both sides, in one order. Each is
+// held only for a few operations on its own data and never while waiting for another of these or for
+// the driver, so taking them in this order cannot deadlock. Locks held across a driver call (device
+// lookup) or that the child must not reuse (the ledger's join) are re-made in the child instead.
+void before_fork() {
+    g_fork_locked = g_state.load(std::memory_order_acquire) != nullptr;
+    if (!g_fork_locked) return;  // nothing of ours is in use yet
+    episode::lock_for_fork();
+    report::lock_for_fork();
+    cudnn::lock_for_fork();
+    cudnn::plans::lock_for_fork();
+    py::lock_for_fork();
+    stacks::table::lock_for_fork();
+    stacks::symbols::lock_for_fork();
+    tracker().lock_for_fork();
+}
+
+void unlock_all_after_fork() {
+    tracker().unlock_after_fork();
+    stacks::symbols::unlock_after_fork();
+    stacks::table::unlock_after_fork();
+    py::unlock_after_fork();
+    cudnn::plans::unlock_after_fork();
+    cudnn::unlock_after_fork();
+    report::unlock_after_fork();
+    episode::unlock_after_fork();
+}
+
+void after_fork_in_parent() {
+    if (g_fork_locked) unlock_all_after_fork();
+}
 
 void after_fork_in_child() {
-    tracker().unlock_after_fork();
+    if (!g_fork_locked) return;
+    unlock_all_after_fork();
     tracker().clear_after_fork();
+    episode::reset_after_fork();
+    report::reset_after_fork();
+    reset_device_lookups_after_fork();
     t_tid = 0;  // the forking thread has a new id in the child
     // The child has its own address space but the parent's ledger slot pointer: it must claim a slot
     // of its own before it charges anything (join() checks the pid).
-    if (state().ledger) state().ledger->on_fork_child();
+    if (State *s = g_state.load(std::memory_order_relaxed); s && s->ledger) s->ledger->on_fork_child();
+}
+
+// Registered when the library is loaded, before any thread could be inside the shim: registered by
+// the first hooked call instead, they could miss a fork() that another thread makes meanwhile. They
+// do nothing until the state exists. (The only thing the shim does at load: it cannot fail in any
+// way a program would notice.)
+__attribute__((constructor)) void register_fork_handlers() {
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
 State *build() {
@@ -55,11 +116,12 @@ State *build() {
         s->fail_closed = true;
     }
     stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks);
+    if (s->ledger) sigbus::install(s->ledger, s->ledger->path().c_str());
     tracker();  // created before fork handlers can run
-    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-    // Registered before the report triggers, so that at exit the report (LIFO) still sees this
-    // process's share before it leaves the ledger.
-    atexit([] { state().ledger->leave(); });
+    // No leave() at exit: the driver frees a process's memory only when the process is torn down,
+    // after atexit handlers; releasing the bytes earlier let siblings be admitted past the limit
+    // (seen in the soak test). The others reclaim a dead process's slot instead: at once on a
+    // refusal or a memory query, and within 500 ms on the allocation path.
     triggers::install(*s->cfg);
     return s;
 }
@@ -71,8 +133,53 @@ uint64_t State::limit_for(int ordinal, const char *uuid, uint64_t physical_total
     return spec.for_device(ordinal, uuid).resolve(physical_total);
 }
 
+namespace {
+
+// Every first caller waits here for one builder; none waits on the loader's lock meanwhile, and build()
+// never needs it, so a caller that holds it (inside dlopen) waits only for build() itself.
+State *build_once() {
+    int me = getpid();
+    for (;;) {
+        if (State *s = g_state.load(std::memory_order_acquire)) return s;
+        int builder = g_builder.load(std::memory_order_acquire);
+        if (builder == me) {  // another thread of this process is building: it takes milliseconds
+            usleep(100);
+            continue;
+        }
+        // Nobody, or a thread of the parent we were forked from in the middle of build().
+        if (!g_builder.compare_exchange_strong(builder, me, std::memory_order_acq_rel)) continue;
+        State *s = build();
+        g_state.store(s, std::memory_order_release);
+        return s;
+    }
+}
+
+// After the ledger's file was truncated and the SIGBUS handler gave this process a private copy of
+// it (sigbus.h): the bytes this process had charged before, lost with the file, are charged again
+// from the tracker. Every hook comes here before it touches the ledger, so no free of such an
+// allocation can reach the copy first; only a hook in flight on another thread at the very moment
+// of the rescue can be missed (the counters are clamped, never negative).
+void recharge_after_rescue(State &s) {
+    uint64_t before = s.ledger->rescued_at_ns();
+    Tracker::Snapshot snap = tracker().snapshot(SIZE_MAX);
+    uint64_t bytes[ledger::kMaxDevices] = {};
+    for (const auto &[key, a] : snap.top)
+        if (a.ledger_dev >= 0 && a.ledger_dev < ledger::kMaxDevices && a.t_ns < before) bytes[a.ledger_dev] += a.bytes;
+    for (int d = 0; d < ledger::kMaxDevices; d++) s.ledger->add_own_bytes(d, bytes[d]);
+}
+
+}  // namespace
+
 State &state() {
-    static State *s = build();
+    State *s = g_state.load(std::memory_order_acquire);
+    if (__builtin_expect(s == nullptr, 0)) s = build_once();
+    if (__builtin_expect(s->ledger && s->ledger->take_recovery(), 0)) recharge_after_rescue(*s);
+    // Not inside build(): other threads wait while build() runs, and warming up takes the loader's
+    // lock; a thread inside dlopen (a library constructor that allocates) waiting for build() would
+    // wait forever for us (race_once.h). A capture racing the warm-up loads what it needs itself,
+    // also without a lock.
+    static std::atomic<bool> warmed{false};
+    if (!warmed.load(std::memory_order_relaxed) && !warmed.exchange(true)) stacks::warm_up();
     return *s;
 }
 

@@ -18,8 +18,15 @@ void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
 }  // namespace
 
 Tracker &tracker() {
-    static Tracker *t = new Tracker();  // never destroyed: frees can arrive during exit
-    return *t;
+    // Never destroyed: frees can arrive during exit. Not a C++ static: a fork() in another thread
+    // while it is made would leave the child waiting on its guard forever (see state.cpp).
+    static std::atomic<Tracker *> t{nullptr};
+    Tracker *p = t.load(std::memory_order_acquire);
+    if (p) return *p;
+    Tracker *mine = new Tracker();
+    if (t.compare_exchange_strong(p, mine, std::memory_order_acq_rel)) return *mine;
+    delete mine;
+    return *p;
 }
 
 void Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {

@@ -4,6 +4,7 @@
 #include "report_render.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 namespace gg::report {
@@ -43,8 +44,12 @@ json side_json(const Report &r) {
     return j;
 }
 
+// Saturated: sizes read from a report may be anything up to 2^64 - 1, and negating a difference of
+// 2^63 overflowed (found by fuzz_report).
 int64_t signed_delta(uint64_t before, uint64_t after) {
-    return after >= before ? static_cast<int64_t>(after - before) : -static_cast<int64_t>(before - after);
+    uint64_t d = after >= before ? after - before : before - after;
+    int64_t m = d > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(d);
+    return after >= before ? m : -m;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -19,6 +20,17 @@ namespace gg::report {
 namespace {
 
 // ---- lenient field access: a missing or mistyped field is unknown, never an error ----
+
+// A JSON number with a fraction or an exponent ("1e300") converted to an integer type, or unknown
+// when it does not fit: the cast alone is undefined behaviour out of range (found by fuzz_report).
+std::optional<int64_t> double_to_i64(double d) {
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return std::nullopt;
+    return static_cast<int64_t>(d);
+}
+Bytes double_to_u64(double d) {
+    if (!(d >= 0 && d < 18446744073709551616.0)) return std::nullopt;
+    return static_cast<uint64_t>(d);
+}
 
 const json *field(const json &obj, const char *key) {
     if (!obj.is_object()) return nullptr;
@@ -41,7 +53,7 @@ std::optional<int64_t> i64(const json &obj, const char *key) {
         return static_cast<int64_t>(u);
     }
     if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float()) return static_cast<int64_t>(v->get<double>());
+    if (v->is_number_float()) return double_to_i64(v->get<double>());
     return std::nullopt;
 }
 
@@ -54,16 +66,23 @@ Bytes u64(const json &obj, const char *key) {
         int64_t s = v->get<int64_t>();
         return s < 0 ? Bytes() : Bytes(static_cast<uint64_t>(s));
     }
-    if (v->is_number_float()) {
-        double d = v->get<double>();
-        return d < 0 ? Bytes() : Bytes(static_cast<uint64_t>(d));
-    }
+    if (v->is_number_float()) return double_to_u64(v->get<double>());
     return std::nullopt;
+}
+
+// Times (Unix ns, offsets and ages in ns) are kept within [0, 2^62), about the year 2116, or unknown:
+// renderers subtract and add them, and two such values can neither overflow a sum nor a difference
+// (a report with time_unix_ns -2^63 overflowed the text summary's sparkline: found by fuzz_report).
+constexpr int64_t kMaxTimeNs = int64_t(1) << 62;
+std::optional<int64_t> time_ns(const json &obj, const char *key) {
+    auto v = i64(obj, key);
+    if (!v || *v < 0 || *v >= kMaxTimeNs) return std::nullopt;
+    return v;
 }
 
 std::optional<int> i32(const json &obj, const char *key) {
     auto v = i64(obj, key);
-    if (!v) return std::nullopt;
+    if (!v || *v < INT32_MIN || *v > INT32_MAX) return std::nullopt;  // never device 0 for 2^32
     return static_cast<int>(*v);
 }
 
@@ -122,13 +141,13 @@ void read_body(const json &d, Report &r) {
     r.reason = str(d, "reason");
     r.message = str(d, "message");
     r.gpuguard_version = str(d, "gpuguard_version");
-    r.time_unix_ns = i64(d, "time_unix_ns");
+    r.time_unix_ns = time_ns(d, "time_unix_ns");
 
     const json &p = obj(d, "process");
     r.pid = i64(p, "pid");
     r.ppid = i64(p, "ppid");
     r.uid = i64(p, "uid");
-    r.start_unix_ns = i64(p, "start_unix_ns");
+    r.start_unix_ns = time_ns(p, "start_unix_ns");
     for (const json &a : arr(p, "command"))
         if (a.is_string()) r.command.push_back(a.get<std::string>());
     r.exe = str(p, "exe");
@@ -192,7 +211,7 @@ void read_body(const json &d, Report &r) {
         al.tag = str(a, "tag");
         al.bytes = u64(a, "bytes").value_or(0);
         al.device = i32(a, "device");
-        al.age_ns = i64(a, "age_ns");
+        al.age_ns = time_ns(a, "age_ns");
         al.thread = i64(a, "thread");
         r.top_allocations.push_back(al);
     }
@@ -203,15 +222,17 @@ void read_body(const json &d, Report &r) {
 
     const json &pk = obj(d, "peak");
     r.peak_bytes = u64(pk, "bytes");
-    r.peak_time_unix_ns = i64(pk, "time_unix_ns");
+    r.peak_time_unix_ns = time_ns(pk, "time_unix_ns");
     r.peak_by_stack = read_stack_bytes(arr(pk, "by_stack"));
 
     const json &tl = obj(d, "timeline");
-    r.timeline_t0_unix_ns = i64(tl, "t0_unix_ns");
+    r.timeline_t0_unix_ns = time_ns(tl, "t0_unix_ns");
     for (const json &pt : arr(tl, "points")) {
         if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number()) continue;
-        double t = pt[0].get<double>(), b = pt[1].get<double>();
-        r.timeline.emplace_back(static_cast<int64_t>(t), b < 0 ? 0 : static_cast<uint64_t>(b));
+        auto t = double_to_i64(pt[0].get<double>());
+        double b = pt[1].get<double>();
+        if (!t || *t < 0 || *t >= kMaxTimeNs) continue;
+        r.timeline.emplace_back(*t, b < 0 ? 0 : double_to_u64(b).value_or(UINT64_MAX));
     }
     std::stable_sort(r.timeline.begin(), r.timeline.end(),
                      [](const auto &a, const auto &b) { return a.first < b.first; });
@@ -294,8 +315,16 @@ bool load(const std::string &path, Report &out, LoadError &err) {
         }
         ss << in.rdbuf();
     }
-    const std::string &name = out.name;
-    std::string text = ss.str();
+    std::string name = out.name;  // a copy: parse starts by clearing `out`
+    bool ok = parse(ss.str(), name, out, err);
+    out.path = path;
+    return ok;
+}
+
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err) {
+    out = Report();
+    out.path = name;
+    out.name = name;
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
         err.message = name + ": empty file, not a gpuguard report";
         return false;
@@ -398,7 +427,7 @@ std::string human_delta(int64_t delta) {
 std::string human_duration_ns(int64_t ns) {
     char buf[48];
     double s = static_cast<double>(ns) / 1e9;
-    if (ns < 0) return "-" + human_duration_ns(-ns);
+    if (ns < 0) return "-" + human_duration_ns(ns == INT64_MIN ? INT64_MAX : -ns);  // -INT64_MIN overflows
     if (ns < 1000000) snprintf(buf, sizeof buf, "%.0f us", static_cast<double>(ns) / 1e3);
     else if (ns < 1000000000) snprintf(buf, sizeof buf, "%.0f ms", static_cast<double>(ns) / 1e6);
     else if (s < 120) snprintf(buf, sizeof buf, "%.1f s", s);
@@ -418,7 +447,9 @@ std::string human_time_unix_ns(int64_t ns) {
 
 int percent(uint64_t part, uint64_t whole) {
     if (whole == 0) return 0;
-    return static_cast<int>((static_cast<long double>(part) * 100.0L) / whole + 0.5L);
+    // Saturated: a forged or odd report (18 EiB used of a 1-byte limit) must not overflow the cast.
+    long double p = (static_cast<long double>(part) * 100.0L) / whole + 0.5L;
+    return p >= static_cast<long double>(INT_MAX) ? INT_MAX : static_cast<int>(p);
 }
 
 std::string base_name(const std::string &path) {

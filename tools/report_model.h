@@ -3,7 +3,9 @@
 //
 // Loading is strict about what the file is (valid JSON, schema name, version) and lenient about what
 // it holds: a missing or mistyped field is "unknown" (an empty optional), never an error, so that a
-// report from a newer shim or a cut-down test fixture still renders.
+// report from a newer shim or a cut-down test fixture still renders. A number outside what its field
+// can mean is unknown too: sizes in [0, 2^64), times (Unix ns, offsets, ages) in [0, 2^62) so that
+// renderers may add or subtract two of them, device ordinals within int.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -149,6 +151,8 @@ struct LoadError {
 // Reads and validates a report. Returns false and fills `err` on a missing, unreadable, non-JSON,
 // truncated or foreign file, or a version this build does not read. Never throws.
 bool load(const std::string &path, Report &out, LoadError &err);
+// The same from the file's contents; `name` is what messages call it. The fuzz target's entry.
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err);
 
 // ---- shared vocabulary -----------------------------------------------------------------------
 

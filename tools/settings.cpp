@@ -80,7 +80,7 @@ std::string check_limit_spec(const std::string &v) {
 std::string check_group(const std::string &v) {
     char *end = nullptr;
     long gid = strtol(v.c_str(), &end, 10);
-    if (!v.empty() && *end == '\0' && gid >= 0) return "";
+    if (!v.empty() && *end == '\0' && gid >= 0 && gid <= INT_MAX) return "";
     return getgrnam(v.c_str()) ? "" : "not a group on this system (the ledger stays mode 0600)";
 }
 
@@ -167,7 +167,7 @@ bool ledger_group_from_env(int *gid, std::string *why) {
     if (!g) return true;
     char *end = nullptr;
     long n = strtol(g, &end, 10);
-    if (*end == '\0' && n >= 0) {
+    if (*end == '\0' && n >= 0 && n <= INT_MAX) {  // as the shim: never wrapped onto another group
         *gid = (int)n;
         return true;
     }

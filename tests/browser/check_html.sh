@@ -11,6 +11,9 @@
 # Leaves dom.html, page.png, timeline.png and flame.png in OUTDIR (look at them). Exit status: 0 all
 # good, 1 a check failed, 77 no Chromium here (the caller decides whether a skip is acceptable).
 set -u
+# A sanitized test run preloads its runtime into every process (tests/sanitize_env.sh); the browser and
+# node are not ours and must not start under it.
+unset LD_PRELOAD
 html=$1 out=$2 mode=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"

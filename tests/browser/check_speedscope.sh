@@ -8,6 +8,9 @@
 # SPEEDSCOPE_PACKAGE_DIR is an unpacked `npm pack speedscope` (it holds dist/release/index.html).
 # Exit status: 0 all imported, 1 one did not, 77 Chromium, Node 20+ or the package is missing.
 set -u
+# A sanitized test run preloads its runtime into every process (tests/sanitize_env.sh); the browser and
+# node are not ours and must not start under it.
+unset LD_PRELOAD
 pkg=$1 out=$2; shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 [[ -f $pkg/dist/release/index.html ]] || { echo "SKIP: no speedscope package at '$pkg'"; exit 77; }

@@ -10,6 +10,13 @@
 // Environment (see also fake_device.h for the machine itself):
 //   FAKE_CUDA_TRUTH=FILE       shared per-device counters of bytes handed out (fake_truth.h)
 //   FAKE_CUDA_FAIL_EVERY=N     every Nth allocation call fails with CUDA_ERROR_OUT_OF_MEMORY
+//   FAKE_CUDA_FAIL_FREE_EVERY=N every Nth freeing call (cuMemFree*, cuMemRelease, cuArrayDestroy, ...)
+//                              fails with CUDA_ERROR_UNKNOWN and frees nothing: the memory stays
+//                              allocated, so a program that tries again later frees it then
+//   FAKE_CUDA_FAIL_GPA=a,b     cuGetProcAddress of these base names ("*": every name) fails with
+//                              CUDA_ERROR_NOT_FOUND and a NULL pointer, as for a symbol the driver lacks
+//   FAKE_CUDA_FAIL_QUERY=q,..  these device queries fail with CUDA_ERROR_UNKNOWN: uuid
+//                              (cuDeviceGetUuid*), name (cuDeviceGetName), total (cuDeviceTotalMem)
 //   FAKE_CUDA_TRACE=1          one stderr line per memory call and per cuGetProcAddress lookup
 //   FAKE_CUDA_BENCH=1          benchmarks only (tests/bench): the cuMemAlloc family hands out addresses
 //                              from one reserved, inaccessible region instead of an mmap per call, and
@@ -21,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <pthread.h>
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -168,6 +176,7 @@ struct Alloc {  // one allocation of the cuMemAlloc family
   size_t mapped;
   uint64_t bytes;
   int phys;
+  pid_t pid;  // the process that made it: a forked child inherits the table, not the memory
 };
 struct Handle {  // one cuMemCreate: the memory lives as long as the handle or any mapping of it
   int fd;
@@ -193,6 +202,10 @@ struct Driver {
   fake::Truth* truth = nullptr;
   uint64_t fail_every = 0;
   std::atomic<uint64_t> alloc_calls{0};
+  uint64_t fail_free_every = 0;
+  std::atomic<uint64_t> free_calls{0};
+  std::string fail_gpa;    // ",name,name," (or ",*,"), "" for none
+  std::string fail_query;  // ",uuid,name,total," subset, "" for none
   bool trace = false;
   // FAKE_CUDA_BENCH: a PROT_NONE reservation [bench_begin, bench_end) and its bump pointer; 0 when off.
   std::atomic<uintptr_t> bench_next{0};
@@ -213,6 +226,9 @@ Driver& drv() {
   static Driver* d = [] {
     Driver* p = new Driver;
     p->owner = getpid();
+    // A fork while another thread holds the tables' lock would leave it held in the child, whose
+    // next call (or its exit) would hang: the lock is taken across fork, as a real driver must.
+    pthread_atfork([] { drv().mu.lock(); }, [] { drv().mu.unlock(); }, [] { drv().mu.unlock(); });
     int n = fake::physical_count();
     for (int i = 0; i < n; i++) p->capacity[i] = fake::physical_capacity(i);
     // CUDA_VISIBLE_DEVICES: a comma list of physical indices; like the real driver, the list ends at
@@ -245,6 +261,13 @@ Driver& drv() {
       else std::fprintf(stderr, "fake_cuda: cannot map FAKE_CUDA_TRUTH=%s\n", tf);
     }
     p->fail_every = fake::env_u64("FAKE_CUDA_FAIL_EVERY", 0);
+    p->fail_free_every = fake::env_u64("FAKE_CUDA_FAIL_FREE_EVERY", 0);
+    // Kept with a comma at each end, so that a name is found by searching ",name,".
+    for (auto [var, out] : {std::pair<const char*, std::string*>{"FAKE_CUDA_FAIL_GPA", &p->fail_gpa},
+                            {"FAKE_CUDA_FAIL_QUERY", &p->fail_query}}) {
+      const char* v = std::getenv(var);
+      if (v && *v) *out = std::string(",") + v + ",";
+    }
     const char* tr = std::getenv("FAKE_CUDA_TRACE");
     p->trace = tr && *tr && std::strcmp(tr, "0") != 0;
     if (fake::env_u64("FAKE_CUDA_BENCH", 0) == 1) {
@@ -324,6 +347,18 @@ void uncharge(int phys, uint64_t bytes) {
   if (phys >= 0) fake::truth_give(drv().truth, phys, bytes);
 }
 
+// FAKE_CUDA_FAIL_FREE_EVERY: whether this freeing call is one that fails (before it changes anything).
+bool free_fails() {
+  Driver& d = drv();
+  return d.fail_free_every && ++d.free_calls % d.fail_free_every == 0;
+}
+
+// Whether `item` is in a FAKE_CUDA_FAIL_* list (",a,b," form; "*" matches everything).
+bool listed(const std::string& list, const char* item) {
+  return !list.empty() && item &&
+         (list.find(",*,") != std::string::npos || list.find("," + std::string(item) + ",") != std::string::npos);
+}
+
 size_t page_round(size_t n) {
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (n + page - 1) / page * page;
@@ -350,7 +385,7 @@ CUresult device_alloc(const char* fn, CUdeviceptr* dptr, uint64_t bytes, uint64_
       r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
       std::lock_guard<std::mutex> lock(drv().mu);
-      drv().allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{len, charged, ctx->phys};
+      drv().allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{len, charged, ctx->phys, getpid()};
       *dptr = reinterpret_cast<CUdeviceptr>(p);
     }
   }
@@ -360,6 +395,7 @@ CUresult device_alloc(const char* fn, CUdeviceptr* dptr, uint64_t bytes, uint64_
 
 CUresult device_free(const char* fn, CUdeviceptr ptr) {
   CUresult r = need_init();
+  if (!r && ptr && free_fails()) r = CUDA_ERROR_UNKNOWN;
   if (!r && ptr) {
     Alloc a{};
     {
@@ -440,13 +476,15 @@ void handle_maybe_destroy(CUmemGenericAllocationHandle h) {
 
 // The real driver gives back a process's memory when it exits. So does the fake, for what the truth
 // file counts; afterwards every call returns CUDA_ERROR_DEINITIALIZED, like a driver shutting down.
-// A forked child inherits the tables but not the memory, so only the process that made them gives back.
+// A forked child inherits the tables but not the memory: it gives back the allocations it made itself
+// (the cuMemAlloc family, which the fork tests use), and only the first process the rest.
 __attribute__((destructor)) void teardown() {
   Driver& d = drv();
   std::lock_guard<std::mutex> lock(d.mu);
   d.torn_down = true;
+  for (auto& a : d.allocs)
+    if (a.second.pid == getpid()) uncharge(a.second.phys, a.second.bytes);
   if (getpid() != d.owner) return;
-  for (auto& a : d.allocs) uncharge(a.second.phys, a.second.bytes);
   for (auto& h : d.handles) uncharge(h.second.phys, h.second.size);
   for (auto& a : d.arrays) uncharge(a.second, a.first->bytes);
   for (auto& m : d.mipmaps) uncharge(m.second, m.first->bytes);
@@ -485,6 +523,12 @@ const char* error_name(CUresult r) {
 CUresult lookup(const char* api, const char* symbol, void** pfn, int version, cuuint64_t flags,
                 CUdriverProcAddressQueryResult* status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  if (listed(drv().fail_gpa, symbol)) {
+    *pfn = nullptr;
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    trace(api, CUDA_ERROR_NOT_FOUND, "%s@%d = NULL (FAKE_CUDA_FAIL_GPA)", symbol, version);
+    return CUDA_ERROR_NOT_FOUND;
+  }
   bool want_pt = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   const Proc *best = nullptr, *best_pt = nullptr;
   bool known = false;
@@ -579,6 +623,7 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   int phys;
   if (CUresult r = need_device(dev, &phys)) return r;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (listed(drv().fail_query, "name")) return CUDA_ERROR_UNKNOWN;
   std::snprintf(name, static_cast<size_t>(len), "Fake GPU %d", phys);
   return CUDA_SUCCESS;
 }
@@ -587,6 +632,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   int phys;
   if (CUresult r = need_device(dev, &phys)) return r;
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (listed(drv().fail_query, "uuid")) return CUDA_ERROR_UNKNOWN;
   fake::uuid_bytes(phys, reinterpret_cast<unsigned char*>(uuid->bytes));
   return CUDA_SUCCESS;
 }
@@ -597,6 +643,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   int phys;
   if (CUresult r = need_device(dev, &phys)) return r;
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (listed(drv().fail_query, "total")) return CUDA_ERROR_UNKNOWN;
   *bytes = drv().capacity[phys];
   return CUDA_SUCCESS;
 }
@@ -876,6 +923,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   CUresult r = need_init();
+  if (!r && free_fails()) r = CUDA_ERROR_UNKNOWN;
   if (!r) {
     std::lock_guard<std::mutex> lock(drv().mu);
     auto it = drv().handles.find(handle);
@@ -982,6 +1030,7 @@ CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) 
 CUresult cuArrayDestroy(CUarray hArray) {
   CUresult r = need_init();
   int phys = -1;
+  if (!r && free_fails()) r = CUDA_ERROR_UNKNOWN;
   if (!r) {
     std::lock_guard<std::mutex> lock(drv().mu);
     auto it = drv().arrays.find(hArray);
@@ -1022,6 +1071,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DE
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
   CUresult r = need_init();
   int phys = -1;
+  if (!r && free_fails()) r = CUDA_ERROR_UNKNOWN;
   if (!r) {
     std::lock_guard<std::mutex> lock(drv().mu);
     auto it = drv().mipmaps.find(h);

@@ -5,7 +5,9 @@
 #   expect_eq ACTUAL EXPECTED "what"          # inside a function used with check
 #   expect_contains FILE_OR_TEXT NEEDLE "what"
 #
-# BUILD, BIN (test programs), LIB (the shim), FAKE (test doubles) and TMP (a fresh folder per file) are set.
+# BUILD, BIN (test programs), LIB (the shim), FAKE (test doubles) and TMP (a fresh folder per file) are set;
+# PRELOAD is what to put in LD_PRELOAD to run a program under the shim (the shim, after the sanitizer
+# runtime in a sanitized build: tests/sanitize_env.sh), SANITIZER is "", "address" or "thread".
 
 expect_eq() {
   if [[ "$1" != "$2" ]]; then echo "    expected $3 = '$2', got '$1'" >&2; return 1; fi
@@ -20,19 +22,33 @@ expect_not_contains() {
   [[ -f $hay ]] && hay=$(cat "$hay")
   if [[ "$hay" == *"$2"* ]]; then echo "    expected $3 not to contain '$2'" >&2; return 1; fi
 }
-# Runs a program under the shim with the test driver in place of libcuda.
-shimmed() { LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+# Runs a program under the shim with the test driver in place of libcuda (`shimmed timeout N prog ...`
+# bounds it). Under ASan, leak detection is on for the programs this project builds (python3 and the
+# shell leak by design).
+shimmed() {
+  local asan=${ASAN_OPTIONS:-} prog=$1
+  [[ $1 == timeout ]] && prog=$3
+  [[ $SANITIZER == address && $prog == "$BUILD"/* ]] && asan+=:detect_leaks=1
+  ASAN_OPTIONS=$asan LD_PRELOAD=$PRELOAD LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+}
+# Skips a check with its reason printed (never silently): `skip "name" "why"`.
+skip() { SKIPPED=$((SKIPPED + 1)); echo "  SKIP $1: $2"; }
 # jq-like field access without jq: python3 is on every machine this runs on.
 json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 
 check() {
   local name=$1; shift
-  local out
-  if out=$("$@" 2>&1); then
+  local out rc san
+  out=$("$@" 2>&1); rc=$?
+  # A sanitizer report written during the check fails it, even when the check's own asserts passed
+  # (a report may come from a process whose stderr the test discards).
+  san=$(sanitizer_reports) || rc=1
+  if ((rc == 0)); then
     PASSED=$((PASSED + 1)); echo "  ok   $name"
   else
     FAILED=$((FAILED + 1)); FAILED_NAMES+=("$CURRENT_FILE: $name"); echo "  FAIL $name"
     echo "$out" | tail -30 | sed 's/^/       /'
+    [[ -z $san ]] || echo "$san"
   fi
 }
 # Starts a test in a folder of its own (reports and files of one test never meet another's):

@@ -186,13 +186,13 @@ int main(void) { printf("%s\n", call_next()); return 0; }
 C
   cc -shared -fPIC -o libA.so a.c -ldl && cc -shared -fPIC -o libB.so b.c && cc -o main main.c -Wl,--no-as-needed -L. -lA -lB -Wl,-rpath,"$PWD" || return 1
   expect_eq "$(./main)" "B" "without the shim" &&
-  expect_eq "$(LD_PRELOAD=$LIB ./main)" "B" "with the shim"
+  expect_eq "$(LD_PRELOAD=$PRELOAD ./main)" "B" "with the shim"
 }
 check "our dlsym keeps RTLD_NEXT relative to the caller" rtld_next_kept
 
 no_cuda_no_effect() {
   fresh
-  expect_eq "$(LD_PRELOAD=$LIB /bin/echo hello 2>&1)" "hello" "a program that never touches CUDA"
+  expect_eq "$(LD_PRELOAD=$PRELOAD /bin/echo hello 2>&1)" "hello" "a program that never touches CUDA"
 }
 check "a program without CUDA runs untouched and silent" no_cuda_no_effect
 

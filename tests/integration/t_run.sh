@@ -10,6 +10,7 @@ check "passes the command's exit status through (exit 7 -> 7)" passes_exit_code
 preload_first_and_kept() {
   local other=/lib/x86_64-linux-gnu/libm.so.6 out
   [[ -f $other ]] || other=$(ls /lib*/libm.so.6 /usr/lib*/libm.so.6 2>/dev/null | head -1)
+  other=${SAN_RT:+$SAN_RT:}$other  # a sanitized build's runtime stays preloaded (tests/sanitize_env.sh)
   out=$(LD_PRELOAD="$other" "$CLI" run --ledger "$TMP/l_pre" -- sh -c 'echo "$LD_PRELOAD"')
   expect_eq "$out" "$LIB:$other" "LD_PRELOAD in the command" || return 1
   # Another copy of the shim already in LD_PRELOAD is dropped: two shims would count everything twice.
@@ -97,7 +98,7 @@ check "options end at the command: the command's own --options are left alone" o
 limit_of_busy_ledger_stands() {
   local out err
   mkfifo "$TMP/busy_in"
-  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$TMP/l_busy LD_PRELOAD=$LIB \
+  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$TMP/l_busy LD_PRELOAD=$PRELOAD \
     "$BIN/drv_linked" linked alloc 1048576 wait <"$TMP/busy_in" >"$TMP/busy_out" &
   local pid=$!
   exec 7>"$TMP/busy_in"

@@ -47,7 +47,7 @@ fi
 no_python_thread() {
   fresh
   cc -shared -fPIC -I/usr/local/cuda/include -o native.so "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread || return 1
-  local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE python3 "$ROOT/tests/integration/py_alloc.py" with-gil-holder "$TMP/native.so" 2>"$TMP/err")
+  local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE python3 "$ROOT/tests/integration/py_alloc.py" with-gil-holder "$TMP/native.so" 2>"$TMP/err")
   expect_contains "$out" "native thread -> 0" "allocated without deadlock" &&
   local r; r=$(ls "$TMP"/gpuguard-exit-*.json) &&
   expect_eq "$(json "$r" "[s for s in d['stacks'].values() if any(f['kind']=='native' for f in s['frames'])] != []")" "True" "a native stack"
@@ -57,7 +57,7 @@ check "a thread without Python allocates while another holds the GIL: no deadloc
 signal_report() {
   fresh
   # env execs the program, so $! is its pid.
-  env GPUGUARD_REPORT_SIGNAL=USR2 LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc $MIB wait < <(sleep 2) > "$TMP/out" 2>"$TMP/err" &
+  env GPUGUARD_REPORT_SIGNAL=USR2 LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc $MIB wait < <(sleep 2) > "$TMP/out" 2>"$TMP/err" &
   local pid=$!
   for _ in $(seq 40); do grep -q ready "$TMP/out" 2>/dev/null && break; sleep 0.05; done
   kill -USR2 $pid; sleep 0.5
@@ -69,7 +69,7 @@ check "GPUGUARD_REPORT_SIGNAL=USR2 writes a report on the signal" signal_report
 
 no_handler_unless_asked() {
   fresh
-  env LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc 1 wait < <(sleep 1) > "$TMP/out" 2>&1 &
+  env LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE "$BIN/drv_linked" linked alloc 1 wait < <(sleep 1) > "$TMP/out" 2>&1 &
   local pid=$!
   for _ in $(seq 40); do grep -q ready "$TMP/out" 2>/dev/null && break; sleep 0.05; done
   expect_eq "$(awk '/SigCgt/ {print $2}' /proc/$pid/status)" "0000000000000000" "no signal handler installed"

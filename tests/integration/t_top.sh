@@ -7,7 +7,7 @@ L=$TMP/ledger
 start_holder() {
   local bytes=$1 fd=$2
   mkfifo "$TMP/in_$fd"
-  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$L LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE \
+  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$L LD_PRELOAD=$PRELOAD LD_LIBRARY_PATH=$FAKE \
     "$BIN/drv_linked" linked alloc "$bytes" wait <"$TMP/in_$fd" >"$TMP/out_$fd" &
   HOLDER_PID=$!
   disown "$HOLDER_PID"  # killed on purpose below: no "Killed" notice from the shell
@@ -49,7 +49,10 @@ killed_is_dead_then_reclaimed() {
   grep -Eq "^ *$B +dead +0 +3.00 MiB" <<<"$out" || { echo "    after SIGKILL:" >&2; echo "$out" | sed 's/^/      /' >&2; return 1; }
   # The next allocation in the container reclaims the dead process's bytes (at most every 500 ms).
   sleep 0.6
-  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$L LD_PRELOAD=$LIB "$BIN/drv_linked" linked alloc 4096 >/dev/null || return 1
+  # It frees what it took and asks cuMemGetInfo, which reclaims every dead slot, its own excepted:
+  # a clean exit leaves its bytes to be reclaimed like a killed process's (the driver frees them
+  # only after atexit), so it holds none at its exit here.
+  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$L LD_PRELOAD=$PRELOAD "$BIN/drv_linked" linked alloc 4096 free 0 info >/dev/null || return 1
   "$CLI" top --ledger "$L" --json >"$TMP/top2.json"
   expect_eq "$(json "$TMP/top2.json" '[p["state"] for p in d["processes"] if p["pid"] == '"$B"']')" "['reclaimed']" \
     "the killed process's state after another process allocated" &&

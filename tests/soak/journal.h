@@ -1,0 +1,35 @@
+// What a soak worker (soak_worker.cpp) shares with the supervisor (soak.cpp): one small file per
+// worker, mapped by both, so that the supervisor still reads it after the worker was SIGKILLed.
+//
+// Why it exists: the test driver gives a process's device memory back when it exits, but not when it
+// is SIGKILLed (a real driver does both). So after each kill the supervisor must know how many bytes
+// the dead process left counted in the driver's ground truth (FAKE_CUDA_TRUTH), to compare the truth
+// with the limit. Each thread says what it is about to do before each driver call, so a kill inside a
+// call leaves an exact bound: the dead process left between `held` and `held` plus the sizes of the
+// calls in flight.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+namespace soak {
+
+constexpr int kMaxThreads = 64;
+enum Phase : uint32_t { kIdle = 0, kAllocating = 1, kFreeing = 2 };
+
+struct ThreadRecord {
+    std::atomic<uint32_t> phase;
+    std::atomic<uint64_t> size;  // of the call in flight
+};
+
+struct Journal {
+    std::atomic<uint64_t> held;      // bytes this worker holds in the driver, outside calls in flight
+    std::atomic<uint64_t> ops;       // driver calls made: the supervisor's sign of progress
+    std::atomic<uint64_t> allocs;    // successful allocations
+    std::atomic<uint64_t> frees;
+    std::atomic<uint64_t> oom;       // CUDA_ERROR_OUT_OF_MEMORY: the quota, or the driver's injected failures
+    std::atomic<uint64_t> errors;    // any other error: a failure of the soak
+    ThreadRecord thread[kMaxThreads];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the journal is shared with another process");
+
+}  // namespace soak

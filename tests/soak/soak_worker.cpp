@@ -1,0 +1,169 @@
+// A soak worker: THREADS threads of random device-memory traffic through the test driver, under the
+// shim, until SIGTERM (a clean exit, leaving some memory held for the driver's teardown) or SIGKILL.
+//   soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED
+// Each thread allocates through cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync and
+// cuMemCreate, frees through the matching call, asks cuMemGetInfo now and then, and records every
+// driver call in the journal before making it (journal.h says why).
+#include <cuda.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <pthread.h>
+#include <random>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
+
+#include "journal.h"
+
+namespace {
+
+soak::Journal *g_journal;
+std::atomic<bool> g_stop{false};
+size_t g_max_alloc;
+
+enum Kind { kAlloc, kPitch, kManaged, kAsync, kCreate, kKinds };
+struct Held {
+    Kind kind;
+    CUdeviceptr ptr;
+    CUmemGenericAllocationHandle handle;
+    uint64_t size;
+};
+
+void on_term(int) { g_stop.store(true); }
+
+struct Thread {
+    int index;
+    unsigned seed;
+};
+
+// One driver call that allocates or frees `size` bytes, journaled around the call.
+template <class F>
+CUresult journaled(soak::ThreadRecord &rec, soak::Phase phase, uint64_t size, F call) {
+    rec.size.store(size);
+    rec.phase.store(phase);
+    if (phase == soak::kFreeing) g_journal->held.fetch_sub(size);
+    CUresult r = call();
+    if (phase == soak::kAllocating && r == CUDA_SUCCESS) g_journal->held.fetch_add(size);
+    if (phase == soak::kFreeing && r != CUDA_SUCCESS) g_journal->held.fetch_add(size);  // still held
+    rec.phase.store(soak::kIdle);
+    g_journal->ops.fetch_add(1);
+    return r;
+}
+
+void count(CUresult r) {
+    if (r == CUDA_SUCCESS) return;
+    (r == CUDA_ERROR_OUT_OF_MEMORY ? g_journal->oom : g_journal->errors).fetch_add(1);
+}
+
+bool release(soak::ThreadRecord &rec, const Held &h) {
+    CUresult r = journaled(rec, soak::kFreeing, h.size, [&] {
+        switch (h.kind) {
+            case kAsync: return cuMemFreeAsync(h.ptr, nullptr);
+            case kCreate: return cuMemRelease(h.handle);
+            default: return cuMemFree_v2(h.ptr);
+        }
+    });
+    count(r);
+    if (r == CUDA_SUCCESS) g_journal->frees.fetch_add(1);
+    return r == CUDA_SUCCESS;
+}
+
+void *run(void *arg) {
+    Thread *t = static_cast<Thread *>(arg);
+    soak::ThreadRecord &rec = g_journal->thread[t->index];
+    std::mt19937_64 rng(t->seed);
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) {
+        g_journal->errors.fetch_add(1);
+        return nullptr;
+    }
+    std::vector<Held> held;
+    std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
+    while (!g_stop.load()) {
+        unsigned op = rng() % 100;
+        if (op < 5) {
+            size_t free_b = 0, total_b = 0;
+            count(cuMemGetInfo_v2(&free_b, &total_b));
+            g_journal->ops.fetch_add(1);
+        } else if (op < 55 && held.size() < 12) {
+            Held h{Kind(rng() % kKinds), 0, 0, (uint64_t)__builtin_exp2(log_size(rng))};
+            CUresult r;
+            if (h.kind == kPitch) {
+                // A width that is a multiple of the driver's pitch alignment, so that the size charged
+                // (pitch x height) is known before the call.
+                size_t width = (h.size / 64 + 511) / 512 * 512, height = 64;
+                h.size = width * height;
+                size_t pitch = 0;
+                r = journaled(rec, soak::kAllocating, h.size,
+                              [&] { return cuMemAllocPitch_v2(&h.ptr, &pitch, width, height, 16); });
+                if (r == CUDA_SUCCESS && pitch * height != h.size) g_journal->errors.fetch_add(1);
+            } else if (h.kind == kCreate) {
+                h.size = (h.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);  // the granularity
+                CUmemAllocationProp prop = {};
+                prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+                prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                prop.location.id = 0;
+                r = journaled(rec, soak::kAllocating, h.size, [&] { return cuMemCreate(&h.handle, h.size, &prop, 0); });
+            } else {
+                r = journaled(rec, soak::kAllocating, h.size, [&] {
+                    switch (h.kind) {
+                        case kManaged: return cuMemAllocManaged(&h.ptr, h.size, CU_MEM_ATTACH_GLOBAL);
+                        case kAsync: return cuMemAllocAsync(&h.ptr, h.size, nullptr);
+                        default: return cuMemAlloc_v2(&h.ptr, h.size);
+                    }
+                });
+            }
+            count(r);
+            if (r == CUDA_SUCCESS) {
+                g_journal->allocs.fetch_add(1);
+                held.push_back(h);
+            }
+        } else if (!held.empty()) {
+            size_t i = rng() % held.size();
+            if (release(rec, held[i])) held.erase(held.begin() + (long)i);
+        }
+        if (rng() % 4 == 0) usleep((useconds_t)(rng() % 2000));
+    }
+    // A clean exit frees about half; the rest is left to the driver's teardown at exit, as programs do.
+    for (size_t i = 0; i < held.size(); i += 2) release(rec, held[i]);
+    return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED\n");
+        return 2;
+    }
+    int fd = open(argv[1], O_RDWR | O_CLOEXEC);
+    void *p = fd >= 0 ? mmap(nullptr, sizeof(soak::Journal), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        perror(argv[1]);
+        return 2;
+    }
+    close(fd);
+    g_journal = static_cast<soak::Journal *>(p);
+    int threads = atoi(argv[2]);
+    if (threads < 1 || threads > soak::kMaxThreads) return 2;
+    g_max_alloc = strtoull(argv[3], nullptr, 0);
+    unsigned seed = (unsigned)strtoul(argv[4], nullptr, 0);
+    signal(SIGTERM, on_term);
+    if (cuInit(0) != CUDA_SUCCESS) {
+        fprintf(stderr, "soak_worker: cuInit failed\n");
+        return 3;
+    }
+    std::vector<pthread_t> ids((size_t)threads);
+    std::vector<Thread> args((size_t)threads);
+    for (int i = 0; i < threads; i++) {
+        args[(size_t)i] = {i, seed * 7919u + (unsigned)i};
+        pthread_create(&ids[(size_t)i], nullptr, run, &args[(size_t)i]);
+    }
+    for (pthread_t id : ids) pthread_join(id, nullptr);
+    return 0;
+}
