@@ -22,6 +22,12 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 SANITIZE  ?=
+# PROFILE=1: the shim with step timers (shim/profile.h), built into build-profile; for finding where
+# a hook's time goes on the GPU machine, which has no perf.
+PROFILE   ?=
+ifneq ($(PROFILE),)
+  BUILD   ?= build-profile
+endif
 ifneq ($(filter address%,$(SANITIZE)),)
   BUILD   ?= build-asan
 else ifeq ($(SANITIZE),thread)
@@ -39,6 +45,9 @@ CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++17 -fPIC -fvisibility=hidden $(WARN) -pthread
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC $(WARN) -pthread
+ifneq ($(PROFILE),)
+  CPPFLAGS += -DGG_PROFILE
+endif
 ifneq ($(SANITIZE),)
   SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
   CXXFLAGS += $(SANFLAGS)
@@ -80,7 +89,8 @@ deps:
 deps-check:
 	@tests/deps.sh --quiet
 
-$(BUILD)/obj/%.o: %
+# Order-only on deps-check: with -j, nothing compiles before the Debian packages are in place.
+$(BUILD)/obj/%.o: % | deps-check
 	@mkdir -p $(dir $@)
 	$(if $(filter %.c,$<),$(CC) $(CPPFLAGS) $(CFLAGS),$(if $(filter %.S,$<),$(CC) $(CPPFLAGS) $(SANFLAGS) -g,$(CXX) $(CPPFLAGS) $(CXXFLAGS))) -MMD -MP -c $< -o $@
 
@@ -99,7 +109,7 @@ $(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB)
 
 # libunwind is shipped beside the shim, where shim/stacks_unwind.cpp dlopens it first: the GPU
 # machine and many container images have none installed (FACTS.md). libgcc's unwinder is the fallback.
-$(UNWIND_SO): $(UNWIND_SRC)
+$(UNWIND_SO): $(UNWIND_SRC) | deps-check
 	@mkdir -p $(dir $@)
 	cp -L $< $@
 
@@ -161,6 +171,8 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.cpp.o $(FAKES)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread -rdynamic
 comma := ,
+# Keep the objects of test programs (make would delete them as intermediates and rebuild them next time).
+.SECONDARY:
 # The cuDNN test program links the test cuDNN as PyTorch links libcudnn.so.9 (private: not the fakes').
 $(BUILD)/tests/bin/cudnn_linked: private LDFLAGS += -L$(BUILD)/fake -lcudnn
 # Test programs export their functions so that reports can name them (dladdr sees only exports).

@@ -1,8 +1,12 @@
 #include "cudnn_plans.h"
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <unordered_map>
+
+#include "race_once.h"
 
 namespace gg::cudnn::plans {
 namespace {
@@ -14,9 +18,11 @@ struct Shard {
     std::mutex mu;
     std::unordered_map<const void *, int64_t> size;
 };
-Shard g_shards[kShards];
+// Never destroyed (race_once.h): hooks may run while exit() runs static destructors.
+std::atomic<std::array<Shard, kShards> *> g_shards_made{nullptr};
+std::array<Shard, kShards> &shards() { return never_destroyed(g_shards_made); }
 
-Shard &shard_of(const void *p) { return g_shards[(std::hash<const void *>()(p) >> 4) % kShards]; }
+Shard &shard_of(const void *p) { return shards()[(std::hash<const void *>()(p) >> 4) % kShards]; }
 
 }  // namespace
 
@@ -53,10 +59,10 @@ int64_t workspace(const void *plan) {
 }
 
 void lock_for_fork() {
-    for (Shard &s : g_shards) s.mu.lock();
+    for (Shard &s : shards()) s.mu.lock();
 }
 void unlock_after_fork() {
-    for (int i = kShards - 1; i >= 0; i--) g_shards[i].mu.unlock();
+    for (int i = kShards - 1; i >= 0; i--) shards()[i].mu.unlock();
 }
 
 }  // namespace gg::cudnn::plans

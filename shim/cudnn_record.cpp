@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
+#include "race_once.h"
 #include "report.h"
 #include "stacks.h"
 #include "state.h"
@@ -32,8 +33,13 @@ struct Site {
 std::atomic<bool> g_present{false};
 std::once_flag g_section_once;
 std::mutex g_mu;  // guards the sites and the library path
-std::unordered_map<const void *, Site> g_sites;
-std::string g_library;
+// Never destroyed (race_once.h): hooks and reports may run while exit() runs static destructors.
+struct Record {
+    std::unordered_map<const void *, Site> sites;
+    std::string library;
+};
+std::atomic<Record *> g_record_made{nullptr};
+Record &record() { return never_destroyed(g_record_made); }
 
 std::atomic<uint64_t> g_largest{0}, g_in_use{0}, g_in_use_peak{0};
 std::atomic<uint64_t> g_plans_rejected{0}, g_algorithms_rejected{0}, g_largest_rejected{0};
@@ -61,8 +67,8 @@ void section(json &r) {
     json c;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        c["library"] = g_library;
-        for (const auto &kv : g_sites) sites.push_back(kv.second);
+        c["library"] = record().library;
+        for (const auto &kv : record().sites) sites.push_back(kv.second);
     }
     std::sort(sites.begin(), sites.end(), [](const Site &a, const Site &b) { return a.largest > b.largest; });
     uint64_t cap = g_cap.load();
@@ -94,7 +100,7 @@ void present(const char *library) {
     if (g_present.load(std::memory_order_acquire)) return;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        if (g_library.empty() && library) g_library = library;
+        if (record().library.empty() && library) record().library = library;
     }
     std::call_once(g_section_once, [] { report::add_section(section); });
     g_present.store(true, std::memory_order_release);
@@ -107,9 +113,10 @@ __attribute__((noinline)) void requested(uint64_t bytes, const void *site) {
     bool want_stack;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        auto it = g_sites.find(site);
-        if (it == g_sites.end() && g_sites.size() >= kMaxSites) return;
-        Site &s = g_sites[site];
+        auto &sites = record().sites;
+        auto it = sites.find(site);
+        if (it == sites.end() && sites.size() >= kMaxSites) return;
+        Site &s = sites[site];
         s.count++;
         want_stack = s.count == 1 || bytes > s.largest;
         if (bytes > s.largest) s.largest = bytes;
@@ -118,7 +125,7 @@ __attribute__((noinline)) void requested(uint64_t bytes, const void *site) {
     if (!want_stack || state().cfg->stack_depth <= 0) return;
     stacks::StackId id = stacks::capture(1);
     std::lock_guard<std::mutex> lock(g_mu);
-    Site &s = g_sites[site];
+    Site &s = record().sites[site];
     if (bytes >= s.largest) s.stack = id;
 }
 

@@ -22,3 +22,22 @@ const T &race_once(std::atomic<const T *> &slot, Compute &&compute) {
 }
 
 }  // namespace gg
+
+namespace gg {
+
+// A process-wide object made on first use (as race_once, without a lock held while it is made) and
+// never destroyed. For the shim's tables: a hook can run before the shim's static initialisers (a
+// library constructor that allocates, initialised before us) and after its static destructors (a
+// thread of an exiting program, or the report thread, while exit() runs them): a table destroyed at
+// exit was read by a signal report (ThreadSanitizer, heap-use-after-free).
+template <typename T>
+T &never_destroyed(std::atomic<T *> &slot) {
+    T *p = slot.load(std::memory_order_acquire);
+    if (p) return *p;
+    T *mine = new T();
+    if (slot.compare_exchange_strong(p, mine, std::memory_order_acq_rel)) return *mine;
+    delete mine;
+    return *p;
+}
+
+}  // namespace gg

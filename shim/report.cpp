@@ -17,6 +17,7 @@
 #include "report_schema.h"
 #include "version.h"
 #include "pyframes.h"
+#include "race_once.h"
 #include "resolve.h"
 #include "state.h"
 #include "tracker.h"
@@ -32,7 +33,9 @@ std::atomic<int> g_episode{0};
 std::atomic<int> g_episode_calls{0};
 std::atomic<uint64_t> g_episode_first_ns{0};
 std::mutex g_sections_mu;
-std::vector<SectionFn> g_sections;
+// Never destroyed (race_once.h): a report may be written while exit() runs static destructors.
+std::atomic<std::vector<SectionFn> *> g_sections_made{nullptr};
+std::vector<SectionFn> &sections_list() { return never_destroyed(g_sections_made); }
 
 // Environment variables a report may carry; never the whole environment (it holds secrets).
 bool allowed_env(const char *name) {
@@ -176,7 +179,7 @@ const char *reason_name(Reason r) {
 
 void add_section(SectionFn fn) {
     std::lock_guard<std::mutex> lock(g_sections_mu);
-    g_sections.push_back(fn);
+    sections_list().push_back(fn);
 }
 
 void begin_episode(int id, uint64_t first_unix_ns) {
@@ -295,7 +298,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     std::vector<SectionFn> sections;
     {
         std::lock_guard<std::mutex> lock(g_sections_mu);
-        sections = g_sections;
+        sections = sections_list();
     }
     for (SectionFn fn : sections) fn(r);
     return r;

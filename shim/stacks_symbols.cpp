@@ -1,5 +1,6 @@
 #include "stacks_symbols.h"
 
+#include <atomic>
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
@@ -12,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "race_once.h"
+
 namespace gg::stacks::symbols {
 namespace {
 
@@ -23,15 +26,20 @@ struct Module {
 };
 
 struct Symbol {
-    int module;  // index into g_modules, -1 when no module holds the ip
+    int module;  // index into the module cache, -1 when no module holds the ip
     std::string name;
 };
 
 // One lock for both caches; held only for lookups and inserts, never across dl_iterate_phdr or
 // dladdr (which take the loader's lock: a thread inside dlopen must not wait on us).
 std::mutex g_mu;
-std::vector<Module> g_modules;
-std::unordered_map<uintptr_t, Symbol> g_symbols;
+// Never destroyed (race_once.h): a report may be written while exit() runs static destructors.
+struct Caches {
+    std::vector<Module> modules;
+    std::unordered_map<uintptr_t, Symbol> symbols;
+};
+std::atomic<Caches *> g_caches_made{nullptr};
+Caches &caches() { return never_destroyed(g_caches_made); }
 constexpr size_t kMaxCachedSymbols = 1 << 16;  // bounds the cache; beyond it, resolve without caching
 
 std::string hex(const unsigned char *p, size_t n) {
@@ -100,18 +108,18 @@ int find_in_phdrs(dl_phdr_info *info, size_t, void *arg) {
 int module_index(uintptr_t ip) {
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        for (size_t i = 0; i < g_modules.size(); ++i)
-            if (ip >= g_modules[i].lo && ip < g_modules[i].hi) return int(i);
+        for (size_t i = 0; i < caches().modules.size(); ++i)
+            if (ip >= caches().modules[i].lo && ip < caches().modules[i].hi) return int(i);
     }
     Search s;
     s.ip = ip;
     dl_iterate_phdr(find_in_phdrs, &s);
     if (!s.found) return -1;
     std::lock_guard<std::mutex> lock(g_mu);
-    for (size_t i = 0; i < g_modules.size(); ++i)  // another thread may have added it meanwhile
-        if (g_modules[i].lo == s.m.lo && g_modules[i].path == s.m.path) return int(i);
-    g_modules.push_back(std::move(s.m));
-    return int(g_modules.size() - 1);
+    for (size_t i = 0; i < caches().modules.size(); ++i)  // another thread may have added it meanwhile
+        if (caches().modules[i].lo == s.m.lo && caches().modules[i].path == s.m.path) return int(i);
+    caches().modules.push_back(std::move(s.m));
+    return int(caches().modules.size() - 1);
 }
 
 std::string symbol_name(uintptr_t ip) {
@@ -131,19 +139,19 @@ Native resolve(uintptr_t ip) {
     bool cached = false;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        auto it = g_symbols.find(ip);
-        if (it != g_symbols.end()) sym = it->second, cached = true;
+        auto it = caches().symbols.find(ip);
+        if (it != caches().symbols.end()) sym = it->second, cached = true;
     }
     if (!cached) {
         sym = {module_index(ip), symbol_name(ip)};
         std::lock_guard<std::mutex> lock(g_mu);
-        if (g_symbols.size() < kMaxCachedSymbols) g_symbols.emplace(ip, sym);
+        if (caches().symbols.size() < kMaxCachedSymbols) caches().symbols.emplace(ip, sym);
     }
     Native n;
     n.symbol = std::move(sym.name);
     if (sym.module >= 0) {
         std::lock_guard<std::mutex> lock(g_mu);
-        const Module &m = g_modules[size_t(sym.module)];
+        const Module &m = caches().modules[size_t(sym.module)];
         n.module = m.path, n.base = m.base, n.build_id = m.build_id, n.self = m.self;
     }
     return n;

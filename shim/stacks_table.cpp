@@ -1,11 +1,13 @@
 #include "stacks_table.h"
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "log.h"
+#include "race_once.h"
 
 namespace gg::stacks::table {
 namespace {
@@ -39,7 +41,9 @@ struct alignas(64) Shard {
     uint32_t chunk_used = kChunkWords;  // words used in the last chunk; "full" before the first
 };
 
-Shard g_shards[kShards];
+// Never destroyed (race_once.h): captures and reports may run while exit() runs static destructors.
+std::atomic<std::array<Shard, kShards> *> g_shards_made{nullptr};
+std::array<Shard, kShards> &shards() { return never_destroyed(g_shards_made); }
 std::atomic<size_t> g_count{0};
 std::atomic<bool> g_full_logged{false};
 
@@ -74,7 +78,7 @@ uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag) {
     if (n == 0 || n > kMaxWords) return 0;
     uint64_t h = hash_words(words, n, tag);
     uint32_t shard = uint32_t(h >> 59) % kShards;
-    Shard &s = g_shards[shard];
+    Shard &s = shards()[shard];
     std::lock_guard<std::mutex> lock(s.mu);
 
     if (!s.slots.empty()) {
@@ -110,7 +114,7 @@ uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag) {
 
 bool get(uint32_t id, std::vector<uintptr_t> *words, uint32_t *tag) {
     if (id == 0) return false;
-    Shard &s = g_shards[(id - 1) % kShards];
+    Shard &s = shards()[(id - 1) % kShards];
     uint32_t local = (id - 1) / kShards;
     std::lock_guard<std::mutex> lock(s.mu);
     if (local >= s.entries.size()) return false;
@@ -124,10 +128,10 @@ bool get(uint32_t id, std::vector<uintptr_t> *words, uint32_t *tag) {
 size_t count() { return g_count.load(std::memory_order_relaxed); }
 
 void lock_for_fork() {
-    for (Shard &s : g_shards) s.mu.lock();
+    for (Shard &s : shards()) s.mu.lock();
 }
 void unlock_after_fork() {
-    for (int i = int(kShards) - 1; i >= 0; i--) g_shards[i].mu.unlock();
+    for (int i = int(kShards) - 1; i >= 0; i--) shards()[i].mu.unlock();
 }
 
 }  // namespace gg::stacks::table

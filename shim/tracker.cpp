@@ -138,13 +138,13 @@ void Tracker::copy_peak_breakdown(uint64_t peak) {
 void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
     // One point per step, holding the step's highest usage, so that no peak is lost from the chart.
     uint64_t start = step_start_ns_.load(std::memory_order_relaxed);
-    if (start && now - start < timeline_step_ns_) {
+    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
         raise_to(step_max_, bytes);
         return;
     }
     std::lock_guard<std::mutex> lock(timeline_mu_);
     start = step_start_ns_.load(std::memory_order_relaxed);
-    if (start && now - start < timeline_step_ns_) {
+    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
         raise_to(step_max_, bytes);
         return;
     }
@@ -159,7 +159,7 @@ void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
             kept.push_back(timeline_[i].second >= timeline_[i + 1].second ? timeline_[i] : timeline_[i + 1]);
         if (timeline_.size() % 2) kept.push_back(timeline_.back());
         timeline_.swap(kept);
-        timeline_step_ns_ *= 2;
+        timeline_step_ns_.store(timeline_step_ns_.load(std::memory_order_relaxed) * 2, std::memory_order_relaxed);
     }
 }
 

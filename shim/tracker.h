@@ -106,7 +106,8 @@ private:
     // atomics, so most allocations update it without a lock.
     mutable std::mutex timeline_mu_;
     std::vector<std::pair<uint64_t, uint64_t>> timeline_;
-    uint64_t timeline_step_ns_ = 1000000;  // 1 ms; doubles each time the timeline is thinned
+    // 1 ms; doubles each time the timeline is thinned. Atomic: read without the lock on the fast path.
+    std::atomic<uint64_t> timeline_step_ns_{1000000};
     std::atomic<uint64_t> step_start_ns_{0}, step_max_{0};
 
     void after_change(uint64_t live, uint64_t now);

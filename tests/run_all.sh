@@ -20,5 +20,5 @@ integ_skip=$(sed -nE 's/.*, ([0-9]+) skipped.*/\1/p' <<<"$integ_line")
 # Kept after a failure: the reports printed above are also under $SAN_LOG_DIR/seen.
 [[ -z ${SAN_LOG_DIR:-} || $status != 0 ]] || rm -rf "$SAN_LOG_DIR"
 echo
-echo "test${SANITIZER:+ (SANITIZE=$SANITIZER)}: $((${unit_pass:-0} + ${integ_pass:-0})) passed, $((${unit_fail:-1} + ${integ_fail:-1})) failed${integ_skip:+, $integ_skip skipped}"
+echo "test${SANITIZER:+ (SANITIZE=$SANITIZER_NAME)}: $((${unit_pass:-0} + ${integ_pass:-0})) passed, $((${unit_fail:-1} + ${integ_fail:-1})) failed${integ_skip:+, $integ_skip skipped}"
 exit $status

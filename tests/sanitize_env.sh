@@ -9,7 +9,10 @@
 #     and CLI becomes a wrapper that starts gpuguard with the runtime in LD_PRELOAD, which `gpuguard
 #     run` and `doctor` keep after the shim for the commands they start (still before libc;
 #     verify_asan_link_order=0 lets ASan accept a runtime that is not first). The runtime is not
-#     preloaded into the rest of the test run: some tools hang under it (pgrep, under ASan).
+#     preloaded into the rest of the test run: some tools hang under it (pgrep, under ASan), and
+#     libtsan preloaded alone into an uninstrumented program (sh, python3) crashes it before main:
+#     ThreadSanitizer starts from an instrumented object's constructor, so it is only ever preloaded
+#     together with one (the shim, the Python probe).
 #   - Every report goes to a file under SAN_LOG_DIR (log_path), never only to a stderr that a test
 #     may discard: lib.sh's `check` fails the check during which a report appeared, and prints it.
 #   - Leaks: python3 and the shell leak by design, so detect_leaks=0 by default, and `shimmed` and
@@ -17,12 +20,14 @@
 #
 # SANITIZER is set to "address", "thread" or "" (a plain build).
 SANITIZER=
+SANITIZER_NAME=
 SAN_RT=
 if [[ -f $LIB ]]; then
   # What the shim itself needs, resolved by the loader: exactly the runtime it will run with.
   san_libs=$(env -u LD_PRELOAD ldd "$LIB" 2>/dev/null)
   if [[ $san_libs == *libasan.so* ]]; then
     SANITIZER=address; SAN_RT=$(awk '/libasan\.so.*=>/ {print $3; exit}' <<<"$san_libs")
+    [[ $san_libs != *libubsan.so* ]] || SANITIZER_NAME=address,undefined
   elif [[ $san_libs == *libtsan.so* ]]; then
     SANITIZER=thread; SAN_RT=$(awk '/libtsan\.so.*=>/ {print $3; exit}' <<<"$san_libs")
   fi
@@ -56,7 +61,8 @@ EOF
     CLI=$SAN_LOG_DIR/gpuguard
   fi
 fi
-export SANITIZER SAN_RT PRELOAD
+SANITIZER_NAME=${SANITIZER_NAME:-$SANITIZER}
+export SANITIZER SANITIZER_NAME SAN_RT PRELOAD
 
 # The sanitizer reports written since the last call, printed and moved aside; status 1 when any.
 sanitizer_reports() {

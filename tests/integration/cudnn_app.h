@@ -100,6 +100,9 @@ static cudnnStatus_t build_plan(int64_t engine, cudnnBackendDescriptor_t *plan) 
     set(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfg);
     cudnnStatus_t st = C.cudnnBackendFinalize(*plan);
     if (st != CUDNN_STATUS_SUCCESS) C.cudnnBackendDestroyDescriptor(*plan);
+    /* A finalized plan needs neither: destroyed as the frontend does (and LeakSanitizer wants). */
+    C.cudnnBackendDestroyDescriptor(cfg);
+    C.cudnnBackendDestroyDescriptor(eng);
     return st;
 }
 
@@ -273,6 +276,7 @@ int main(int argc, char **argv) {
             cudnnStatus_t st = build_plan(atoll(a1), &plan);
             printf("plan %s -> %s workspace %lld\n", a1, status(st),
                    st == CUDNN_STATUS_SUCCESS ? (long long)plan_workspace(plan) : -1LL);
+            if (st == CUDNN_STATUS_SUCCESS) C.cudnnBackendDestroyDescriptor(plan);
             i += 1;
         } else if (!strcmp(op, "probe")) {
             op_probe(atoi(a1));
@@ -280,7 +284,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "execute")) {
             cudnnBackendDescriptor_t plan;
             cudnnStatus_t st = build_plan(atoll(a1), &plan);
-            if (st == CUDNN_STATUS_SUCCESS) st = execute(plan, NULL);
+            if (st == CUDNN_STATUS_SUCCESS) {
+                st = execute(plan, NULL);
+                C.cudnnBackendDestroyDescriptor(plan);
+            }
             printf("execute %s -> %s\n", a1, status(st));
             i += 1;
         } else if (!strcmp(op, "get_v7") || !strcmp(op, "find")) {

@@ -114,16 +114,20 @@ static const char *name_of(CUresult r) {
     }
 }
 
-static void use_device(int ordinal) {
+static void make_current(int ordinal) {
     CUdevice dev; CUcontext ctx;
     if (D.device_get(&dev, ordinal) || D.retain(&ctx, dev) || D.set_current(ctx)) { fprintf(stderr, "drv: no device %d\n", ordinal); exit(3); }
+}
+
+static void use_device(int ordinal) {
+    make_current(ordinal);
     device_ordinal = ordinal;
 }
 
-struct race { size_t bytes; int rounds; int ok, refused; };
+struct race { size_t bytes; int rounds; int ordinal; int ok, refused; };
 static void *racer(void *arg) {
     struct race *r = arg;
-    use_device(device_ordinal);
+    make_current(r->ordinal);  /* the main thread's device; device_ordinal is the main thread's to write */
     for (int i = 0; i < r->rounds; i++) {
         CUdeviceptr p;
         CUresult res = D.alloc(&p, r->bytes);
@@ -207,7 +211,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "threads")) {
             int n = (int)ARG(1); struct race rs[64]; pthread_t t[64];
             if (n > 64) n = 64;
-            for (int k = 0; k < n; k++) { rs[k].bytes = ARG(2); rs[k].rounds = (int)ARG(3); rs[k].ok = rs[k].refused = 0; pthread_create(&t[k], NULL, racer, &rs[k]); }
+            for (int k = 0; k < n; k++) { rs[k].bytes = ARG(2); rs[k].rounds = (int)ARG(3); rs[k].ordinal = device_ordinal; rs[k].ok = rs[k].refused = 0; pthread_create(&t[k], NULL, racer, &rs[k]); }
             int ok = 0, refused = 0;
             for (int k = 0; k < n; k++) { pthread_join(t[k], NULL); ok += rs[k].ok; refused += rs[k].refused; }
             printf("threads ok=%d refused=%d\n", ok, refused); i += 3;

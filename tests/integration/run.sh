@@ -8,7 +8,7 @@ export BUILD=${BUILD:-build}
 export BIN=$BUILD/tests/bin LIB=$BUILD/libgpuguard.so FAKE=$BUILD/fake CLI=$BUILD/gpuguard ROOT=$root
 source "$root/tests/sanitize_env.sh"
 source "$here/lib.sh"
-[[ -z $SANITIZER ]] || echo "sanitizer: $SANITIZER (runtime $SAN_RT preloaded; reports in $SAN_LOG_DIR)"
+[[ -z $SANITIZER ]] || echo "sanitizer: $SANITIZER_NAME (runtime $SAN_RT preloaded; reports in $SAN_LOG_DIR)"
 total_pass=0; total_fail=0; total_skip=0; failures=()
 files=("$@"); ((${#files[@]})) || files=("$here"/t_*.sh)
 for f in "${files[@]}"; do

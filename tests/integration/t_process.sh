@@ -21,7 +21,7 @@ family() {
   fresh
   export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB
   mkfifo go
-  ( shimmed timeout 60 "$H" "$mode" $((100*MIB)) $((30*MIB)) $steal < go > out 2> err ) &
+  ( FORKS=1 shimmed timeout 60 "$H" "$mode" $((100*MIB)) $((30*MIB)) $steal < go > out 2> err ) &
   exec {fd}> go
   for _ in $(seq 200); do grep -q holding out 2>/dev/null && break; sleep 0.05; done
   local line; line=$(grep holding out) || { exec {fd}>&-; wait; echo "never held:"; cat out err; return 1; }
@@ -38,9 +38,9 @@ family() {
 }
 check "fork without exec: the child charges a slot of its own, the parent's slot stays exact" family fork
 check "a forked child freeing the block it inherited takes nothing from its parent's slot" family fork steal
-if [[ $SANITIZER == thread ]]; then
+if [[ -n $SANITIZER ]]; then
   skip "clone(2) without CLONE_VM: the child gets its own slot although no fork handler ran" \
-    "ThreadSanitizer does not follow a raw clone child (its runtime state is the parent's)"
+    "the sanitizers do not support a clone(2) child on a stack of its own (ASan warns of false reports)"
 else
   check "clone(2) without CLONE_VM: the child gets its own slot although no fork handler ran" family clone
 fi
@@ -48,7 +48,8 @@ fi
 spawned_children() {
   fresh
   export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB
-  local out; out=$(shimmed timeout 60 "$H" spawn $((100*MIB)) "$BIN/drv_linked" linked alloc $((50*MIB)) info 2>err)
+  # FORKS=1: ThreadSanitizer runs vfork() as fork(), fork handlers included.
+  local out; out=$(FORKS=1 shimmed timeout 60 "$H" spawn $((100*MIB)) "$BIN/drv_linked" linked alloc $((50*MIB)) info 2>err)
   expect_eq "$(grep -c "info -> CUDA_SUCCESS free=$((874*MIB)) total=1073741824" <<<"$out")" 2 \
     "each child (posix_spawn, then vfork+exec) sees the parent's 100 MiB and its own 50 MiB" &&
   expect_contains "$out" "posix_spawn -> 0 exit=0" "posix_spawn" &&
@@ -131,13 +132,20 @@ fork_from_thread_loop() {
   export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=256MiB GPUGUARD_MAX_REPORTS=1 GPUGUARD_REPORT_ON_EXIT=0
   local forks=40
   [[ -n $SANITIZER ]] && forks=15  # each child starts the sanitizer's runtime again: slow
-  local out; out=$(shimmed timeout 300 "$H" forkloop 4 $forks $MIB 2>err); local rc=$?
+  local out; out=$(FORKS=1 shimmed timeout 300 "$H" forkloop 4 $forks $MIB 2>err); local rc=$?
   expect_eq "$rc" 0 "exit status (124: the parent hung)" || { echo "$out"; tail -5 err; return 1; }
   expect_contains "$out" "forkloop forks=$forks hung=0 failed=0" "every child allocated, freed and exited" &&
   expect_contains "$out" "left=0" "the parent's threads freed everything" &&
   expect_contains "$out" "info -> 0 free=268435456 total=268435456" "the ledger back at zero"
 }
-check "fork from a thread while 4 others allocate, in a loop; each child allocates and exits: no deadlock" fork_from_thread_loop
+if [[ $SANITIZER == address ]]; then
+  # Seen here: the child waits forever on a lock of ASan's own allocator, held at fork time by a thread
+  # it no longer has (GCC 12's libasan takes no allocator locks around fork; google/sanitizers#1814).
+  skip "fork from a thread while 4 others allocate, in a loop; each child allocates and exits: no deadlock" \
+    "AddressSanitizer's allocator is not fork-safe in a multithreaded process (the plain and TSan runs cover it)"
+else
+  check "fork from a thread while 4 others allocate, in a loop; each child allocates and exits: no deadlock" fork_from_thread_loop
+fi
 
 dlopen_during_report() {
   fresh

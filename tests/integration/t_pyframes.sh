@@ -7,7 +7,9 @@ DRIVER=$ROOT/tests/integration/pyframes_driver.py
 CALL_LINE=$(grep -n 'MARK:capture' "$DRIVER" | cut -d: -f1)
 
 # drive PYTHON MODE: the driver's output; a hang (a deadlock) fails by the timeout, not a stuck run.
-drive() { PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" "$2" 2>&1; }
+# Under a sanitizer its runtime must be loaded before libc (tests/sanitize_env.sh), and ThreadSanitizer
+# starts only with an instrumented library loaded at start: both are preloaded, the probe after it.
+drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" "$2" 2>&1; }
 
 names_the_call_site() {
   local out; out=$(drive "$1" stack) || { echo "$out" >&2; return 1; }
@@ -47,7 +49,7 @@ else
   done
   declare -A seen=()
   for py in "${pythons[@]}"; do
-    ver=$(PYPROBE=$PROBE "$py" "$DRIVER" info 2>/dev/null | sed -n 's/^available=1 version=//p')
+    ver=$(drive "$py" info 2>/dev/null | sed -n 's/^available=1 version=//p')
     [[ -z $ver || -n ${seen[$ver]:-} ]] && continue  # unsupported, or this version already ran
     seen[$ver]=1
     check "names the file, qualified name and line of a ctypes call, then its callers ($ver)" names_the_call_site "$py"

@@ -10,12 +10,13 @@ check "passes the command's exit status through (exit 7 -> 7)" passes_exit_code
 preload_first_and_kept() {
   local other=/lib/x86_64-linux-gnu/libm.so.6 out
   [[ -f $other ]] || other=$(ls /lib*/libm.so.6 /usr/lib*/libm.so.6 2>/dev/null | head -1)
-  other=${SAN_RT:+$SAN_RT:}$other  # a sanitized build's runtime stays preloaded (tests/sanitize_env.sh)
+  # A sanitized build's CLI adds its runtime after what was there (tests/sanitize_env.sh).
+  local kept=${SAN_RT:+$SAN_RT:}$other
   out=$(LD_PRELOAD="$other" "$CLI" run --ledger "$TMP/l_pre" -- sh -c 'echo "$LD_PRELOAD"')
-  expect_eq "$out" "$LIB:$other" "LD_PRELOAD in the command" || return 1
+  expect_eq "$out" "$LIB:$kept" "LD_PRELOAD in the command" || return 1
   # Another copy of the shim already in LD_PRELOAD is dropped: two shims would count everything twice.
   out=$(LD_PRELOAD="/elsewhere/libgpuguard.so $other" "$CLI" run --ledger "$TMP/l_pre" -- sh -c 'echo "$LD_PRELOAD"')
-  expect_eq "$out" "$LIB:$other" "LD_PRELOAD with a second libgpuguard.so before"
+  expect_eq "$out" "$LIB:$kept" "LD_PRELOAD with a second libgpuguard.so before"
 }
 check "puts libgpuguard.so first in LD_PRELOAD, keeps what was there, drops another copy of itself" preload_first_and_kept
 
