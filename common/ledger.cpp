@@ -55,11 +55,16 @@ int self_pid() {
         int p = cell->load(std::memory_order_relaxed);
         if (p) return p;
     } else {
-        static std::atomic<int> *const made = [] {
+        // Made without a C++ static guard: a fork() while another thread held the guard would leave
+        // the child waiting on it forever. Racing first callers each make a cell; one is kept.
+        std::atomic<int> *mine = make_pid_cell(), *first = nullptr;
+        if (g_pid_cell.compare_exchange_strong(first, mine, std::memory_order_acq_rel)) {
             pthread_atfork(nullptr, nullptr, forget_pid);
-            return make_pid_cell();
-        }();
-        g_pid_cell.store(cell = made, std::memory_order_release);
+            cell = mine;
+        } else {
+            if (mine != &g_pid_fallback) munmap(static_cast<void *>(mine), (size_t)sysconf(_SC_PAGESIZE));
+            cell = first;
+        }
     }
     int p = getpid();
     cell->store(p, std::memory_order_relaxed);

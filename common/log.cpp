@@ -1,5 +1,7 @@
 #include "log.h"
 
+#include <atomic>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,12 +30,17 @@ void log_error(const char *fmt, ...) {
 }
 
 bool debug_enabled() {
-    // Read once: getenv is not safe against a concurrent setenv, and this is called from hooks.
-    static const bool on = [] {
+    // Read once: getenv is not safe against a concurrent setenv, and this is called from hooks. No
+    // C++ static guard: a fork() while another thread held it would leave the child waiting on it
+    // forever. Racing first callers each read the variable and store the same answer.
+    static std::atomic<int> known{0};  // 0: not read yet, 1: off, 2: on
+    int k = known.load(std::memory_order_relaxed);
+    if (k == 0) {
         const char *v = getenv("GPUGUARD_DEBUG");
-        return v && *v && strcmp(v, "0") != 0;
-    }();
-    return on;
+        k = v && *v && strcmp(v, "0") != 0 ? 2 : 1;
+        known.store(k, std::memory_order_relaxed);
+    }
+    return k == 2;
 }
 
 void log_debug(const char *fmt, ...) {

@@ -1,7 +1,10 @@
 #include "stacks_unwind.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 #include <unwind.h>
+
+#include <time.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -85,13 +88,16 @@ struct GccWalk {
     int n, max;
 };
 
+// backtrace()'s stop predicate, for gcc_step (the backends share one signature, which has no room).
+__attribute__((tls_model("initial-exec"))) thread_local StopFn t_stop = nullptr;
+
 _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
     auto *w = static_cast<GccWalk *>(arg);
     if (w->n >= w->max) return _URC_END_OF_STACK;
     uintptr_t ip = g_gcc_get_ip.load(std::memory_order_relaxed)(ctx);
     if (ip == 0) return _URC_END_OF_STACK;
     w->ips[w->n++] = reinterpret_cast<void *>(ip);
-    return _URC_NO_REASON;
+    return t_stop && t_stop(ip) ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
 int gcc_backtrace(void **ips, int max) {
@@ -182,11 +188,66 @@ const Backend *active() {
     return b;
 }
 
+// Threads inside an unwinder, counted in stripes (one cache line each) so that threads unwinding at
+// once do not share a counter; before_fork() sums them.
+constexpr int kStripes = 16;
+struct alignas(64) Stripe {
+    std::atomic<int> inside{0};
+};
+Stripe g_stripes[kStripes];
+std::atomic<int> g_next_stripe{0};
+__attribute__((tls_model("initial-exec"))) thread_local int t_stripe = -1;
+
+std::atomic<bool> g_fork_pending{false};
+bool g_busy_at_fork = false;                 // written by the forking thread only (forks are serialised)
+std::atomic<bool> g_off_after_fork{false};   // this process was forked mid-unwind: no native stacks
+
+Stripe &my_stripe() {
+    if (t_stripe < 0) t_stripe = g_next_stripe.fetch_add(1, std::memory_order_relaxed) % kStripes;
+    return g_stripes[t_stripe];
+}
+
+int inside_total() {
+    int n = 0;
+    for (Stripe &s : g_stripes) n += s.inside.load(std::memory_order_seq_cst);
+    return n;
+}
+
 }  // namespace
 
-int backtrace(void **ips, int max) {
+int backtrace(void **ips, int max, StopFn stop) {
     const Backend *b = active();
-    return b->fn && max > 0 ? b->fn(ips, max) : 0;
+    if (!b->fn || max <= 0) return 0;
+    // Announce, then look (both seq_cst, as before_fork() sets the flag, then counts): either the
+    // forking thread sees this thread inside, or this thread sees the fork coming and skips.
+    Stripe &s = my_stripe();
+    s.inside.fetch_add(1, std::memory_order_seq_cst);
+    int n = 0;
+    if (!g_fork_pending.load(std::memory_order_seq_cst) && !g_off_after_fork.load(std::memory_order_relaxed)) {
+        t_stop = stop;
+        n = b->fn(ips, max);
+        t_stop = nullptr;
+    }
+    s.inside.fetch_sub(1, std::memory_order_release);
+    return n;
+}
+
+void before_fork() {
+    g_fork_pending.store(true, std::memory_order_seq_cst);
+    // An unwind takes microseconds; half a second means one is stuck (on the loader's lock, say).
+    timespec pause{0, 100000};
+    for (int i = 0; i < 5000 && inside_total() > 0; i++) nanosleep(&pause, nullptr);
+    g_busy_at_fork = inside_total() > 0;
+}
+
+void after_fork(bool child) {
+    if (child) {
+        for (Stripe &s : g_stripes) s.inside.store(0, std::memory_order_relaxed);  // those threads are gone
+        if (g_busy_at_fork && !g_off_after_fork.exchange(true))
+            log_error("forked while another thread was unwinding a stack: no native stacks in this process (pid %d)",
+                      int(getpid()));
+    }
+    g_fork_pending.store(false, std::memory_order_seq_cst);
 }
 
 const char *name() { return active()->name; }

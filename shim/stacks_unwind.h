@@ -8,12 +8,16 @@
 // GPUGUARD_UNWINDER=libunwind|libgcc|none, read once, puts one first (a diagnostics knob; "none"
 // turns native stacks off). ThreadSanitizer builds put libgcc first (see stacks_unwind.cpp).
 #pragma once
+#include <cstdint>
 
 namespace gg::stacks::unwind {
 
 // Fills ips with return addresses, innermost first, starting at or just above the caller; returns
 // how many. Loads the unwinder on first use. 0 when no unwinder is available.
-int backtrace(void **ips, int max);
+// stop: when it answers true for a frame, that frame is the last one kept. Only libgcc's unwinder
+// can stop early (it calls back for each frame); libunwind's fills up to max regardless.
+using StopFn = bool (*)(uintptr_t ip);
+int backtrace(void **ips, int max, StopFn stop = nullptr);
 
 // "libunwind", "libgcc" or "none"; loads the unwinder on first use.
 const char *name();
@@ -22,5 +26,14 @@ const char *name();
 // Returns false, changing nothing, when that unwinder cannot be loaded. Threads already inside
 // backtrace() finish with the previous one; both stay loaded for the life of the process.
 bool select(const char *which);
+
+// fork() while another thread is inside the unwinder: libunwind and libgcc take locks of their own
+// (caches, the registered-frames list) and register no fork handlers, so a child forked then would
+// hang at its first unwind, on a lock held by a thread it does not have. The shim's prepare handler
+// calls before_fork(): new unwinds are skipped (no native frames) until the fork is done, and those
+// in flight are waited for, up to half a second; if one is still running then, the child gets no
+// native stacks at all (one line says so). after_fork() lets unwinding go on, on both sides.
+void before_fork();
+void after_fork(bool child);
 
 }  // namespace gg::stacks::unwind

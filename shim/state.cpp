@@ -18,6 +18,7 @@
 #include "stacks.h"
 #include "stacks_symbols.h"
 #include "stacks_table.h"
+#include "stacks_unwind.h"
 #include "tracker.h"
 #include "triggers.h"
 
@@ -41,6 +42,9 @@ bool g_fork_locked = false;
 // the driver, so taking them in this order cannot deadlock. Locks held across a driver call (device
 // lookup) or that the child must not reuse (the ledger's join) are re-made in the child instead.
 void before_fork() {
+    // First, and whether or not the state exists: waiting for unwinds in flight must not happen
+    // with our locks held (an unwinding thread may be about to take one of them to intern its stack).
+    stacks::unwind::before_fork();
     g_fork_locked = g_state.load(std::memory_order_acquire) != nullptr;
     if (!g_fork_locked) return;  // nothing of ours is in use yet
     episode::lock_for_fork();
@@ -66,9 +70,11 @@ void unlock_all_after_fork() {
 
 void after_fork_in_parent() {
     if (g_fork_locked) unlock_all_after_fork();
+    stacks::unwind::after_fork(false);
 }
 
 void after_fork_in_child() {
+    stacks::unwind::after_fork(true);
     if (!g_fork_locked) return;
     unlock_all_after_fork();
     tracker().clear_after_fork();
