@@ -4,6 +4,7 @@
 
 #include "episode.h"
 #include "log.h"
+#include "profile.h"
 #include "resolve.h"
 #include "size_spec.h"
 #include "state.h"
@@ -41,13 +42,24 @@ CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     t->driver_api = driver_api;
     t->api = t_runtime_api != Api::kNone ? t_runtime_api : driver_api;
     t->bytes = bytes;
-    if (ordinal < 0) ordinal = current_ordinal();
-    t->dev = device_info(ordinal);
+    {
+        GG_PROFILE_STEP(kAdmitOrdinal);
+        if (ordinal < 0) ordinal = current_ordinal();
+    }
+    {
+        GG_PROFILE_STEP(kAdmitDevice);
+        t->dev = device_info(ordinal);
+    }
     if (!t->dev || t->dev->ledger_index < 0) return CUDA_SUCCESS;  // no context or unknown device: the driver decides
     ledger::Ledger &l = *s.ledger;
     int d = t->dev->ledger_index;
     uint64_t used = 0;
-    if (!l.try_charge(d, bytes, &used)) {
+    bool charged;
+    {
+        GG_PROFILE_STEP(kAdmitCharge);
+        charged = l.try_charge(d, bytes, &used);
+    }
+    if (!charged) {
         // The first refusal reclaims the bytes of dead processes (and tries once more) before it
         // becomes an out-of-memory for the program.
         if (l.reclaim_dead(false) > 0 && l.try_charge(d, bytes, &used)) {
@@ -61,6 +73,7 @@ CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
         }
     } else {
         t->charged = true;
+        GG_PROFILE_STEP(kAdmitReclaim);
         l.reclaim_dead(true);  // the periodic check: dead processes' bytes come back within a second
     }
     if (has_limit(*t->dev)) maybe_warn(*t->dev, used - bytes, used);

@@ -1,6 +1,7 @@
 // The driver hooks: thin, a few lines each. The decisions live in guard.cpp.
 #include "export.h"
 #include "guard.h"
+#include "profile.h"
 #include "resolve.h"
 
 using namespace gg;
@@ -56,9 +57,18 @@ CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&cal
     DriverCall scope;
     uint64_t key = 0, actual = bytes;
     if (!scope.outermost()) return call(&key, &actual);
+    GG_PROFILE_STEP(kAllocTotal);
     Ticket t;
-    if (CUresult refused = guard::admit(api, ordinal, bytes, &t)) return refused;
-    CUresult r = call(&key, &actual);
+    {
+        GG_PROFILE_STEP(kAdmit);
+        if (CUresult refused = guard::admit(api, ordinal, bytes, &t)) return refused;
+    }
+    CUresult r;
+    {
+        GG_PROFILE_STEP(kAllocDriver);
+        r = call(&key, &actual);
+    }
+    GG_PROFILE_STEP(kCommit);
     if (r == CUDA_SUCCESS)
         guard::commit(t, kind, key, actual);
     else
@@ -71,9 +81,19 @@ template <typename Call>
 CUresult release(KeyKind kind, uint64_t key, Call &&call) {
     DriverCall scope;
     if (!scope.outermost() || key == 0) return call();
+    GG_PROFILE_STEP(kFreeTotal);
     Allocation a;
-    bool found = guard::take(kind, key, &a);
-    CUresult r = call();
+    bool found;
+    {
+        GG_PROFILE_STEP(kFreeTake);
+        found = guard::take(kind, key, &a);
+    }
+    CUresult r;
+    {
+        GG_PROFILE_STEP(kFreeDriver);
+        r = call();
+    }
+    GG_PROFILE_STEP(kFreeFinish);
     guard::finish_free(found, kind, key, a, r);
     return r;
 }

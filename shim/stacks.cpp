@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "log.h"
+#include "profile.h"
 #include "pyframes.h"
 #include "stacks_merge.h"
 #include "stacks_symbols.h"
@@ -44,16 +45,25 @@ std::string hex_addr(uintptr_t v) {
     return buf;
 }
 
+bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
+
 StackId capture_unguarded(int skip, void *return_address) {
     int depth = g_depth.load(std::memory_order_relaxed);
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
     uintptr_t words[kMaxDepth + kPyWords * kMaxPython];
     int n_native = 0;
 
+    bool python = g_python.load(std::memory_order_relaxed) && py::available();
     if (depth > 0) {
+        GG_PROFILE_STEP(kCaptureNative);
         void *raw[kSlack + 2 * kMaxDepth];
         int want = kSlack + skip + depth;
-        int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)));
+        // With Python frames, the native walk can end at the innermost eval loop: the frames below
+        // it are the interpreter's, and the Python frames tell more about them (the merge places all
+        // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
+        // a deep interpreter stack.
+        int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
+                                  python ? stop_at_eval_loop : nullptr);
         // Start at capture()'s caller, found by its return address: robust to inlining and tail
         // calls inside the shim and to each unwinder's idea of where the walk starts.
         int start = 0;
@@ -67,7 +77,8 @@ StackId capture_unguarded(int skip, void *return_address) {
     }
 
     int n_py = 0;
-    if (g_python.load(std::memory_order_relaxed) && py::available()) {
+    if (python) {
+        GG_PROFILE_STEP(kCapturePython);
         py::Frame frames[kMaxPython];
         n_py = py::capture(frames, kMaxPython);
         n_py = n_py < 0 ? 0 : n_py > kMaxPython ? kMaxPython : n_py;
@@ -78,6 +89,7 @@ StackId capture_unguarded(int skip, void *return_address) {
             w[2] = uintptr_t(uint32_t(frames[i].line)) << 1 | uintptr_t(frames[i].entry);
         }
     }
+    GG_PROFILE_STEP(kCaptureIntern);
     return table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
 }
 
@@ -105,7 +117,8 @@ void warm_up() {
     // The unwinder and the Python runtime are found now, from the shim's initialisation, rather
     // than in the first capture, which might run in a signal handler or with the driver's locks held.
     if (g_depth.load(std::memory_order_relaxed) > 0) unwind::name();
-    if (g_python.load(std::memory_order_relaxed)) py::available();
+    // is_eval_loop() finds the eval loop's range on first use: now, not inside an unwinder's callback.
+    if (g_python.load(std::memory_order_relaxed) && py::available()) py::is_eval_loop(0);
 }
 
 // noinline: __builtin_return_address(0) must be the return address into our caller's frame, the one

@@ -9,6 +9,13 @@
  *                             to walk): ns_per_pair
  *   calls SIZES N WARMUP      per size (comma list), N pairs each timed call by call: the medians
  *                             and 10th/90th percentiles of alloc, free and the pair, in ns
+ *   ab SIZES N WARMUP         per size, N rounds of two pairs in one process, taking turns: one
+ *                             through the exported cuMemAlloc/cuMemFree (the shim's hooks when it is
+ *                             preloaded), one straight into libcuda's own definitions (found in its
+ *                             dynamic symbol table, past any interposer): medians of each pair and
+ *                             of the per-round difference, extra_ns (about 0 without a preload: the
+ *                             control). Driver time varies by 15% from one process to the next, far
+ *                             more than the shim's cost; within one process both paths share it.
  *   threads T SIZE N DEPTH    T threads, each N pairs, released together: pairs_per_s
  *   procs P SIZE N DEPTH      P processes (this program again), each N pairs, released together at
  *                             one CLOCK_MONOTONIC instant: pairs_per_s, late (children not ready)
@@ -18,6 +25,8 @@
  *                             from call to return (assembled and written): report_ms=a,b,...
  */
 #include <cuda.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -139,6 +148,104 @@ static int mode_calls(int argc, char **argv) {
     }
     free(sizes);
     free(ta), free(tf), free(tp);
+    return 0;
+}
+
+/* ---- ab: the shim's extra time per pair, measured against the driver in the same process ---- */
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+
+/* How many symbols a GNU hash table covers: the highest index any bucket's chain reaches, + 1. */
+static size_t gnu_hash_symbols(const uint32_t *gh) {
+    uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_words = gh[2];
+    const uint32_t *buckets = gh + 4 + bloom_words * (sizeof(ElfW(Addr)) / 4);
+    const uint32_t *chain = buckets + nbuckets;
+    uint32_t last = 0;
+    for (uint32_t b = 0; b < nbuckets; b++)
+        if (buckets[b] > last) last = buckets[b];
+    if (last < symoffset) return symoffset;
+    while (!(chain[last - symoffset] & 1)) last++;
+    return (size_t)last + 1;
+}
+
+/* libcuda's own definition of `name`, read from its dynamic symbol table: dlsym and cuGetProcAddress
+ * would answer with the shim's hook, which is the point of the shim but not of this measurement. */
+static void *driver_definition(const char *name) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    struct link_map *lm = NULL;
+    if (!h || dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !lm) return NULL;
+    const ElfW(Sym) *syms = NULL;
+    const char *strs = NULL;
+    const uint32_t *hash = NULL, *gnu_hash = NULL;
+    for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+        /* The loader has relocated these in place on x86-64; an unrelocated one is below l_addr. */
+        uintptr_t v = (uintptr_t)d->d_un.d_ptr;
+        if (v < lm->l_addr) v += lm->l_addr;
+        if (d->d_tag == DT_SYMTAB) syms = (const ElfW(Sym) *)v;
+        else if (d->d_tag == DT_STRTAB) strs = (const char *)v;
+        else if (d->d_tag == DT_HASH) hash = (const uint32_t *)v;
+        else if (d->d_tag == DT_GNU_HASH) gnu_hash = (const uint32_t *)v;
+    }
+    if (!syms || !strs || (!hash && !gnu_hash)) return NULL;
+    size_t n = hash ? hash[1] : gnu_hash_symbols(gnu_hash);
+    for (size_t i = 0; i < n; i++)
+        if (syms[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(syms[i].st_info) == STT_FUNC && !strcmp(strs + syms[i].st_name, name))
+            return (void *)(lm->l_addr + syms[i].st_value);
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int mode_ab(int argc, char **argv) {
+    if (argc < 5) return 2;
+    long n = atol(argv[3]), warmup = atol(argv[4]);
+    if (n <= 0) return 2;
+    alloc_fn direct_alloc = (alloc_fn)driver_definition("cuMemAlloc_v2");
+    free_fn direct_free = (free_fn)driver_definition("cuMemFree_v2");
+    if (!direct_alloc || !direct_free) {
+        fprintf(stderr, "bench_alloc: cannot find libcuda's own cuMemAlloc_v2/cuMemFree_v2\n");
+        return 3;
+    }
+    uint64_t *th = malloc(sizeof(uint64_t) * (size_t)n), *td = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *diff = malloc(sizeof(int64_t) * (size_t)n);
+    open_device();
+    char *sizes = strdup(argv[2]);
+    for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
+        size_t bytes = strtoull(tok, NULL, 0);
+        CUdeviceptr p;
+        CUresult r;
+        for (long i = 0; i < warmup; i++) {
+            one_pair(bytes);
+            if ((r = direct_alloc(&p, bytes)) || (r = direct_free(p))) die("libcuda's own cuMemAlloc/cuMemFree", r);
+        }
+        for (long i = 0; i < n; i++) {
+            for (int turn = 0; turn < 2; turn++) {
+                int hooked = (turn == 0) == (i % 2 == 0); /* the order alternates every round */
+                uint64_t a = now_ns();
+                if (hooked) {
+                    if ((r = cuMemAlloc(&p, bytes))) die("cuMemAlloc", r);
+                    if ((r = cuMemFree(p))) die("cuMemFree", r);
+                } else {
+                    if ((r = direct_alloc(&p, bytes))) die("libcuda's own cuMemAlloc", r);
+                    if ((r = direct_free(p))) die("libcuda's own cuMemFree", r);
+                }
+                uint64_t t = now_ns() - a;
+                if (hooked) th[i] = t; else td[i] = t;
+            }
+            diff[i] = (int64_t)th[i] - (int64_t)td[i];
+        }
+        qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
+        uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
+        printf("ab size=%zu n=%ld hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", bytes, n,
+               (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2], (long long)hm - (long long)dm);
+        fflush(stdout);
+    }
+    free(sizes);
+    free(th), free(td), free(diff);
     return 0;
 }
 
@@ -326,6 +433,7 @@ int main(int argc, char **argv) {
     if (argc >= 2) {
         if (!strcmp(argv[1], "pairs")) rc = mode_pairs(argc, argv);
         else if (!strcmp(argv[1], "calls")) rc = mode_calls(argc, argv);
+        else if (!strcmp(argv[1], "ab")) rc = mode_ab(argc, argv);
         else if (!strcmp(argv[1], "threads")) rc = mode_threads(argc, argv);
         else if (!strcmp(argv[1], "procs")) rc = mode_procs(argc, argv);
         else if (!strcmp(argv[1], "child")) rc = mode_child(argc, argv);

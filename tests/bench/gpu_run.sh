@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make gpu-bench: the shim's cost on a real GPU, every comparison A/B interleaved in separate
 # processes that take turns (the order rotating each round), all in one command of about 5 minutes:
-#   1. raw cuMemAlloc + cuMemFree of 512 B, 2 MiB, 20 MiB and 1 GiB (each call timed; medians of
-#      300 pairs a process, 5 rounds): no shim / shim with quota but no stacks / shim, all features;
+#   1. raw cuMemAlloc + cuMemFree of 512 B, 2 MiB, 20 MiB and 1 GiB, in-process A/B against libcuda's
+#      own definitions (2000 turns a process, 5 rounds): no shim (the control) / shim with quota but
+#      no stacks / shim, all features;
 #   2. PyTorch training loops (tests/bench/train_bench.py: convolution and transformer-style), with
 #      the caching allocator and with PYTORCH_NO_CUDA_MEMORY_CACHING=1, 3 rounds: no shim / shim,
 #      all features / torch.cuda.memory._record_memory_history() without the shim;
@@ -28,13 +29,12 @@ RES=$OUT/results.txt
 : > "$RES"
 W=$(mktemp -d /tmp/gpuguard-gpubench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-RAW_ROUNDS=5 RAW_PAIRS=300 RAW_SIZES=512,2097152,20971520,1073741824
+RAW_ROUNDS=5 RAW_PAIRS=2000 RAW_SIZES=512,2097152,20971520,1073741824
 TRAIN_ROUNDS=3 TRAIN_STEPS=200 TRAIN_WARMUP=30
 LIMIT=100GiB  # every shim run has a quota (admission on); 1 GiB blocks fit, a 200 GiB request does not
 
-while read -r v; do
-  case $v in GPUGUARD_* | CUDA_DEVICE_MEMORY_* | LD_PRELOAD | PYTORCH_NO_CUDA_MEMORY_CACHING) unset "$v" ;; esac
-done < <(compgen -e)
+source "$here/gpu_lib.sh"
+clean_bench_env
 export GPUGUARD_REPORT_DIR=$OUT/reports
 
 main() {
@@ -46,28 +46,7 @@ echo "== machine"
 [[ -f $LIB ]] || { echo "gpu-bench: $LIB is missing: build it (make) and carry build/"; exit 2; }
 
 echo "== build the raw allocation benchmark against this machine's driver"
-libcuda=${GPU_BENCH_LIBCUDA:-}
-[[ -n $libcuda ]] || for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
-  [[ -e $d/libcuda.so.1 ]] && { libcuda=$d/libcuda.so.1; break; }
-done
-[[ -n $libcuda ]] || libcuda=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
-cuda_inc=""
-for d in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../include"; do
-  [[ -f $d/cuda.h ]] && { cuda_inc=$d; break; }
-done
-BA=$W/bench_alloc
-if [[ -n $libcuda && -n $cuda_inc ]] &&
-  gcc -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$cuda_inc" -I"$root/include" "$here/bench_alloc.c" -o "$BA" \
-    "$libcuda" -Wl,-rpath,"$(dirname "$libcuda")" -ldl -pthread; then
-  echo "built with $cuda_inc/cuda.h, linked to $libcuda"
-elif [[ -x $BUILD/bench/bench_alloc ]]; then
-  BA=$BUILD/bench/bench_alloc
-  [[ -n $libcuda ]] && export LD_LIBRARY_PATH=$(dirname "$libcuda")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "could not build here (cuda.h: ${cuda_inc:-none}, libcuda: ${libcuda:-none}); using the carried $BA"
-else
-  echo "gpu-bench: cannot build tests/bench/bench_alloc.c (cuda.h: ${cuda_inc:-none}, libcuda: ${libcuda:-none})"
-  exit 2
-fi
+build_raw_bench "$W" || exit 2
 
 # variant NAME CMD...: no shim (none, history), or the shim with a quota and no stacks (quota), or
 # with every feature on (all: quota, native stacks at the default depth, Python frames).
@@ -80,7 +59,6 @@ variant() {
     all) env LD_PRELOAD="$LIB" GPUGUARD_LEDGER="$W/ledger-all" GPUGUARD_MEM_LIMIT=$LIMIT GPUGUARD_PYTHON_STACKS=1 "$@" ;;
   esac
 }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
 late() { ((SECONDS >= DEADLINE)) && { echo "gpu-bench: past ${DEADLINE}s, skipping the rest of $1"; return 0; }; return 1; }
 
 echo "== does the shim load? (a report on demand from a program holding 10 allocations)"
@@ -93,21 +71,24 @@ if [[ $probe != *report_ms=* ]]; then
 fi
 rm -f "$OUT"/reports/*.json
 
-echo "== raw cuMemAlloc + cuMemFree ($RAW_ROUNDS rounds x $RAW_PAIRS pairs a size)"
+echo "== raw cuMemAlloc + cuMemFree, in-process A/B ($RAW_ROUNDS rounds x $RAW_PAIRS turns a size)"
+# bench_alloc ab: in one process, pairs through the exported symbols (the shim's hooks when preloaded)
+# take turns with pairs straight into libcuda's own definitions; extra_ns is the median difference.
+# Between processes the driver's own time varies by 15%, far more than the shim's cost (see
+# tests/bench/gpu_profile.sh); within one process both paths share it. "none" is the control.
 vs=(none quota all)
 for ((r = 0; r < RAW_ROUNDS; r++)); do
   late "raw" && break
   for ((k = 0; k < 3; k++)); do
     v=${vs[$(((k + r) % 3))]}
-    out=$(variant "$v" timeout 120 "$BA" calls "$RAW_SIZES" "$RAW_PAIRS" 20 2>>"$OUT/stderr.txt") ||
+    out=$(variant "$v" timeout 200 "$BA" ab "$RAW_SIZES" "$RAW_PAIRS" 50 2>>"$OUT/stderr.txt") ||
       { echo "raw $v failed"; tail -3 "$OUT/stderr.txt"; continue; }
     while read -r line; do
       size=$(field size "$line")
-      echo "raw$size $v $r $(field pair_ns "$line")" >> "$RES"
-      echo "rawalloc$size $v $r $(field alloc_ns "$line")" >> "$RES"
-      echo "rawfree$size $v $r $(field free_ns "$line")" >> "$RES"
+      echo "rawextra$size $v $r $(field extra_ns "$line")" >> "$RES"
+      echo "rawdirect$size $v $r $(field direct_ns "$line")" >> "$RES"
     done <<< "$out"
-    echo "round $r $v: $(tr '\n' ' ' <<< "$out" | sed 's/calls //g' | cut -c1-200)"
+    echo "round $r $v: $(tr '\n' ' ' <<< "$out" | sed 's/ab //g' | cut -c1-240)"
   done
 done
 

@@ -5,7 +5,9 @@ torch.cuda.memory._record_memory_history() (--history); PYTORCH_NO_CUDA_MEMORY_C
 environment makes every tensor a driver call.
 
 Usage: train_bench.py [--steps N] [--warmup W] [--models conv,xfmr] [--history] [--oom]
-Prints one line per model:  train model=conv steps=N step_ms=MEDIAN p10_ms=.. p90_ms=.. [history_events=..]
+Prints one line per model:  train model=conv steps=N step_ms=MEDIAN p10_ms=.. p90_ms=.. allocs_per_step=..
+[history_events=..], where allocs_per_step is the driver allocations (cudaMalloc) PyTorch made per
+timed step (torch.cuda.memory_stats' num_device_alloc; -1 where this PyTorch does not count them).
 With --oom, after the conv model's loop, inside a training step with the model live:
   report ms=..        gpuguard_report() called through ctypes (only under the shim)
   oom ms=a,b,c        time from a 200 GiB request to torch's OutOfMemoryError, three times, 1.2 s
@@ -69,19 +71,22 @@ def run(name, setup, args, dev):
     model, opt, x, y = setup(dev)
     for _ in range(args.warmup):
         train_step(model, opt, x, y)
+    allocs_before = torch.cuda.memory_stats().get("num_device_alloc", -1)
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
         train_step(model, opt, x, y)
         times.append((time.perf_counter() - t0) * 1e3)
+    allocs = torch.cuda.memory_stats().get("num_device_alloc", -1)
+    per_step = (allocs - allocs_before) / args.steps if allocs_before >= 0 and allocs >= 0 else -1
     q = statistics.quantiles(times, n=10)
-    extra = ""
+    extra = f" allocs_per_step={per_step:.1f}"
     if args.history:
         try:
             snap = torch.cuda.memory._snapshot()
-            extra = f" history_events={sum(len(t) for t in snap.get('device_traces', []))}"
+            extra += f" history_events={sum(len(t) for t in snap.get('device_traces', []))}"
         except Exception:  # noqa: BLE001
-            extra = " history_events=-1"
+            extra += " history_events=-1"
     print(f"train model={name} steps={args.steps} step_ms={statistics.median(times):.4f} "
           f"p10_ms={q[0]:.4f} p90_ms={q[-1]:.4f}{extra}", flush=True)
     return model, opt, x, y

@@ -1,0 +1,67 @@
+// The histograms behind profile.h, compiled only into the profiling build (make PROFILE=1).
+#ifdef GG_PROFILE
+#include "profile.h"
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+
+namespace gg::profile {
+namespace {
+
+constexpr const char *kNames[kSteps] = {
+    "alloc: whole hook",        "  admit",          "    current device (cuCtxGetDevice)", "    device info",
+    "    ledger charge",        "    ledger reclaim", "  driver's cuMemAlloc",              "  commit (track)",
+    "    stack: native unwind",  "    stack: Python frames", "    stack: intern",
+    "free: whole hook",         "  take (untrack)", "  driver's cuMemFree",                "  finish (ledger release)",
+};
+
+// 25 ns buckets up to 250 µs, the last one holding everything longer.
+constexpr uint64_t kBucketNs = 25;
+constexpr int kBuckets = 10000;
+
+struct Histogram {
+    std::atomic<uint64_t> count{0}, sum{0};
+    std::atomic<uint32_t> buckets[kBuckets];
+};
+Histogram g_hist[kSteps];
+
+uint64_t percentile(const Histogram &h, uint64_t n, int pct) {
+    uint64_t want = (n * pct + 99) / 100, seen = 0;
+    for (int b = 0; b < kBuckets; b++) {
+        seen += h.buckets[b].load(std::memory_order_relaxed);
+        if (seen >= want && want) return uint64_t(b) * kBucketNs + kBucketNs / 2;
+    }
+    return 0;
+}
+
+__attribute__((destructor)) void print_profile() {
+    fprintf(stderr, "gpuguard: profile (ns)           %10s %10s %10s %10s\n", "count", "mean", "median", "p90");
+    for (int s = 0; s < kSteps; s++) {
+        const Histogram &h = g_hist[s];
+        uint64_t n = h.count.load();
+        if (!n) continue;
+        fprintf(stderr, "gpuguard: %-34s %10llu %10llu %10llu %10llu\n", kNames[s], (unsigned long long)n,
+                (unsigned long long)(h.sum.load() / n), (unsigned long long)percentile(h, n, 50),
+                (unsigned long long)percentile(h, n, 90));
+    }
+}
+
+}  // namespace
+
+uint64_t now() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void add(Step step, uint64_t ns) {
+    Histogram &h = g_hist[step];
+    h.count.fetch_add(1, std::memory_order_relaxed);
+    h.sum.fetch_add(ns, std::memory_order_relaxed);
+    uint64_t b = ns / kBucketNs;
+    h.buckets[b < kBuckets ? b : kBuckets - 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace gg::profile
+#endif

@@ -1,0 +1,43 @@
+# Shared by the GPU benchmark scripts (gpu_run.sh, gpu_profile.sh): finding this machine's driver
+# and CUDA headers, and building the raw allocation benchmark against them. Sourced; needs $here
+# (tests/bench) and $BUILD.
+
+# build_raw_bench DIR: builds bench_alloc into DIR and sets BA to it (or to the carried
+# $BUILD/bench/bench_alloc when it cannot be built here); sets LIBCUDA and CUDA_INC. Status 2 when
+# there is neither.
+build_raw_bench() {
+  local dir=$1
+  LIBCUDA=${GPU_BENCH_LIBCUDA:-}
+  [[ -n $LIBCUDA ]] || for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+    [[ -e $d/libcuda.so.1 ]] && { LIBCUDA=$d/libcuda.so.1; break; }
+  done
+  [[ -n $LIBCUDA ]] || LIBCUDA=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+  CUDA_INC=""
+  for d in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../include"; do
+    [[ -f $d/cuda.h ]] && { CUDA_INC=$d; break; }
+  done
+  BA=$dir/bench_alloc
+  if [[ -n $LIBCUDA && -n $CUDA_INC ]] &&
+    gcc -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$CUDA_INC" -I"$here/../../include" "$here/bench_alloc.c" -o "$BA" \
+      "$LIBCUDA" -Wl,-rpath,"$(dirname "$LIBCUDA")" -ldl -pthread; then
+    echo "built with $CUDA_INC/cuda.h, linked to $LIBCUDA"
+  elif [[ -x $BUILD/bench/bench_alloc ]]; then
+    BA=$BUILD/bench/bench_alloc
+    [[ -n $LIBCUDA ]] && export LD_LIBRARY_PATH=$(dirname "$LIBCUDA")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "could not build here (cuda.h: ${CUDA_INC:-none}, libcuda: ${LIBCUDA:-none}); using the carried $BA"
+  else
+    echo "gpu-bench: cannot build tests/bench/bench_alloc.c (cuda.h: ${CUDA_INC:-none}, libcuda: ${LIBCUDA:-none})"
+    return 2
+  fi
+}
+
+# Drops every variable that would change what a benchmark run measures.
+clean_bench_env() {
+  local v
+  while read -r v; do
+    case $v in GPUGUARD_* | CUDA_DEVICE_MEMORY_* | LD_PRELOAD | PYTORCH_NO_CUDA_MEMORY_CACHING) unset "$v" ;; esac
+  done < <(compgen -e)
+}
+
+# field KEY LINE: the value of KEY=value in a line of key=value pairs.
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }
