@@ -168,6 +168,7 @@ Config parse_config(const EnvLookup &getenv) {
                       why.c_str());
     }
     c.python_stacks = env_bool(getenv, "GPUGUARD_PYTHON_STACKS", true);
+    c.stack_reuse = env_bool(getenv, "GPUGUARD_STACK_REUSE", true);
     load_cudnn_cap(getenv, c);
     if (const char *v = env(getenv, "GPUGUARD_REAL_LIBCUDA")) c.real_libcuda = v;
     return c;

@@ -34,6 +34,7 @@ struct Config {
     int stack_depth = 48;
     uint64_t stack_min_bytes = 0;
     bool python_stacks = true;
+    bool stack_reuse = true;  // reuse a Python call site's stack (shim/stacks_reuse.h)
 
     // cuDNN workspace cap: kCapAuto (remaining quota), kCapOff, or bytes.
     enum CudnnCap { kCapAuto, kCapOff, kCapBytes } cudnn_cap = kCapAuto;

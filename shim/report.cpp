@@ -215,7 +215,16 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r["time_unix_ns"] = unix_ns();
     r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
     r["process"] = process_section();
-    r["capture"] = {{"unwinder", stacks::unwinder()}, {"python", py::version()}, {"stack_depth", c.stack_depth}};
+    stacks::ReuseCounts reuse = stacks::reuse_counts();
+    r["capture"] = {{"unwinder", stacks::unwinder()},
+                    {"python", py::version()},
+                    {"stack_depth", c.stack_depth},
+                    {"stack_reuse", {{"on", c.stack_reuse},
+                                     {"reused", reuse.reused},
+                                     {"unwound", reuse.unwound},
+                                     {"checks", reuse.checks},
+                                     {"changes", reuse.changes},
+                                     {"unstable_sites", reuse.unstable_sites}}}};
     r["device"] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);

@@ -3,8 +3,11 @@
 // stacks_merge (where Python frames go).
 #include "stacks.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +17,7 @@
 #include "profile.h"
 #include "pyframes.h"
 #include "stacks_merge.h"
+#include "stacks_reuse.h"
 #include "stacks_symbols.h"
 #include "stacks_table.h"
 #include "stacks_unwind.h"
@@ -33,6 +37,7 @@ static_assert(kMaxDepth + kPyWords * kMaxPython <= int(table::kMaxWords), "a sta
 
 std::atomic<int> g_depth{48};
 std::atomic<bool> g_python{false};
+std::atomic<bool> g_reuse{false};
 
 // Set while this thread is inside capture(): an unwinder that allocates, under a profiler that hooks
 // malloc and captures, would otherwise recurse. initial-exec: no __tls_get_addr (which may allocate)
@@ -47,13 +52,95 @@ std::string hex_addr(uintptr_t v) {
 
 bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
 
-StackId capture_unguarded(int skip, void *return_address) {
+// This thread's site cache (stacks_reuse.h): made on first use, freed at thread exit through a
+// pthread key (a C++ thread_local with a destructor could be used again after it ran, by an
+// allocation in a later thread-exit handler; this one is simply made again).
+__attribute__((tls_model("initial-exec"))) thread_local reuse::SiteCache *t_sites = nullptr;
+std::atomic<long> g_sites_key{-1};
+
+void free_sites(void *p) {
+    delete static_cast<reuse::SiteCache *>(p);
+    t_sites = nullptr;
+}
+
+reuse::SiteCache *my_sites() {
+    if (t_sites) return t_sites;
+    long key = g_sites_key.load(std::memory_order_acquire);
+    if (key < 0) {
+        pthread_key_t k;
+        if (pthread_key_create(&k, free_sites) != 0) return nullptr;
+        long none = -1;
+        if (g_sites_key.compare_exchange_strong(none, long(k), std::memory_order_acq_rel)) {
+            key = long(k);
+        } else {
+            pthread_key_delete(k);
+            key = none;
+        }
+    }
+    auto *sites = new reuse::SiteCache();
+    if (pthread_setspecific(pthread_key_t(key), sites) != 0) {
+        delete sites;
+        return nullptr;
+    }
+    return t_sites = sites;
+}
+
+// Whether two stacks of one site key are the same: equal, or different only in where inside the
+// eval loop a native frame stood (stacks_reuse.h). Only at checks, so the copies do not matter.
+bool same_site_stack(StackId a, StackId b) {
+    if (a == b) return true;
+    std::vector<uintptr_t> wa, wb;
+    uint32_t na = 0, nb = 0;
+    if (!table::get(a, &wa, &na) || !table::get(b, &wb, &nb) || na != nb || wa.size() != wb.size()) return false;
+    for (size_t i = 0; i < wa.size(); ++i)
+        if (wa[i] != wb[i] && !(i < na && py::is_eval_loop(wa[i]) && py::is_eval_loop(wb[i]))) return false;
+    return true;
+}
+
+// The site's key: the Python stack, the native depth (stack pointer) and the skip (stacks_reuse.h).
+uint64_t site_key(const void *stack_pointer, int skip, const uintptr_t *py_words, int n_py_words) {
+    uint64_t h = reuse::mix(reinterpret_cast<uintptr_t>(stack_pointer), uint64_t(skip));
+    for (int i = 0; i < n_py_words; ++i) h = reuse::mix(h, py_words[i]);
+    return h ? h : 1;  // 0 marks an empty slot
+}
+
+StackId capture_unguarded(int skip, void *return_address, const void *stack_pointer) {
     int depth = g_depth.load(std::memory_order_relaxed);
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
-    uintptr_t words[kMaxDepth + kPyWords * kMaxPython];
-    int n_native = 0;
-
     bool python = g_python.load(std::memory_order_relaxed) && py::available();
+
+    // Python frames first: cheap, and with them the site's key. They are written past the room for
+    // native frames and moved down to follow them once those are known.
+    uintptr_t words[kMaxDepth + kPyWords * kMaxPython];
+    uintptr_t *py_words = words + kMaxDepth;
+    int n_py = 0;
+    if (python) {
+        GG_PROFILE_STEP(kCapturePython);
+        py::Frame frames[kMaxPython];
+        n_py = py::capture(frames, kMaxPython);
+        n_py = n_py < 0 ? 0 : n_py > kMaxPython ? kMaxPython : n_py;
+        uintptr_t *w = py_words;
+        for (int i = 0; i < n_py; ++i, w += kPyWords) {
+            w[0] = reinterpret_cast<uintptr_t>(frames[i].file);
+            w[1] = reinterpret_cast<uintptr_t>(frames[i].function);
+            w[2] = uintptr_t(uint32_t(frames[i].line)) << 1 | uintptr_t(frames[i].entry);
+        }
+    }
+
+    reuse::SiteCache *sites = nullptr;
+    uint64_t key = 0;
+    StackId cached = 0;
+    auto verdict = reuse::SiteCache::Verdict::kMiss;
+    if (n_py > 0 && depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = my_sites())) {
+        key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
+        verdict = sites->lookup(key, &cached);
+        if (verdict == reuse::SiteCache::Verdict::kReuse) {
+            reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+            return cached;
+        }
+    }
+
+    int n_native = 0;
     if (depth > 0) {
         GG_PROFILE_STEP(kCaptureNative);
         void *raw[kSlack + 2 * kMaxDepth];
@@ -64,6 +151,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         // a deep interpreter stack.
         int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
                                   python ? stop_at_eval_loop : nullptr);
+        reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
         // Start at capture()'s caller, found by its return address: robust to inlining and tail
         // calls inside the shim and to each unwinder's idea of where the walk starts.
         int start = 0;
@@ -73,24 +161,29 @@ StackId capture_unguarded(int skip, void *return_address) {
                 break;
             }
         start += skip;
-        for (int i = start; i < n && n_native < depth; ++i) words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
-    }
-
-    int n_py = 0;
-    if (python) {
-        GG_PROFILE_STEP(kCapturePython);
-        py::Frame frames[kMaxPython];
-        n_py = py::capture(frames, kMaxPython);
-        n_py = n_py < 0 ? 0 : n_py > kMaxPython ? kMaxPython : n_py;
-        uintptr_t *w = words + n_native;
-        for (int i = 0; i < n_py; ++i, w += kPyWords) {
-            w[0] = reinterpret_cast<uintptr_t>(frames[i].file);
-            w[1] = reinterpret_cast<uintptr_t>(frames[i].function);
-            w[2] = uintptr_t(uint32_t(frames[i].line)) << 1 | uintptr_t(frames[i].entry);
+        for (int i = start; i < n && n_native < depth; ++i) {
+            words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
+            // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
+            // unwinder walked on past it (see stop_at_eval_loop).
+            if (python && py::is_eval_loop(words[n_native - 1])) break;
         }
     }
-    GG_PROFILE_STEP(kCaptureIntern);
-    return table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
+    if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
+
+    StackId id;
+    {
+        GG_PROFILE_STEP(kCaptureIntern);
+        id = table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
+    }
+    if (sites && id) {
+        if (verdict == reuse::SiteCache::Verdict::kMiss) {
+            sites->store(key, id);
+        } else {
+            reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
+            sites->checked(key, same_site_stack(cached, id), id);
+        }
+    }
+    return id;
 }
 
 nlohmann::json native_json(uintptr_t ip, const symbols::Native &s) {
@@ -108,9 +201,10 @@ nlohmann::json python_json(const uintptr_t *w) {
 
 }  // namespace
 
-void configure(int depth, bool python) {
+void configure(int depth, bool python, bool reuse) {
     g_depth.store(depth < 0 ? 0 : depth > kMaxDepth ? kMaxDepth : depth, std::memory_order_relaxed);
     g_python.store(python, std::memory_order_relaxed);
+    g_reuse.store(reuse, std::memory_order_relaxed);
 }
 
 void warm_up() {
@@ -126,7 +220,7 @@ void warm_up() {
 __attribute__((noinline)) StackId capture(int skip) {
     if (t_busy) return 0;
     t_busy = true;
-    StackId id = capture_unguarded(skip, __builtin_return_address(0));
+    StackId id = capture_unguarded(skip, __builtin_return_address(0), __builtin_frame_address(0));
     t_busy = false;
     return id;
 }
@@ -160,6 +254,13 @@ nlohmann::json frames_json(StackId id) {
 }
 
 size_t count() { return table::count(); }
+
+ReuseCounts reuse_counts() {
+    const reuse::Counts &c = reuse::counts();
+    return {c.reused.load(std::memory_order_relaxed), c.unwound.load(std::memory_order_relaxed),
+            c.checks.load(std::memory_order_relaxed), c.changes.load(std::memory_order_relaxed),
+            c.unstable_sites.load(std::memory_order_relaxed)};
+}
 
 const char *unwinder() { return unwind::name(); }
 

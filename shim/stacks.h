@@ -12,8 +12,16 @@ namespace gg::stacks {
 using StackId = uint32_t;  // 0 means "no stack"
 
 // Set once from the configuration before the first capture. depth: native frames kept
-// (GPUGUARD_STACK_DEPTH); python: also record Python frames (GPUGUARD_PYTHON_STACKS).
-void configure(int depth, bool python);
+// (GPUGUARD_STACK_DEPTH); python: also record Python frames (GPUGUARD_PYTHON_STACKS); reuse: reuse
+// the stack of a Python call site already unwound on this thread (GPUGUARD_STACK_REUSE,
+// stacks_reuse.h).
+void configure(int depth, bool python, bool reuse = true);
+
+// How often a stack was reused and unwound (stacks_reuse.h), for the report.
+struct ReuseCounts {
+    uint64_t reused, unwound, checks, changes, unstable_sites;
+};
+ReuseCounts reuse_counts();
 // Loads the unwinder and looks for Python once, after configure(), outside any lock or C++ static
 // guard: both take the loader's lock (race_once.h).
 void warm_up();

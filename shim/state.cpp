@@ -121,7 +121,7 @@ State *build() {
         log_error("the ledger's limit '%s' is not valid (%s); refusing every device allocation", spec_text.c_str(), why.c_str());
         s->fail_closed = true;
     }
-    stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks);
+    stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks, s->cfg->stack_reuse);
     if (s->ledger) sigbus::install(s->ledger, s->ledger->path().c_str());
     tracker();  // created before fork handlers can run
     // No leave() at exit: the driver frees a process's memory only when the process is torn down,

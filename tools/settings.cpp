@@ -108,6 +108,7 @@ const Known kKnown[] = {
     {"GPUGUARD_STACK_DEPTH", [](const std::string &v) { return check_int(v, 0, 128); }},
     {"GPUGUARD_STACK_MIN_BYTES", check_size},
     {"GPUGUARD_PYTHON_STACKS", check_bool},
+    {"GPUGUARD_STACK_REUSE", check_bool},
     {"GPUGUARD_CUDNN_WORKSPACE_LIMIT",
      [](const std::string &v) {
          std::string why;

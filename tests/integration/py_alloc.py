@@ -1,6 +1,9 @@
 """Allocates device memory through ctypes (the GIL is released around the call, as in PyTorch's
 operators) against whichever libcuda.so.1 is found: the report must name this file, the function
-and the line of the call. Usage: py_alloc.py [with-gil-holder]"""
+and the line of the call. Usage: py_alloc.py [with-gil-holder NATIVE.so | paths NATIVE.so N PATTERN]
+
+paths: N allocations from one Python line, through two_paths.so's path_a (1 MiB each) or path_b
+(2 MiB each), all kept live; PATTERN "ab" alternates, "a" takes path_a only."""
 import ctypes
 import sys
 import threading
@@ -26,8 +29,20 @@ def train_step(model):
     return model.grow_activations(1 << 30)
 
 
+def paths(native, n, pattern):
+    ptr = ctypes.c_uint64()
+    for i in range(n):
+        which = 1 if pattern == "ab" and i % 2 else 0
+        r = native.alloc_via(which, ctypes.byref(ptr), ctypes.c_size_t((which + 1) << 20))  # LINE-OF-PATHS
+        assert r == 0, r
+    print("paths ->", n)
+
+
 def main():
     setup()
+    if len(sys.argv) > 1 and sys.argv[1] == "paths":
+        paths(ctypes.CDLL(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
         # Another Python thread keeps the GIL busy while a native thread of the probe library
         # allocates with no Python at all: the shim must neither wait for the GIL nor deadlock.

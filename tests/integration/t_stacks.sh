@@ -54,6 +54,44 @@ no_python_thread() {
 }
 check "a thread without Python allocates while another holds the GIL: no deadlock, native stack" no_python_thread
 
+# paths N PATTERN [VAR=VALUE...]: py_alloc.py's paths mode under the shim; the exit report's path.
+paths_report() {
+  local n=$1 pattern=$2; shift 2
+  cc -shared -fPIC -O2 -I"${CUDA_HOME:-/usr/local/cuda}/include" -o two_paths.so "$ROOT/tests/integration/src/two_paths.c" \
+    -L"$FAKE" -lcuda || return 1
+  env GPUGUARD_REPORT_ON_EXIT=1 "$@" LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE timeout 60 \
+    python3 "$ROOT/tests/integration/py_alloc.py" paths "$TMP/two_paths.so" "$n" "$pattern" >"$TMP/out" 2>"$TMP/err" || return 1
+  ls "$TMP"/gpuguard-exit-*.json
+}
+# Bytes by stack for path_a and path_b, as "[(name, bytes, count), ...]".
+BY_PATH="sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'] if f.get('symbol') in ('path_a','path_b')), '?'))(b['stack']), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
+
+stack_reused() {
+  fresh
+  local r; r=$(paths_report 200 a) || { cat "$TMP/err"; return 1; }
+  local line; line=$(grep -n "LINE-OF-PATHS" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((200 * MIB)), 200)]" "all 200 under path_a" &&
+  expect_eq "$(json "$r" "[(f['function'], f['line']) for f in d['stacks'][d['by_stack'][0]['stack']]['frames'] if f['kind']=='python'][:1]")" \
+    "[('paths', $line)]" "with the Python line" &&
+  expect_eq "$(json "$r" "(lambda u: (u['on'], u['reused'] >= 150, u['checks'] >= 7, u['unstable_sites']))(d['capture']['stack_reuse'])")" \
+    "(True, True, True, 0)" "reused for most of the 200 (each of the 1st, 2nd, 4th ... checked), never unstable" || return 1
+  rm -f "$TMP"/gpuguard-exit-*.json
+  r=$(paths_report 200 a GPUGUARD_STACK_REUSE=0) || return 1
+  expect_eq "$(json "$r" "(d['capture']['stack_reuse']['on'], d['capture']['stack_reuse']['reused'])")" "(False, 0)" "GPUGUARD_STACK_REUSE=0"
+}
+check "a Python call site's stack is unwound once and reused, checked at the 1st, 2nd, 4th ... reuse" stack_reused
+
+stack_reuse_two_paths() {
+  fresh
+  local r; r=$(paths_report 40 ab) || { cat "$TMP/err"; return 1; }
+  # One Python line, two native paths at the same depth: every check sees the other path (which
+  # replaces the cached one) and the third change ends reuse, so every allocation keeps its own stack.
+  expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((20 * MIB)), 20), ('path_b', $((40 * MIB)), 20)]" \
+    "bytes by native path, exact" &&
+  expect_eq "$(json "$r" "d['capture']['stack_reuse']['unstable_sites'] >= 1")" "True" "the site was found unstable"
+}
+check "one Python line reaching the driver through two native paths at the same depth: each keeps its own stack" stack_reuse_two_paths
+
 signal_report() {
   fresh
   # env execs the program, so $! is its pid.

@@ -1,0 +1,25 @@
+/* Two native paths to one allocation call, for the stack-reuse tests (t_stacks.sh): path_a() and
+ * path_b() have the same frame size, so a Python line that calls either reaches cuMemAlloc at the same
+ * stack depth, with the same Python frames: the same site key (shim/stacks_reuse.h). The checks must
+ * tell them apart. */
+#include <cuda.h>
+
+__attribute__((noinline)) static CUresult common_alloc(CUdeviceptr *p, size_t n) {
+    CUresult r = cuMemAlloc(p, n);
+    __asm__ volatile("" ::: "memory"); /* not a tail call: common_alloc stays on the stack */
+    return r;
+}
+
+__attribute__((noinline)) CUresult path_a(CUdeviceptr *p, size_t n) {
+    CUresult r = common_alloc(p, n);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
+__attribute__((noinline)) CUresult path_b(CUdeviceptr *p, size_t n) {
+    CUresult r = common_alloc(p, n);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
+CUresult alloc_via(int which, CUdeviceptr *p, size_t n) { return which ? path_b(p, n) : path_a(p, n); }

@@ -1,0 +1,84 @@
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "stacks_reuse.h"
+
+using gg::stacks::reuse::SiteCache;
+using Verdict = SiteCache::Verdict;
+
+TEST_CASE("a site's stack is reused after it was stored, with checks at the 1st, 2nd, 4th ... hit") {
+    auto *c = new SiteCache();
+    uint32_t id = 0;
+    CHECK(c->lookup(42, &id) == Verdict::kMiss);
+    c->store(42, 7);
+    std::vector<int> checked;
+    for (int n = 1; n <= 2048; n++) {
+        id = 0;
+        Verdict v = c->lookup(42, &id);
+        CHECK(id == 7);
+        if (v == Verdict::kCheck) {
+            checked.push_back(n);
+            c->checked(42, true, 7);  // the fresh unwind agreed
+        } else {
+            CHECK(v == Verdict::kReuse);
+        }
+    }
+    CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+    delete c;
+}
+
+TEST_CASE("a check that finds another stack replaces the cached one; the third change ends reuse of the site") {
+    auto *c = new SiteCache();
+    uint64_t before = gg::stacks::reuse::counts().unstable_sites.load();
+    uint32_t id = 0;
+    c->store(9, 3);
+    REQUIRE(c->lookup(9, &id) == Verdict::kCheck);  // the first reuse is checked
+    c->checked(9, false, 4);                        // the unwinder found another stack: it replaces
+    REQUIRE(c->lookup(9, &id) == Verdict::kCheck);  // and the schedule starts again
+    CHECK(id == 4);
+    c->checked(9, true, 4);
+    REQUIRE(c->lookup(9, &id) == Verdict::kCheck);  // 2nd hit
+    c->checked(9, false, 5);                        // second change
+    REQUIRE(c->lookup(9, &id) == Verdict::kCheck);
+    CHECK(id == 5);
+    c->checked(9, false, 6);  // third change: never reused again
+    CHECK(gg::stacks::reuse::counts().unstable_sites.load() == before + 1);
+    for (int n = 0; n < 100; n++) CHECK(c->lookup(9, &id) == Verdict::kMiss);
+    c->store(9, 6);  // a later miss stores nothing over the mark
+    CHECK(c->lookup(9, &id) == Verdict::kMiss);
+    delete c;
+}
+
+TEST_CASE("sites that share a slot replace each other; neither is ever answered with the other's stack") {
+    auto *c = new SiteCache();
+    // Find a key that lands in the same slot as key 1: the cache is direct-mapped.
+    uint64_t other = 2;
+    {
+        SiteCache probe;
+        probe.store(1, 11);
+        uint32_t id;
+        while (true) {
+            probe.store(other, 22);
+            if (probe.lookup(1, &id) == Verdict::kMiss) break;  // key 1 was evicted: same slot
+            other++;
+        }
+    }
+    uint32_t id = 0;
+    c->store(1, 11);
+    c->store(other, 22);
+    CHECK(c->lookup(1, &id) == Verdict::kMiss);
+    CHECK(c->lookup(other, &id) != Verdict::kMiss);
+    CHECK(id == 22);
+    delete c;
+}
+
+TEST_CASE("the check schedule: powers of two up to 1024, then every 1024th hit") {
+    CHECK(SiteCache::due(1));
+    CHECK(SiteCache::due(2));
+    CHECK_FALSE(SiteCache::due(3));
+    CHECK(SiteCache::due(512));
+    CHECK_FALSE(SiteCache::due(1500));
+    CHECK(SiteCache::due(3072));
+    CHECK_FALSE(SiteCache::due(3073));
+}
