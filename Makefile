@@ -236,6 +236,7 @@ $(FUZZ_BIN): $(FUZZ_BUILD)/%: $$(call fuzz_obj,tests/fuzz/$$*.cpp $$(FUZZ_DEPS_$
 .PHONY: fuzz-build fuzz-check
 fuzz-build: fuzz-check $(FUZZ_BIN)
 fuzz-check:
+	@tests/deps.sh --quiet --fuzz
 	@command -v $(FUZZ_CXX) >/dev/null && echo 'int main(){}' | $(FUZZ_CXX) -fsanitize=fuzzer-no-link -x c++ - -o /dev/null 2>/dev/null \
 	  || { echo "gpuguard: make fuzz needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
 fuzz: fuzz-build

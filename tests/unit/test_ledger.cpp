@@ -292,3 +292,55 @@ TEST_CASE("ledger: a private ledger needs no file") {
     CHECK_FALSE(l->try_charge(d, 1, &used));
     delete l;
 }
+
+// Whoever can write a ledger can set its limit and forge its counts (docs/threat-model.md): one owned
+// by another user is refused unless it is shared with the group GPUGUARD_LEDGER_GROUP names, and one
+// that every user may write is refused. Changing a file's owner needs root: skipped otherwise.
+TEST_CASE("ledger: another user's ledger is refused unless shared with our group; a world-writable one always") {
+    if (geteuid() != 0) {
+        MESSAGE("skipped: changing a file's owner needs root");
+        return;
+    }
+    const uid_t other_uid = 54321;
+    const gid_t group = 43210, other_group = 43211;
+    std::string path = temp_path("owner");
+    auto try_open = [&](int want_group, bool read_only, std::string *error) {
+        OpenOptions o;
+        o.path = path;
+        o.group = want_group;
+        o.read_only = read_only;
+        o.limit_spec = "1GiB";  // the ledger's own: a different one would replace the idle file with ours
+        std::string notice;
+        Ledger *l = Ledger::open(o, error, &notice);
+        bool ok = l != nullptr;
+        delete l;
+        return ok;
+    };
+    delete open_ledger(path, "1GiB");
+    std::string error;
+
+    REQUIRE(chown(path.c_str(), other_uid, group) == 0);
+    REQUIRE(chmod(path.c_str(), 0600) == 0);
+    CHECK_FALSE(try_open(-1, false, &error));
+    CHECK_MESSAGE(error.find("belongs to another user (uid 54321)") != std::string::npos, error);
+    CHECK_MESSAGE(error.find(path) != std::string::npos, error);
+    CHECK_FALSE(try_open(int(group), false, &error));  // our group, but the file is not group-writable
+
+    REQUIRE(chmod(path.c_str(), 0660) == 0);
+    error.clear();
+    CHECK_MESSAGE(try_open(int(group), false, &error), error);  // shared with the group we name
+    CHECK_FALSE(try_open(int(other_group), false, &error));     // shared, but with another group
+    CHECK_MESSAGE(error.find("not shared with the group GPUGUARD_LEDGER_GROUP names") != std::string::npos, error);
+    CHECK_FALSE(try_open(-1, false, &error));                   // we name no group
+    error.clear();
+    CHECK_MESSAGE(try_open(-1, true, &error), error);  // read only (gpuguard top): reading forges nothing
+
+    REQUIRE(chown(path.c_str(), geteuid(), getegid()) == 0);
+    REQUIRE(chmod(path.c_str(), 0666) == 0);
+    CHECK_FALSE(try_open(-1, false, &error));
+    CHECK_MESSAGE(error.find("writable by every user (mode 666)") != std::string::npos, error);
+    struct stat st;
+    REQUIRE(stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0666);  // refused, and left as it was
+    unlink(path.c_str());
+}
