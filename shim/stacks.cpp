@@ -140,6 +140,9 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         }
     }
 
+    // Cut the native frames at the eval loop only when the Python frames were read: otherwise they
+    // are all this stack has.
+    bool cut = n_py > 0;
     int n_native = 0;
     if (depth > 0) {
         GG_PROFILE_STEP(kCaptureNative);
@@ -150,7 +153,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
         // a deep interpreter stack.
         int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
-                                  python ? stop_at_eval_loop : nullptr);
+                                  cut ? stop_at_eval_loop : nullptr);
         reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
         // Start at capture()'s caller, found by its return address: robust to inlining and tail
         // calls inside the shim and to each unwinder's idea of where the walk starts.
@@ -165,7 +168,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
             words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
             // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
             // unwinder walked on past it (see stop_at_eval_loop).
-            if (python && py::is_eval_loop(words[n_native - 1])) break;
+            if (cut && py::is_eval_loop(words[n_native - 1])) break;
         }
     }
     if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
