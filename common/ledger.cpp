@@ -127,6 +127,17 @@ bool create_file(const std::string &path, const std::string &spec, int group, bo
 
 bool slot_is_live(const Slot &s) { return s.state.load() == kSlotLive; }
 
+// A text field of the shared file as a string for display: any process of the user may write those
+// bytes, so the string stops at the field's end even without a NUL, and control bytes (a terminal
+// escape sequence in a forged command line) become '?' before `gpuguard top` prints them.
+template <size_t N>
+std::string field_text(const char (&field)[N]) {
+    std::string s(field, strnlen(field, N));
+    for (char &c : s)
+        if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
+    return s;
+}
+
 }  // namespace
 
 std::string uuid_string(const uint8_t u[16]) {
@@ -407,7 +418,7 @@ void Ledger::add_own_bytes(int dev, uint64_t bytes) {
 // it since.
 std::string Ledger::limit_spec() const {
     if (!header_) return "";
-    return std::string(header_->limit_spec, strnlen(header_->limit_spec, sizeof header_->limit_spec));
+    return field_text(header_->limit_spec);
 }
 
 int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name) {
@@ -604,7 +615,7 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        out.push_back({i, uuid_string(d.uuid), std::string(d.name, strnlen(d.name, sizeof d.name)), d.limit.load(),
+        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(),
                        sum(i), d.peak.load(), d.physical_total.load()});
     }
     return out;
@@ -620,7 +631,7 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
         ProcessView v;
         v.slot = (int)i;
         v.pid = s.pid.load();
-        v.command.assign(s.command, strnlen(s.command, sizeof s.command));
+        v.command = field_text(s.command);
         for (int d = 0; d < kMaxDevices; d++) {
             v.bytes.push_back(s.bytes[d].load());
             v.peak.push_back(s.peak[d].load());

@@ -162,7 +162,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     skip_claiming_waits(fd);
     close(fd);
 
-    (void)l->limit_spec();
     uint8_t uuid[16] = {0x5e, 0x1d, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
     if (flags & 0x40) uuid[15] = r.u8();  // a device the file may not hold yet
     int dev = l->device_index(uuid, (uint64_t)r.u32() << 8, 80ull << 30, "fuzz device");
@@ -183,9 +182,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             (void)l->limit(dev);
         }
     }
-    for (const auto &d : l->devices()) FUZZ_REQUIRE(d.index >= 0 && d.index < kMaxDevices && d.name.size() < 64);
+    // The views' text is bounded by its field (which a forged file need not NUL-terminate) and holds
+    // nothing a terminal would act on.
+    auto printable = [](const std::string &s) {
+        for (unsigned char c : s)
+            if (c < 0x20 || c == 0x7f) return false;
+        return true;
+    };
+    FUZZ_REQUIRE(printable(l->limit_spec()));
+    for (const auto &d : l->devices())
+        FUZZ_REQUIRE(d.index >= 0 && d.index < kMaxDevices && d.name.size() <= sizeof(DeviceEntry::name) && printable(d.name));
     for (const auto &p : l->processes())
-        FUZZ_REQUIRE(p.slot >= 0 && p.slot < kMaxSlots && p.command.size() < 96 && p.bytes.size() == (size_t)kMaxDevices);
+        FUZZ_REQUIRE(p.slot >= 0 && p.slot < kMaxSlots && p.command.size() <= sizeof(Slot::command) &&
+                     printable(p.command) && p.bytes.size() == (size_t)kMaxDevices);
     delete l;
     return 0;
 }

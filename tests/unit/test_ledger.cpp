@@ -344,3 +344,38 @@ TEST_CASE("ledger: another user's ledger is refused unless shared with our group
     CHECK((st.st_mode & 0777) == 0666);  // refused, and left as it was
     unlink(path.c_str());
 }
+
+TEST_CASE("ledger: forged text fields are shown bounded and without control bytes") {
+    // Any process of the user can write the file: a command line that fills its field with no NUL,
+    // and a device name carrying a terminal escape sequence (found by fuzz_ledger).
+    std::string path = temp_path("forged-text");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    REQUIRE(d == 0);
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(d, 10, &used));
+    Header *h = l->header();
+    memset(h->devices[d].name, 0, sizeof h->devices[d].name);
+    memcpy(h->devices[d].name, "\x1b]0;owned\x07gpu", 13);
+    int self = -1;
+    for (int i = 0; i < kMaxSlots; i++)
+        if (h->slots[i].state.load() == kSlotLive && h->slots[i].pid.load() == getpid()) self = i;
+    REQUIRE(self >= 0);
+    memset(h->slots[self].command, 'x', sizeof h->slots[self].command);  // no terminating NUL
+    h->slots[self].command[3] = '\n';
+
+    auto devices = l->devices();
+    REQUIRE(devices.size() == 1);
+    CHECK(devices[0].name == "?]0;owned?gpu");
+    bool found = false;
+    for (const auto &p : l->processes()) {
+        if (p.slot != self) continue;
+        found = true;
+        CHECK(p.command.size() == sizeof h->slots[self].command);
+        CHECK(p.command.substr(0, 5) == "xxx?x");
+    }
+    CHECK(found);
+    l->release(d, 10);
+    delete l;
+    unlink(path.c_str());
+}
