@@ -216,7 +216,11 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
     r["process"] = process_section();
     stacks::ReuseCounts reuse = stacks::reuse_counts();
+    stacks::WalkerCounts walker = stacks::walker_counts();
     r["capture"] = {{"unwinder", stacks::unwinder()},
+                    {"walker", {{"walks", walker.walks},
+                                {"rules_learned", walker.rules_learned},
+                                {"fallbacks", walker.fallbacks}}},
                     {"python", py::version()},
                     {"stack_depth", c.stack_depth},
                     {"stack_reuse", {{"on", c.stack_reuse},

@@ -3,8 +3,6 @@
 // stacks_merge (where Python frames go).
 #include "stacks.h"
 
-#include <pthread.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -14,8 +12,10 @@
 #include <vector>
 
 #include "log.h"
+#include "per_thread.h"
 #include "profile.h"
 #include "pyframes.h"
+#include "stacks_cfi.h"
 #include "stacks_merge.h"
 #include "stacks_reuse.h"
 #include "stacks_symbols.h"
@@ -52,38 +52,10 @@ std::string hex_addr(uintptr_t v) {
 
 bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
 
-// This thread's site cache (stacks_reuse.h): made on first use, freed at thread exit through a
-// pthread key (a C++ thread_local with a destructor could be used again after it ran, by an
-// allocation in a later thread-exit handler; this one is simply made again).
-__attribute__((tls_model("initial-exec"))) thread_local reuse::SiteCache *t_sites = nullptr;
-std::atomic<long> g_sites_key{-1};
-
-void free_sites(void *p) {
-    delete static_cast<reuse::SiteCache *>(p);
-    t_sites = nullptr;
-}
-
-reuse::SiteCache *my_sites() {
-    if (t_sites) return t_sites;
-    long key = g_sites_key.load(std::memory_order_acquire);
-    if (key < 0) {
-        pthread_key_t k;
-        if (pthread_key_create(&k, free_sites) != 0) return nullptr;
-        long none = -1;
-        if (g_sites_key.compare_exchange_strong(none, long(k), std::memory_order_acq_rel)) {
-            key = long(k);
-        } else {
-            pthread_key_delete(k);
-            key = none;
-        }
-    }
-    auto *sites = new reuse::SiteCache();
-    if (pthread_setspecific(pthread_key_t(key), sites) != 0) {
-        delete sites;
-        return nullptr;
-    }
-    return t_sites = sites;
-}
+// This thread's site cache (stacks_reuse.h), freed at thread exit. (Not a C++ thread_local with a
+// destructor: an allocation in a later thread-exit handler could use it after it ran; this one is
+// simply made again.)
+PerThread<reuse::SiteCache> g_sites;
 
 // Whether two stacks of one site key are the same: equal, or different only in where inside the
 // eval loop a native frame stood (stacks_reuse.h). Only at checks, so the copies do not matter.
@@ -131,7 +103,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     uint64_t key = 0;
     StackId cached = 0;
     auto verdict = reuse::SiteCache::Verdict::kMiss;
-    if (n_py > 0 && depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = my_sites())) {
+    if (n_py > 0 && depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
         key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
         verdict = sites->lookup(key, &cached);
         if (verdict == reuse::SiteCache::Verdict::kReuse) {
@@ -263,6 +235,11 @@ ReuseCounts reuse_counts() {
     return {c.reused.load(std::memory_order_relaxed), c.unwound.load(std::memory_order_relaxed),
             c.checks.load(std::memory_order_relaxed), c.changes.load(std::memory_order_relaxed),
             c.unstable_sites.load(std::memory_order_relaxed)};
+}
+
+WalkerCounts walker_counts() {
+    cfi::Counts c = cfi::counts();
+    return {c.walks, c.rule_misses, c.fallbacks};
 }
 
 const char *unwinder() { return unwind::name(); }

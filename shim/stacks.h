@@ -22,6 +22,12 @@ struct ReuseCounts {
     uint64_t reused, unwound, checks, changes, unstable_sites;
 };
 ReuseCounts reuse_counts();
+// What the caching walker (stacks_cfi.h) did, for the report: walks, rules it had to work out from
+// .eh_frame (the other frames came from its table), walks handed to the fallback unwinder.
+struct WalkerCounts {
+    uint64_t walks, rules_learned, fallbacks;
+};
+WalkerCounts walker_counts();
 // Loads the unwinder and looks for Python once, after configure(), outside any lock or C++ static
 // guard: both take the loader's lock (race_once.h).
 void warm_up();

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "log.h"
+#include "stacks_cfi.h"
 
 // libgcc's unwinder is linked statically into the shim (-static-libgcc) and dynamically into other
 // programs (libgcc_s); a weak reference lets us notice a build where neither provided it and dlopen
@@ -126,7 +127,8 @@ BacktraceFn load_libgcc() {
 
 // Under ThreadSanitizer, libunwind's thread-exit destructor (its per-thread trace cache) locks a
 // mutex after TSan has already finished the thread, and the process crashes; libunwind is not
-// instrumented anyway, so TSan builds unwind with libgcc unless told otherwise.
+// instrumented anyway, so TSan builds do not load it unless told to: the caching walker falls back
+// to libgcc, and libgcc comes before libunwind.
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kPreferLibgcc = true;
 #elif defined(__has_feature)
@@ -139,13 +141,37 @@ constexpr bool kPreferLibgcc = false;
 constexpr bool kPreferLibgcc = false;
 #endif
 
+// The caching walker (stacks_cfi.h), and the general unwinder it hands the stacks it cannot walk.
+std::atomic<BacktraceFn> g_cfi_fallback{nullptr};
+
+int cfi_backtrace(void **ips, int max) {
+    int n = cfi::walk(ips, max, t_stop);
+    if (n >= 0) return n;
+    BacktraceFn fallback = g_cfi_fallback.load(std::memory_order_relaxed);
+    return fallback ? fallback(ips, max) : 0;
+}
+
+const Backend *load(const char *which);
+
+BacktraceFn load_cfi() {
+    if (!cfi::available()) {
+        log_debug("stacks: the caching walker is not available in this build");
+        return nullptr;
+    }
+    const Backend *fallback = load(kPreferLibgcc ? "libgcc" : "libunwind");
+    if (!fallback) fallback = load("libgcc");
+    if (fallback) g_cfi_fallback.store(fallback->fn, std::memory_order_relaxed);
+    log_debug("stacks: unwinding with the caching walker, falling back to %s", fallback ? fallback->name : "nothing");
+    return cfi_backtrace;
+}
+
 // No lock is held while an unwinder loads: loading takes the loader's lock (dlopen), and a capture
 // can run on a thread that holds it (an allocation in a library constructor, inside dlopen), which
 // must never wait for a thread that waits for the loader. So racing first callers may each load
 // (dlopen of a loaded library only returns it again) and the first result published is kept.
 const Backend kNone{"none", nullptr};
-std::atomic<const Backend *> g_libunwind{nullptr}, g_libgcc{nullptr};
-std::atomic<bool> g_tried_libunwind{false}, g_tried_libgcc{false};  // a failed load is not repeated
+std::atomic<const Backend *> g_cfi{nullptr}, g_libunwind{nullptr}, g_libgcc{nullptr};
+std::atomic<bool> g_tried_cfi{false}, g_tried_libunwind{false}, g_tried_libgcc{false};  // a failed load is not repeated
 std::atomic<const Backend *> g_active{nullptr};
 
 const Backend *load_once(std::atomic<const Backend *> &slot, std::atomic<bool> &tried, const char *name,
@@ -162,6 +188,7 @@ const Backend *load_once(std::atomic<const Backend *> &slot, std::atomic<bool> &
 }
 
 const Backend *load(const char *which) {
+    if (strcmp(which, "cfi") == 0) return load_once(g_cfi, g_tried_cfi, "cfi", load_cfi);
     if (strcmp(which, "libunwind") == 0) return load_once(g_libunwind, g_tried_libunwind, "libunwind", load_libunwind);
     if (strcmp(which, "libgcc") == 0) return load_once(g_libgcc, g_tried_libgcc, "libgcc", load_libgcc);
     if (strcmp(which, "none") == 0) return &kNone;
@@ -172,19 +199,21 @@ const Backend *active() {
     const Backend *b = g_active.load(std::memory_order_acquire);
     if (b) return b;
     const char *want = getenv("GPUGUARD_UNWINDER");
-    bool unknown = want && *want && strcmp(want, "libunwind") != 0 && strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0;
+    bool unknown = want && *want && strcmp(want, "cfi") != 0 && strcmp(want, "libunwind") != 0 &&
+                   strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0;
     if (unknown) want = nullptr;
-    if ((!want || !*want) && kPreferLibgcc) want = "libgcc";
     if (want && *want) b = load(want);
+    if (!b) b = load("cfi");
+    if (!b && kPreferLibgcc) b = load("libgcc");
     if (!b) b = load("libunwind");
     if (!b) b = load("libgcc");
     if (!b) b = &kNone;
     const Backend *first = nullptr;
     if (!g_active.compare_exchange_strong(first, b, std::memory_order_acq_rel)) return first;
     // Said once, by the caller whose choice stands.
-    if (unknown) log_error("GPUGUARD_UNWINDER=%s not understood (libunwind, libgcc or none); using the default order", getenv("GPUGUARD_UNWINDER"));
+    if (unknown) log_error("GPUGUARD_UNWINDER=%s not understood (cfi, libunwind, libgcc or none); using the default order", getenv("GPUGUARD_UNWINDER"));
     if (b == &kNone && !(want && strcmp(want, "none") == 0))
-        log_error("no unwinder found (libunwind.so.8, libgcc): reports will have no native stacks");
+        log_error("no unwinder found (the caching walker, libunwind.so.8, libgcc): reports will have no native stacks");
     return b;
 }
 

@@ -396,12 +396,12 @@ std::string check_library(Checks &c) {
         c.line(kOk, "libunwind", "libunwind.so.8 beside the library loads");
     else if (!beside.empty())
         c.line(kWarn, "libunwind", "libunwind.so.8 beside the library does not load (" + beside +
-                                       "); native stacks use libgcc's unwinder");
+                                       "); the stacks the caching walker declines use libgcc's unwinder");
     else if (!system.empty() && system != "none")
         c.line(kOk, "libunwind", "not beside the library; the system's loads (" + system + ")");
     else
-        c.line(kWarn, "libunwind", "libunwind.so.8 is neither beside the library nor installed: native stacks use libgcc's "
-                                   "unwinder (slower, fewer frames through JIT code); install it beside libgpuguard.so");
+        c.line(kWarn, "libunwind", "libunwind.so.8 is neither beside the library nor installed: the stacks the caching "
+                                   "walker declines use libgcc's unwinder (slower); install it beside libgpuguard.so");
     const char *pre = getenv("LD_PRELOAD");
     if (pre && *pre) {
         std::string first = std::string(pre).substr(0, std::string(pre).find_first_of(" :"));

@@ -12,8 +12,8 @@
 #
 #   PROFILE_ROUNDS=4 PROFILE_PAIRS=2000 PROFILE_SIZES=512,2097152,20971520,1073741824
 #   PROFILE_TRAIN_ROUNDS=3 PROFILE_PARTS="raw train"
-#   PROFILE_TRAIN_VARIANTS="none quota native all profile-all" (also: profile-native,
-#     profile-libgcc, profile-libgcc-native, profile-d16)
+#   PROFILE_TRAIN_VARIANTS="none quota native all profile-all profile-libunwind" (also:
+#     profile-native, profile-libunwind-native, profile-libgcc, profile-libgcc-native, profile-d16)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,7 +24,7 @@ OUT=${OUT:-$BUILD/gpu-profile}
 mkdir -p "$OUT"
 ROUNDS=${PROFILE_ROUNDS:-4} PAIRS=${PROFILE_PAIRS:-2000} SIZES=${PROFILE_SIZES:-512,2097152,20971520,1073741824}
 TRAIN_ROUNDS=${PROFILE_TRAIN_ROUNDS:-3} PARTS=${PROFILE_PARTS:-raw train}
-TRAIN_VARIANTS=${PROFILE_TRAIN_VARIANTS:-none quota native all profile-all}
+TRAIN_VARIANTS=${PROFILE_TRAIN_VARIANTS:-none quota native all profile-all profile-libunwind}
 W=$(mktemp -d /tmp/gpuguard-gpuprofile.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 source "$here/gpu_lib.sh"
@@ -42,9 +42,12 @@ variant() {
     all) env LD_PRELOAD="$BUILD/libgpuguard.so" "${quota[@]}" "$@" ;;
     profile) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_STACK_DEPTH=0 GPUGUARD_PYTHON_STACKS=0 "$@" ;;
     profile-all) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" "$@" ;;
-    # the unwinders compared, step-timed: libgcc's instead of libunwind (which stops at the eval loop
-    # when Python frames are on), each without Python frames; native depth 16 (of 48)
+    # the unwinders compared, step-timed: libunwind's or libgcc's instead of the caching walker (the
+    # default), with and without Python frames; native depth 16 (of 48)
     profile-native) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_PYTHON_STACKS=0 "$@" ;;
+    profile-libunwind) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_UNWINDER=libunwind "$@" ;;
+    profile-libunwind-native) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_UNWINDER=libunwind \
+      GPUGUARD_PYTHON_STACKS=0 "$@" ;;
     profile-libgcc) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_UNWINDER=libgcc "$@" ;;
     profile-libgcc-native) env LD_PRELOAD="$PROFILED/libgpuguard.so" "${quota[@]}" GPUGUARD_UNWINDER=libgcc \
       GPUGUARD_PYTHON_STACKS=0 "$@" ;;
@@ -111,7 +114,7 @@ train_part() {
       echo "$v $r $(field step_ms "$out") $(field allocs_per_step "$out")" >> "$res"
       # The shim's own account of its stacks (a report on demand at the end of each shimmed run).
       [[ $v == all ]] && ls -t "$W"/reports/gpuguard-exit-*.json 2>/dev/null | head -1 | xargs -r python3 -c \
-        'import json,sys; print("stack reuse, all, round '"$r"':", json.load(open(sys.argv[1]))["capture"].get("stack_reuse"))' \
+        'import json,sys; c = json.load(open(sys.argv[1]))["capture"]; print("all, round '"$r"': unwinder", c.get("unwinder"), "walker", c.get("walker"), "stack reuse", c.get("stack_reuse"))' \
         >> "$OUT/train_reuse.txt"
       [[ $v == profile* && $r == $((TRAIN_ROUNDS - 1)) ]] && { echo "== $v"; grep '^gpuguard: ' "$W/err"; } >> "$OUT/train_profile_steps.txt"
     done

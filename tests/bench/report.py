@@ -113,7 +113,9 @@ def cpu(args):
     pair_table(o, data.get("pairs", {}), [
         ("track", "(a) tracking only: no limit, GPUGUARD_STACK_DEPTH=0", 500),
         ("quota", "(b) quota: GPUGUARD_MEM_LIMIT=8GiB, depth 0", 500),
-        ("native", "(c) quota + native stacks (default depth 48)", 3000),
+        ("native", "(c) quota + native stacks (default depth 48; the caching walker)", 3000),
+        ("native-libunwind", "(c) with libunwind in place of the caching walker (GPUGUARD_UNWINDER=libunwind)", 3000),
+        ("native-libgcc", "(c) with libgcc's unwinder in place of the caching walker (GPUGUARD_UNWINDER=libgcc)", 3000),
     ], "")
     for group in sorted(k for k in data if k.startswith("py")):
         o.append("")
@@ -123,6 +125,7 @@ def cpu(args):
         pair_table(o, data[group], [
             ("native", "quota + native stacks, GPUGUARD_PYTHON_STACKS=0", 3000),
             ("all", "(d) quota + native stacks + Python frames, GPUGUARD_PYTHON_STACKS=1", 10000),
+            ("all-libunwind", "(d) with libunwind in place of the caching walker", 10000),
         ], "")
     o.append("")
     o.append(f"### Admission under contention (8 × {args.pairs:,} pairs of 512 B, {args.depth} extra native frames)")

@@ -57,6 +57,10 @@ variant() {
     quota) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_STACK_DEPTH=0 GPUGUARD_PYTHON_STACKS=0 "$@" ;;  # (b)
     native) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 "$@" ;;    # (c) default depth
     all) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=1 "$@" ;;       # (d) + Python frames
+    # the same with libunwind or libgcc in place of the caching walker (the default), to compare
+    native-libunwind) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 GPUGUARD_UNWINDER=libunwind "$@" ;;
+    native-libgcc) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 GPUGUARD_UNWINDER=libgcc "$@" ;;
+    all-libunwind) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=1 GPUGUARD_UNWINDER=libunwind "$@" ;;
     *) echo "bench: unknown variant $name" >&2; return 2 ;;
   esac
 }
@@ -83,7 +87,7 @@ interleave() {
 
 t_start=$SECONDS
 echo "bench: per-pair cost, C program ($RUNS rounds x $PAIRS pairs, depth +$DEPTH)"
-interleave pairs "$RUNS" ns_per_pair none track quota native -- "$BIN" pairs 512 "$PAIRS" "$DEPTH"
+interleave pairs "$RUNS" ns_per_pair none track quota native native-libunwind native-libgcc -- "$BIN" pairs 512 "$PAIRS" "$DEPTH"
 echo "bench: the test driver's own cost, with and without FAKE_CUDA_BENCH"
 for ((r = 0; r < 5; r++)); do
   for fb in 0 1; do
@@ -98,7 +102,7 @@ for p in /root/.pyenv/versions/3.12.*/bin/python3; do [[ -x $p ]] && pythons+=("
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   echo "bench: per-pair cost, Python $ver through ctypes ($RUNS rounds, $PYDEPTH Python frames)"
-  interleave "py$ver" "$RUNS" ns_per_pair none native all -- "$py" "$here/bench_py.py" "$PAIRS" "$PYDEPTH"
+  interleave "py$ver" "$RUNS" ns_per_pair none native all all-libunwind -- "$py" "$here/bench_py.py" "$PAIRS" "$PYDEPTH"
 done
 
 echo "bench: admission under contention: 8 threads, 8 processes sharing a ledger ($CONTENTION_RUNS rounds)"

@@ -129,3 +129,26 @@ stack_knobs() {
   expect_eq "$(json "$r" "sorted((b['stack'] is None, b['bytes']) for b in d['by_stack'])")" "[(False, $((192*MIB))), (True, $((32*MIB)))]" "only allocations of 48 MiB or more have stacks"
 }
 check "GPUGUARD_STACK_MIN_BYTES leaves small allocations without stacks" stack_knobs
+
+# The caching walker (shim/stacks_cfi.h) against libunwind on the stacks of a real interpreter:
+# without Python frames, the native walk goes through libpython, ctypes and libffi to the thread's
+# start, and both unwinders must give the same frames (module and offset), frame for frame. (Against
+# libgcc's under ThreadSanitizer, where libunwind is not used: stacks_unwind.cpp says why.)
+walker_matches_libunwind() {
+  fresh
+  local u frames=() ref=libunwind
+  [[ $SANITIZER == thread ]] && ref=libgcc
+  for u in cfi $ref; do
+    rm -f "$TMP"/gpuguard-quota-*.json
+    GPUGUARD_UNWINDER=$u GPUGUARD_PYTHON_STACKS=0 GPUGUARD_STACK_REUSE=0 GPUGUARD_STACK_DEPTH=128 GPUGUARD_MEM_LIMIT=512MiB \
+      shimmed python3 "$ROOT/tests/integration/py_alloc.py" >"$TMP/out" 2>"$TMP/err"
+    local r; r=$(ls "$TMP"/gpuguard-quota-*.json) || { cat "$TMP/err"; return 1; }
+    expect_eq "$(json "$r" "d['capture']['unwinder']")" "$u" "unwinder $u" || return 1
+    frames+=("$(json "$r" "[(f['module'].split('/')[-1], f['offset']) for f in d['stacks'][d['failed_request']['stack']]['frames']]")")
+    [[ $u == cfi ]] && { expect_eq "$(json "$r" "(lambda w: (w['walks'] > 0, w['fallbacks']))(d['capture']['walker'])")" "(True, 0)" \
+      "walked, nothing handed to the fallback" || return 1; }
+  done
+  expect_eq "$(python3 -c "import ast,sys; print(len(ast.literal_eval(sys.argv[1])) > 10)" "${frames[0]}")" "True" "a deep native stack" &&
+  expect_eq "${frames[0]}" "${frames[1]}" "the same frames as $ref's"
+}
+check "the caching walker gives libunwind's native frames through libpython, ctypes and libffi" walker_matches_libunwind

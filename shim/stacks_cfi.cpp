@@ -1,0 +1,407 @@
+#include "stacks_cfi.h"
+
+#include <link.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "per_thread.h"
+
+// libgcc's lookup of the .eh_frame entry (FDE) covering an address, through _dl_find_object or
+// dl_iterate_phdr: linked statically into the shim, exported by libgcc_s.so.1 elsewhere. It is in no
+// public header; its signature has not changed since GCC 3 (unwind-dw2-fde.h). The second argument
+// receives {text base, data base, the FDE's function start}.
+extern "C" const void *_Unwind_Find_FDE(void *pc, void *bases);
+#pragma weak _Unwind_Find_FDE
+
+namespace gg::stacks::cfi {
+namespace {
+
+#if defined(__x86_64__)
+constexpr bool kArchSupported = true;
+#else
+constexpr bool kArchSupported = false;
+#endif
+
+// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
+constexpr uint64_t kRegRbp = 6, kRegRsp = 7, kRegReturnAddress = 16;
+
+// What a frame's rule says: where its CFA (the caller's stack pointer) is, and where the return
+// address and the caller's rbp were saved, as offsets from the CFA.
+struct Rule {
+    enum Kind : uint8_t {
+        kEmpty,        // a free table entry
+        kFromRsp,      // CFA = rsp + cfa_offset
+        kFromRbp,      // CFA = rbp + cfa_offset
+        kEnd,          // the outermost frame (return address undefined) or code without unwind info
+        kUnsupported,  // walk() gives up on this stack
+    };
+    Kind kind = kEmpty;
+    bool rbp_saved = false;  // otherwise the caller's rbp is this frame's
+    int16_t rbp_offset = 0;
+    int16_t return_address_offset = 0;
+    int32_t cfa_offset = 0;
+};
+
+struct Entry {
+    uintptr_t pc = 0;
+    Rule rule;
+};
+
+// One thread's rules and what it knows of its own stack.
+struct ThreadTable {
+    static constexpr int kEntries = 4096;  // 64 KiB: a few hundred paths of 30 to 60 frames
+    Entry entries[kEntries];
+    uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
+    bool bounds_tried = false;
+    unsigned long long loader_generation = 0;
+    int walks_to_generation_check = 0;
+};
+
+PerThread<ThreadTable> g_tables;
+std::atomic<uint64_t> g_walks{0}, g_rule_misses{0}, g_fallbacks{0};
+
+// ---- Reading .eh_frame: bounded little-endian reads; a read past the entry's end sets `bad`.
+struct Bytes {
+    const uint8_t *p, *end;
+    bool bad = false;
+
+    bool has(size_t n) {
+        if (bad || size_t(end - p) < n) bad = true;
+        return !bad;
+    }
+    template <class T>
+    T fixed() {
+        T v{};
+        if (has(sizeof v)) memcpy(&v, p, sizeof v), p += sizeof v;
+        return v;
+    }
+    uint64_t uleb() {
+        uint64_t v = 0;
+        for (int shift = 0; has(1); shift += 7) {
+            uint8_t b = *p++;
+            if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        return 0;
+    }
+    int64_t sleb() {
+        uint64_t v = 0;
+        int shift = 0;
+        for (; has(1); ) {
+            uint8_t b = *p++;
+            if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
+            shift += 7;
+            if (!(b & 0x80)) {
+                if (shift < 64 && (b & 0x40)) v |= ~uint64_t(0) << shift;
+                return int64_t(v);
+            }
+        }
+        return 0;
+    }
+    void skip(uint64_t n) {
+        if (has(n)) p += n;
+    }
+    // Skips a pointer in the DW_EH_PE encoding `enc` (its value is not needed: libgcc gives the
+    // function start, and a CIE's personality routine plays no part in unwinding).
+    void skip_encoded(uint8_t enc) {
+        if (enc == 0xff) return;  // DW_EH_PE_omit
+        switch (enc & 0x0f) {
+            case 0x00: skip(8); break;                  // absptr
+            case 0x01: case 0x09: (void)uleb(); break;  // uleb128, sleb128
+            case 0x02: case 0x0a: skip(2); break;       // (s)data2
+            case 0x03: case 0x0b: skip(4); break;       // (s)data4
+            case 0x04: case 0x0c: skip(8); break;       // (s)data8
+            default: bad = true;
+        }
+    }
+};
+
+// An entry of .eh_frame (a CIE or an FDE) at `at`: its contents after the length, and where the
+// CIE-id / CIE-pointer field is. 64-bit DWARF (length 0xffffffff) has an 8-byte id field.
+bool open_entry(const uint8_t *at, Bytes *body, bool *wide) {
+    uint32_t len32;
+    memcpy(&len32, at, 4);
+    at += 4;
+    uint64_t len = len32;
+    *wide = len32 == 0xffffffffu;
+    if (*wide) {
+        memcpy(&len, at, 8);
+        at += 8;
+    }
+    if (len == 0 || len > (1u << 24)) return false;  // a terminator, or not an entry we believe
+    *body = Bytes{at, at + len};
+    return true;
+}
+
+// The state of one row of the CFA table, for the registers a walk needs.
+struct RegRule {
+    enum Kind : uint8_t { kSame, kOffset, kUndefined, kOther } kind = kSame;
+    int64_t offset = 0;
+};
+struct Row {
+    uint64_t cfa_reg = ~uint64_t(0);
+    int64_t cfa_offset = 0;
+    bool cfa_expression = false;
+    RegRule rbp, ra;
+    RegRule *reg(uint64_t r) { return r == kRegRbp ? &rbp : r == kRegReturnAddress ? &ra : nullptr; }
+    const RegRule *reg(uint64_t r) const { return const_cast<Row *>(this)->reg(r); }
+};
+
+struct Cie {
+    uint64_t code_align = 1;
+    int64_t data_align = 1;
+    uint8_t fde_encoding = 0;
+    bool has_augmentation_data = false;
+    Bytes initial;  // the CIE's initial instructions
+};
+
+bool parse_cie(const uint8_t *at, Cie *cie) {
+    Bytes b{nullptr, nullptr};
+    bool wide = false;
+    if (!open_entry(at, &b, &wide)) return false;
+    uint64_t id = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
+    uint8_t version = b.fixed<uint8_t>();
+    if (b.bad || id != 0 || (version != 1 && version != 3)) return false;
+    const char *aug = reinterpret_cast<const char *>(b.p);
+    size_t aug_len = strnlen(aug, size_t(b.end - b.p));
+    b.skip(aug_len + 1);
+    if (strstr(aug, "eh")) b.skip(8);  // a GCC 2 relic: the exception table's address
+    cie->code_align = b.uleb();
+    cie->data_align = b.sleb();
+    uint64_t ra_reg = version == 1 ? b.fixed<uint8_t>() : b.uleb();
+    if (b.bad || ra_reg != kRegReturnAddress) return false;
+    if (aug[0] == 'z') {
+        cie->has_augmentation_data = true;
+        uint64_t n = b.uleb();
+        if (!b.has(n)) return false;
+        Bytes data{b.p, b.p + n};
+        for (const char *c = aug + 1; *c && !data.bad; ++c) {
+            if (*c == 'R') cie->fde_encoding = data.fixed<uint8_t>();
+            else if (*c == 'L') (void)data.fixed<uint8_t>();
+            else if (*c == 'P') data.skip_encoded(data.fixed<uint8_t>());
+            else if (*c == 'S') return false;  // a signal trampoline: registers come from a ucontext
+            else break;                        // unknown letters come last; the length covers them
+        }
+        b.p += n;
+    } else if (aug[0] != '\0') {
+        return false;  // without 'z' an unknown augmentation cannot be skipped
+    }
+    if (b.bad) return false;
+    cie->initial = b;
+    return true;
+}
+
+// Runs call-frame instructions until the row for `pc` is reached. `initial` is the row after the
+// CIE's instructions (for DW_CFA_restore); nullptr while running those.
+bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row, const Row *initial) {
+    constexpr int kMaxRemembered = 8;
+    Row remembered[kMaxRemembered];
+    int depth = 0;
+    auto set = [&](uint64_t r, RegRule::Kind k, int64_t off) {
+        if (RegRule *rr = row->reg(r)) *rr = RegRule{k, off};
+    };
+    auto restore = [&](uint64_t r) {
+        if (RegRule *rr = row->reg(r)) *rr = initial ? *initial->reg(r) : RegRule{};
+    };
+    while (b.p < b.end && !b.bad) {
+        uint8_t op = b.fixed<uint8_t>();
+        uint64_t advance = 0;
+        if ((op & 0xc0) == 0x40) advance = (op & 0x3f) * cie.code_align;
+        else if ((op & 0xc0) == 0x80) set(op & 0x3f, RegRule::kOffset, int64_t(b.uleb()) * cie.data_align);
+        else if ((op & 0xc0) == 0xc0) restore(op & 0x3f);
+        else switch (op) {
+            case 0x00: break;  // nop
+            case 0x02: advance = b.fixed<uint8_t>() * cie.code_align; break;
+            case 0x03: advance = b.fixed<uint16_t>() * cie.code_align; break;
+            case 0x04: advance = b.fixed<uint32_t>() * cie.code_align; break;
+            case 0x05: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, int64_t(b.uleb()) * cie.data_align); break; }
+            case 0x06: restore(b.uleb()); break;
+            case 0x07: set(b.uleb(), RegRule::kUndefined, 0); break;
+            case 0x08: set(b.uleb(), RegRule::kSame, 0); break;
+            case 0x09: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x0a:
+                if (depth == kMaxRemembered) return false;
+                remembered[depth++] = *row;
+                break;
+            case 0x0b:
+                if (depth == 0) return false;
+                *row = remembered[--depth];
+                break;
+            case 0x0c: row->cfa_reg = b.uleb(); row->cfa_offset = int64_t(b.uleb()); row->cfa_expression = false; break;
+            case 0x0d: row->cfa_reg = b.uleb(); row->cfa_expression = false; break;
+            case 0x0e: row->cfa_offset = int64_t(b.uleb()); break;
+            case 0x0f: b.skip(b.uleb()); row->cfa_expression = true; break;
+            case 0x10: case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
+            case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, b.sleb() * cie.data_align); break; }
+            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = b.sleb() * cie.data_align; row->cfa_expression = false; break;
+            case 0x13: row->cfa_offset = b.sleb() * cie.data_align; break;
+            case 0x14: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x15: { uint64_t r = b.uleb(); (void)b.sleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x2e: (void)b.uleb(); break;  // GNU_args_size
+            case 0x2f: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, -int64_t(b.uleb()) * cie.data_align); break; }
+            default: return false;  // DW_CFA_set_loc and vendor operations: not emitted for x86-64 code we meet
+        }
+        if (advance) {
+            loc += advance;
+            if (loc > pc) break;  // the row for pc is complete
+        }
+    }
+    return !b.bad;
+}
+
+Rule unsupported() {
+    Rule r;
+    r.kind = Rule::kUnsupported;
+    return r;
+}
+
+// The rule for the code at `pc` (a return address minus one, or walk()'s own pc).
+Rule find_rule(uintptr_t pc) {
+    g_rule_misses.fetch_add(1, std::memory_order_relaxed);
+    Rule r;
+    void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
+    const uint8_t *fde = static_cast<const uint8_t *>(_Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases));
+    if (!fde || !bases[2]) {
+        r.kind = Rule::kEnd;  // as for libgcc: code without unwind information ends the walk
+        return r;
+    }
+    Bytes b{nullptr, nullptr};
+    bool wide = false;
+    if (!open_entry(fde, &b, &wide)) return unsupported();
+    const uint8_t *id_at = b.p;
+    uint64_t cie_pointer = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
+    Cie cie;
+    if (b.bad || cie_pointer == 0 || !parse_cie(id_at - cie_pointer, &cie)) return unsupported();
+    b.skip_encoded(cie.fde_encoding);                 // the function start: bases[2] has it
+    b.skip_encoded(uint8_t(cie.fde_encoding & 0x0f)); // the function's length
+    if (cie.has_augmentation_data) b.skip(b.uleb());
+    if (b.bad) return unsupported();
+
+    uintptr_t start = reinterpret_cast<uintptr_t>(bases[2]);
+    Row row;
+    if (!run_program(cie.initial, cie, start, pc, &row, nullptr)) return unsupported();
+    Row initial = row;
+    if (!run_program(b, cie, start, pc, &row, &initial)) return unsupported();
+
+    if (row.ra.kind == RegRule::kUndefined) {  // the outermost frame (_start, a thread's start)
+        r.kind = Rule::kEnd;
+        return r;
+    }
+    bool cfa_ok = !row.cfa_expression && (row.cfa_reg == kRegRsp || row.cfa_reg == kRegRbp) && row.cfa_offset > 0 &&
+                  row.cfa_offset < (int64_t(1) << 30);
+    bool ra_ok = row.ra.kind == RegRule::kOffset && row.ra.offset < 0 && row.ra.offset >= -4096;
+    bool rbp_ok = row.rbp.kind == RegRule::kSame || row.rbp.kind == RegRule::kUndefined ||
+                  (row.rbp.kind == RegRule::kOffset && row.rbp.offset < 0 && row.rbp.offset >= -4096);
+    if (!cfa_ok || !ra_ok || !rbp_ok) return unsupported();
+    r.kind = row.cfa_reg == kRegRsp ? Rule::kFromRsp : Rule::kFromRbp;
+    r.cfa_offset = int32_t(row.cfa_offset);
+    r.return_address_offset = int16_t(row.ra.offset);
+    r.rbp_saved = row.rbp.kind == RegRule::kOffset;
+    r.rbp_offset = int16_t(row.rbp.offset);
+    return r;
+}
+
+const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
+    Entry &e = t->entries[(pc ^ pc >> 12) % ThreadTable::kEntries];
+    if (e.pc != pc || e.rule.kind == Rule::kEmpty) {
+        e.rule = find_rule(pc);
+        e.pc = pc;
+    }
+    return e.rule;
+}
+
+int loader_generation(dl_phdr_info *info, size_t, void *out) {
+    *static_cast<unsigned long long *>(out) = info->dlpi_adds + info->dlpi_subs;
+    return 1;  // every object reports the same counters: the first is enough
+}
+
+// Forgets every rule when libraries were loaded or unloaded since the last check (a rule for an
+// address of an unloaded library would be stale), and learns the thread's stack bounds once.
+void refresh(ThreadTable *t) {
+    if (--t->walks_to_generation_check <= 0) {
+        t->walks_to_generation_check = kGenerationCheckEvery;
+        unsigned long long now = 0;
+        dl_iterate_phdr(loader_generation, &now);
+        if (now != t->loader_generation) {
+            for (Entry &e : t->entries) e = Entry{};
+            t->loader_generation = now;
+        }
+    }
+    if (!t->bounds_tried) {
+        t->bounds_tried = true;
+        pthread_attr_t attr;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            void *addr = nullptr;
+            size_t size = 0;
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr && size) {
+                t->stack_low = reinterpret_cast<uintptr_t>(addr);
+                t->stack_high = t->stack_low + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+    }
+}
+
+// A word of the stack. Not instrumented: the sanitizers' view of other frames' slots (redzones,
+// another thread's writes long ago) says nothing about a return address or a saved rbp.
+__attribute__((no_sanitize_address, no_sanitize_thread)) uintptr_t load_word(uintptr_t at) {
+    return *reinterpret_cast<const uintptr_t *>(at);
+}
+
+// The walk, from its own frame outward (see walk()).
+__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
+    if (!available()) return -1;
+    ThreadTable *t = g_tables.get();
+    if (!t) return -1;
+    g_walks.fetch_add(1, std::memory_order_relaxed);
+    refresh(t);
+    uintptr_t pc = 0, sp = 0, fp = 0;
+#if defined(__x86_64__)
+    // Where we are: the rule of this very instruction (from the shim's own .eh_frame) describes
+    // this rsp, and walking from here needs nothing from a ucontext.
+    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
+#endif
+    const uintptr_t low = t->stack_low, high = t->stack_high;
+    if (!high || sp < low || sp >= high) return -1;  // an alternate signal stack, a coroutine's stack
+    int n = 0;
+    for (bool first = true; n < max; first = false) {
+        const Rule &r = rule_for(t, first ? pc : pc - 1);
+        if (r.kind == Rule::kEnd) return n;
+        if (r.kind != Rule::kFromRsp && r.kind != Rule::kFromRbp) return -1;
+        uintptr_t cfa = (r.kind == Rule::kFromRsp ? sp : fp) + uintptr_t(intptr_t(r.cfa_offset));
+        uintptr_t ra_at = cfa + uintptr_t(intptr_t(r.return_address_offset));
+        uintptr_t rbp_at = cfa + uintptr_t(intptr_t(r.rbp_offset));
+        // Frames rise towards the stack's base, and every slot read lies in the part of this
+        // thread's stack that is in use: a wrong rule cannot make us fault or loop.
+        if (cfa <= sp || cfa > high || ra_at < sp || ra_at > high - sizeof(uintptr_t)) return -1;
+        if (r.rbp_saved && (rbp_at < sp || rbp_at > high - sizeof(uintptr_t))) return -1;
+        uintptr_t ra = load_word(ra_at);
+        if (r.rbp_saved) fp = load_word(rbp_at);
+        sp = cfa;
+        pc = ra;
+        if (!pc) return n;  // some thread starts end with a zero return address instead of a rule
+        ips[n++] = reinterpret_cast<void *>(pc);
+        if (stop && stop(pc)) return n;
+    }
+    return n;
+}
+
+}  // namespace
+
+bool available() { return kArchSupported && &_Unwind_Find_FDE != nullptr; }
+
+int walk(void **ips, int max, StopFn stop) {
+    int n = walk_from_here(ips, max, stop);
+    if (n < 0) g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return n;
+}
+
+Counts counts() {
+    return {g_walks.load(std::memory_order_relaxed), g_rule_misses.load(std::memory_order_relaxed),
+            g_fallbacks.load(std::memory_order_relaxed)};
+}
+
+}  // namespace gg::stacks::cfi
+

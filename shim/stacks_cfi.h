@@ -1,0 +1,49 @@
+// A caching stack walker: the DWARF call-frame rules of each return address, found once and kept.
+// Internal to the stacks module (stacks_unwind.cpp uses it as the default unwinder on x86-64).
+//
+// Why: on the GPU machine a PyTorch stack costs about 10 µs to unwind with libunwind or libgcc,
+// whatever the depth (BENCHMARKS.md, "the no-caching training loop"): both look up and interpret
+// the unwind tables of libtorch and libpython again at each capture, with caches made cold by the
+// driver's call. A training loop allocates from the same few hundred code paths every step, so the
+// rule of each return address (where the caller's frame starts, where the return address and the
+// caller's frame pointer were saved) is worked out once per thread, from the .eh_frame entry that
+// libgcc's _Unwind_Find_FDE finds, and then a frame costs one table lookup and two loads. PyTorch's
+// own profiler unwinder does the same for the same reason.
+//
+// Only what x86-64 compilers emit for ordinary functions is implemented: the frame's base (CFA) at
+// an offset from rsp or rbp, the return address and rbp saved at offsets from it. Anything else (a
+// CFA given by a DWARF expression, as after a stack realignment; a signal frame; a frame whose
+// return address is kept in a register) makes walk() give up, and the caller unwinds that stack
+// with libunwind or libgcc instead. Every load is checked against the thread's stack bounds and
+// the frame bases must rise, so a wrong rule or a corrupt stack ends the walk early, never faults.
+//
+// The rules are kept per thread (no lock) in a direct-mapped table. A library unloaded and another
+// loaded at its address would leave stale rules: the table is emptied when the loader's count of
+// loaded and unloaded objects changes, checked every kGenerationCheckEvery walks.
+#pragma once
+#include <cstdint>
+
+namespace gg::stacks::cfi {
+
+using StopFn = bool (*)(uintptr_t ip);
+
+// Whether this build can walk at all (x86-64 with libgcc's _Unwind_Find_FDE).
+bool available();
+
+// Fills ips with return addresses, innermost first, starting with one inside walk() itself;
+// stops after max, at the end of the stack, or after the first frame for which stop() answers
+// true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
+// above): the caller then unwinds with a general unwinder.
+int walk(void **ips, int max, StopFn stop);
+
+// Per-process counters, for tests and the profile.
+struct Counts {
+    uint64_t walks;        // calls of walk()
+    uint64_t rule_misses;  // rules worked out from .eh_frame (the rest came from the table)
+    uint64_t fallbacks;    // walks that met a rule they do not implement: the stack went to the fallback
+};
+Counts counts();
+
+constexpr int kGenerationCheckEvery = 256;
+
+}  // namespace gg::stacks::cfi

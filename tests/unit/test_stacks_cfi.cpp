@@ -1,0 +1,194 @@
+// The caching walker (shim/stacks_cfi.h) against libgcc's unwinder, which interprets the same
+// .eh_frame rules in full: on every stack the walker accepts, both must give the same return
+// addresses to the end of the stack; on the stacks it declines, the unwinder it falls back to must.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unwind.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stacks_cfi.h"
+#include "stacks_unwind.h"
+
+namespace cfi = gg::stacks::cfi;
+
+namespace {
+
+constexpr int kMax = 256;
+
+struct Walks {
+    bool through_shim = false;  // walk with unwind::backtrace (the walker, or its fallback) instead
+    std::vector<void *> cfi, gcc;
+    int cfi_n = 0;
+    void *anchor = nullptr;  // the return address into the function that called both()
+};
+
+_Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
+    auto *out = static_cast<std::vector<void *> *>(arg);
+    if (out->size() >= size_t(kMax)) return _URC_END_OF_STACK;
+    uintptr_t ip = _Unwind_GetIP(ctx);
+    if (!ip) return _URC_END_OF_STACK;
+    out->push_back(reinterpret_cast<void *>(ip));
+    return _URC_NO_REASON;
+}
+
+// Walks the same stack both ways, from one frame.
+__attribute__((noinline)) void both(Walks *w) {
+    w->anchor = __builtin_return_address(0);
+    w->cfi.assign(kMax, nullptr);
+    w->cfi_n = w->through_shim ? gg::stacks::unwind::backtrace(w->cfi.data(), kMax) : cfi::walk(w->cfi.data(), kMax, nullptr);
+    w->cfi.resize(w->cfi_n < 0 ? 0 : size_t(w->cfi_n));
+    _Unwind_Backtrace(gcc_step, &w->gcc);
+    asm volatile("" ::: "memory");
+}
+
+// Both walks from the anchor outward (each starts inside its own machinery).
+std::vector<void *> from_anchor(const std::vector<void *> &v, void *anchor) {
+    auto it = std::find(v.begin(), v.end(), anchor);
+    return std::vector<void *>(it, v.end());
+}
+
+void check_same(const Walks &w) {
+    REQUIRE(w.cfi_n > 0);
+    std::vector<void *> a = from_anchor(w.cfi, w.anchor), b = from_anchor(w.gcc, w.anchor);
+    REQUIRE(!a.empty());  // the walker passed through the caller of both()
+    CHECK(a.size() == b.size());
+    CHECK(a == b);
+}
+
+using Leaf = void (*)(Walks *);
+__attribute__((noinline)) void recurse_to(int n, Leaf leaf, Walks *w) {
+    if (n == 0) leaf(w);
+    else recurse_to(n - 1, leaf, w);
+    asm volatile("" ::: "memory");
+}
+void recurse(int n, Walks *w) { recurse_to(n, both, w); }
+
+void *g_stop_at = nullptr;
+bool stop_at_marked(uintptr_t ip) { return reinterpret_cast<void *>(ip) == g_stop_at; }
+__attribute__((noinline)) void walk_with_stop(Walks *w) {
+    w->cfi.assign(kMax, nullptr);
+    w->cfi_n = cfi::walk(w->cfi.data(), kMax, stop_at_marked);
+    w->cfi.resize(w->cfi_n < 0 ? 0 : size_t(w->cfi_n));
+    asm volatile("" ::: "memory");
+}
+
+// A frame whose base is found from rbp: its stack pointer moves by a runtime amount.
+__attribute__((noinline)) void dynamic_frame(int n, Walks *w) {
+    volatile char *buf = static_cast<volatile char *>(alloca(size_t(n) * 64 + 1));
+    buf[0] = 1;
+    both(w);
+    asm volatile("" ::: "memory");
+}
+
+// Reached through libc's qsort: frames of another library, walked with its .eh_frame.
+Walks *g_sort_walks = nullptr;
+int compare_and_walk(const void *a, const void *b) {
+    if (g_sort_walks) {
+        both(g_sort_walks);
+        g_sort_walks = nullptr;
+    }
+    return *static_cast<const int *>(a) - *static_cast<const int *>(b);
+}
+
+// On x86-64, a function that both realigns its stack (an over-aligned local) and moves it by a run-time
+// amount (alloca) keeps its frame base in a register saved by the prologue ("DRAP"), and GCC describes
+// it with a DWARF expression: a rule the walker does not implement.
+__attribute__((noinline)) void realigned(int n, Walks *w) {
+    alignas(64) volatile char local[64];
+    volatile char *dynamic = static_cast<volatile char *>(alloca(size_t(n)));
+    local[0] = dynamic[0] = 1;
+    both(w);
+    (void)local[0];
+    asm volatile("" ::: "memory");
+}
+
+Walks *g_signal_walks = nullptr;
+void walk_in_handler(int) { both(g_signal_walks); }
+
+}  // namespace
+
+TEST_SUITE("stacks: caching walker") {
+
+TEST_CASE("the walker gives libgcc's return addresses, to the end of the main thread's stack") {
+    REQUIRE(cfi::available());
+    Walks w;
+    recurse(12, &w);
+    check_same(w);
+    CHECK(w.cfi.size() > 14);
+}
+
+TEST_CASE("the same in a thread, through a frame sized at run time, and through libc's frames") {
+    Walks in_thread, dynamic, sorted;
+    std::thread([&] { recurse(3, &in_thread); }).join();
+    check_same(in_thread);
+    dynamic_frame(5, &dynamic);
+    check_same(dynamic);
+    int values[] = {5, 3, 9, 1, 7};
+    g_sort_walks = &sorted;
+    qsort(values, 5, sizeof(int), compare_and_walk);
+    check_same(sorted);
+    CHECK(values[0] == 1);
+}
+
+TEST_CASE("a stack walked again costs no rule lookups") {
+    Walks first, second;
+    for (Walks *w : {&first, &second}) recurse(6, w);  // one call site, so the same stack twice
+    check_same(second);
+    cfi::Counts before = cfi::counts();
+    Walks third;
+    recurse(6, &third);
+    cfi::Counts after = cfi::counts();
+    CHECK(after.walks == before.walks + 1);
+    // recurse() is called from another line here: only the frame of that call is new.
+    CHECK(after.rule_misses - before.rule_misses <= 2);
+    check_same(third);
+}
+
+TEST_CASE("stop ends the walk at the frame it answers true for") {
+    Walks full, stopped;
+    recurse_to(4, both, &full);
+    check_same(full);
+    // A return address inside the recursion, which both walks below pass through.
+    auto at = std::find(full.cfi.begin(), full.cfi.end(), full.anchor);
+    REQUIRE(full.cfi.end() - at > 3);
+    g_stop_at = at[2];
+    recurse_to(4, walk_with_stop, &stopped);
+    REQUIRE(stopped.cfi_n > 0);
+    CHECK(stopped.cfi.back() == g_stop_at);
+    CHECK(stopped.cfi.size() < full.cfi.size());
+}
+
+TEST_CASE("a rule the walker does not implement sends the stack to the fallback, which walks it") {
+    Walks w;
+    cfi::Counts before = cfi::counts();
+    realigned(8, &w);
+    CHECK(w.cfi_n == -1);
+    CHECK(cfi::counts().fallbacks == before.fallbacks + 1);
+    // Through the unwinder the shim uses, the stack is whole: the fallback walked it.
+    REQUIRE(std::string(gg::stacks::unwind::name()) == "cfi");
+    Walks shim;
+    shim.through_shim = true;
+    realigned(8, &shim);
+    check_same(shim);
+}
+
+TEST_CASE("a signal frame sends the stack to the fallback") {
+    Walks w;
+    w.cfi.reserve(kMax);  // nothing may allocate inside the handler
+    w.gcc.reserve(kMax);
+    g_signal_walks = &w;
+    struct sigaction sa {}, old {};
+    sa.sa_handler = walk_in_handler;
+    REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
+    raise(SIGUSR2);
+    sigaction(SIGUSR2, &old, nullptr);
+    CHECK(w.cfi_n == -1);
+    CHECK(w.gcc.size() > 3);
+}
+
+}  // TEST_SUITE
