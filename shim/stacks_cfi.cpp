@@ -34,11 +34,17 @@ struct Rule {
         kEmpty,        // a free table entry
         kFromRsp,      // CFA = rsp + cfa_offset
         kFromRbp,      // CFA = rbp + cfa_offset
+        kLoadedAtRbp,  // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
         kEnd,          // the outermost frame (return address undefined) or code without unwind info
         kUnsupported,  // walk() gives up on this stack
     };
     Kind kind = kEmpty;
-    bool rbp_saved = false;  // otherwise the caller's rbp is this frame's
+    enum RbpKind : uint8_t {
+        kRbpKept,   // the caller's rbp is this frame's
+        kRbpAtCfa,  // saved at CFA + rbp_offset
+        kRbpAtRbp,  // saved at rbp + rbp_offset (a realigned frame)
+    };
+    RbpKind rbp = kRbpKept;
     int16_t rbp_offset = 0;
     int16_t return_address_offset = 0;
     int32_t cfa_offset = 0;
@@ -137,13 +143,14 @@ bool open_entry(const uint8_t *at, Bytes *body, bool *wide) {
 
 // The state of one row of the CFA table, for the registers a walk needs.
 struct RegRule {
-    enum Kind : uint8_t { kSame, kOffset, kUndefined, kOther } kind = kSame;
+    enum Kind : uint8_t { kSame, kOffset, kAtRbp, kUndefined, kOther } kind = kSame;  // kAtRbp: saved at rbp + offset
     int64_t offset = 0;
 };
 struct Row {
     uint64_t cfa_reg = ~uint64_t(0);
     int64_t cfa_offset = 0;
-    bool cfa_expression = false;
+    bool cfa_expression = false;  // one this walker does not evaluate
+    bool cfa_loaded = false;      // CFA = *(cfa_reg + cfa_offset)
     RegRule rbp, ra;
     RegRule *reg(uint64_t r) { return r == kRegRbp ? &rbp : r == kRegReturnAddress ? &ra : nullptr; }
     const RegRule *reg(uint64_t r) const { return const_cast<Row *>(this)->reg(r); }
@@ -193,6 +200,25 @@ bool parse_cie(const uint8_t *at, Cie *cie) {
     return true;
 }
 
+// The block of a DW_CFA_*expression instruction (its length, then its bytes), consumed from b.
+Bytes expression_block(Bytes &b) {
+    uint64_t n = b.uleb();
+    if (!b.has(n)) return Bytes{b.p, b.p, true};
+    Bytes e{b.p, b.p + n};
+    b.p += n;
+    return e;
+}
+
+// Whether an expression is exactly "rbp + k" (DW_OP_breg6 k), or with deref "*(rbp + k)"
+// (DW_OP_breg6 k, DW_OP_deref): the two that realigned frames use.
+bool rbp_relative(Bytes e, int64_t *k, bool deref) {
+    constexpr uint8_t kOpBreg6 = 0x76, kOpDeref = 0x06;
+    if (e.fixed<uint8_t>() != kOpBreg6) return false;
+    *k = e.sleb();
+    if (deref && e.fixed<uint8_t>() != kOpDeref) return false;
+    return !e.bad && e.p == e.end;
+}
+
 // Runs call-frame instructions until the row for `pc` is reached. `initial` is the row after the
 // CIE's instructions (for DW_CFA_restore); nullptr while running those.
 bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row, const Row *initial) {
@@ -229,13 +255,32 @@ bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row,
                 if (depth == 0) return false;
                 *row = remembered[--depth];
                 break;
-            case 0x0c: row->cfa_reg = b.uleb(); row->cfa_offset = int64_t(b.uleb()); row->cfa_expression = false; break;
-            case 0x0d: row->cfa_reg = b.uleb(); row->cfa_expression = false; break;
+            case 0x0c: row->cfa_reg = b.uleb(); row->cfa_offset = int64_t(b.uleb()); row->cfa_expression = row->cfa_loaded = false; break;
+            case 0x0d: row->cfa_reg = b.uleb(); row->cfa_expression = row->cfa_loaded = false; break;
             case 0x0e: row->cfa_offset = int64_t(b.uleb()); break;
-            case 0x0f: b.skip(b.uleb()); row->cfa_expression = true; break;
-            case 0x10: case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
+            case 0x0f: {
+                // A function that realigns its stack and also moves it by a run-time amount keeps
+                // the incoming stack pointer in a register ("DRAP") saved below its rbp; GCC then
+                // gives the CFA as "rbp + k, dereferenced". That one expression is evaluated.
+                int64_t k = 0;
+                Bytes e = expression_block(b);
+                row->cfa_loaded = rbp_relative(e, &k, /*deref=*/true);
+                row->cfa_expression = !row->cfa_loaded;
+                row->cfa_reg = kRegRbp;
+                row->cfa_offset = k;
+                break;
+            }
+            case 0x10: {  // ... and rbp saved at rbp + k (DW_OP_breg6 k): the other expression it uses
+                uint64_t r = b.uleb();
+                int64_t k = 0;
+                Bytes e = expression_block(b);
+                if (rbp_relative(e, &k, /*deref=*/false)) set(r, RegRule::kAtRbp, k);
+                else set(r, RegRule::kOther, 0);
+                break;
+            }
+            case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
             case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, b.sleb() * cie.data_align); break; }
-            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = b.sleb() * cie.data_align; row->cfa_expression = false; break;
+            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = b.sleb() * cie.data_align; row->cfa_expression = row->cfa_loaded = false; break;
             case 0x13: row->cfa_offset = b.sleb() * cie.data_align; break;
             case 0x14: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
             case 0x15: { uint64_t r = b.uleb(); (void)b.sleb(); set(r, RegRule::kOther, 0); break; }
@@ -289,16 +334,18 @@ Rule find_rule(uintptr_t pc) {
         r.kind = Rule::kEnd;
         return r;
     }
-    bool cfa_ok = !row.cfa_expression && (row.cfa_reg == kRegRsp || row.cfa_reg == kRegRbp) && row.cfa_offset > 0 &&
-                  row.cfa_offset < (int64_t(1) << 30);
+    bool cfa_ok = !row.cfa_expression && (row.cfa_reg == kRegRsp || row.cfa_reg == kRegRbp) &&
+                  (row.cfa_loaded ? row.cfa_reg == kRegRbp && row.cfa_offset >= -4096 && row.cfa_offset <= 4096
+                                  : row.cfa_offset > 0 && row.cfa_offset < (int64_t(1) << 30));
     bool ra_ok = row.ra.kind == RegRule::kOffset && row.ra.offset < 0 && row.ra.offset >= -4096;
     bool rbp_ok = row.rbp.kind == RegRule::kSame || row.rbp.kind == RegRule::kUndefined ||
-                  (row.rbp.kind == RegRule::kOffset && row.rbp.offset < 0 && row.rbp.offset >= -4096);
+                  (row.rbp.kind == RegRule::kOffset && row.rbp.offset < 0 && row.rbp.offset >= -4096) ||
+                  (row.rbp.kind == RegRule::kAtRbp && row.rbp.offset >= -4096 && row.rbp.offset <= 4096);
     if (!cfa_ok || !ra_ok || !rbp_ok) return unsupported();
-    r.kind = row.cfa_reg == kRegRsp ? Rule::kFromRsp : Rule::kFromRbp;
+    r.kind = row.cfa_loaded ? Rule::kLoadedAtRbp : row.cfa_reg == kRegRsp ? Rule::kFromRsp : Rule::kFromRbp;
     r.cfa_offset = int32_t(row.cfa_offset);
     r.return_address_offset = int16_t(row.ra.offset);
-    r.rbp_saved = row.rbp.kind == RegRule::kOffset;
+    r.rbp = row.rbp.kind == RegRule::kOffset ? Rule::kRbpAtCfa : row.rbp.kind == RegRule::kAtRbp ? Rule::kRbpAtRbp : Rule::kRbpKept;
     r.rbp_offset = int16_t(row.rbp.offset);
     return r;
 }
@@ -365,20 +412,31 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
 #endif
     const uintptr_t low = t->stack_low, high = t->stack_high;
     if (!high || sp < low || sp >= high) return -1;  // an alternate signal stack, a coroutine's stack
+    // Every slot read lies in the part of this thread's stack that is in use, and frames rise towards
+    // the stack's base: a wrong rule cannot make the walk fault or loop.
+    auto in_use = [&](uintptr_t at) { return at >= sp && at <= high - sizeof(uintptr_t); };
     int n = 0;
     for (bool first = true; n < max; first = false) {
         const Rule &r = rule_for(t, first ? pc : pc - 1);
         if (r.kind == Rule::kEnd) return n;
-        if (r.kind != Rule::kFromRsp && r.kind != Rule::kFromRbp) return -1;
-        uintptr_t cfa = (r.kind == Rule::kFromRsp ? sp : fp) + uintptr_t(intptr_t(r.cfa_offset));
+        uintptr_t cfa = 0;
+        switch (r.kind) {
+            case Rule::kFromRsp: cfa = sp + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kFromRbp: cfa = fp + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kLoadedAtRbp: {
+                uintptr_t at = fp + uintptr_t(intptr_t(r.cfa_offset));
+                if (!in_use(at)) return -1;
+                cfa = load_word(at);
+                break;
+            }
+            default: return -1;  // kUnsupported
+        }
         uintptr_t ra_at = cfa + uintptr_t(intptr_t(r.return_address_offset));
-        uintptr_t rbp_at = cfa + uintptr_t(intptr_t(r.rbp_offset));
-        // Frames rise towards the stack's base, and every slot read lies in the part of this
-        // thread's stack that is in use: a wrong rule cannot make us fault or loop.
-        if (cfa <= sp || cfa > high || ra_at < sp || ra_at > high - sizeof(uintptr_t)) return -1;
-        if (r.rbp_saved && (rbp_at < sp || rbp_at > high - sizeof(uintptr_t))) return -1;
+        uintptr_t rbp_at = (r.rbp == Rule::kRbpAtRbp ? fp : cfa) + uintptr_t(intptr_t(r.rbp_offset));
+        if (cfa <= sp || cfa > high || !in_use(ra_at)) return -1;
+        if (r.rbp != Rule::kRbpKept && !in_use(rbp_at)) return -1;
         uintptr_t ra = load_word(ra_at);
-        if (r.rbp_saved) fp = load_word(rbp_at);
+        if (r.rbp != Rule::kRbpKept) fp = load_word(rbp_at);
         sp = cfa;
         pc = ra;
         if (!pc) return n;  // some thread starts end with a zero return address instead of a rule

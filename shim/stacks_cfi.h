@@ -11,10 +11,10 @@
 // own profiler unwinder does the same for the same reason.
 //
 // Only what x86-64 compilers emit for ordinary functions is implemented: the frame's base (CFA) at
-// an offset from rsp or rbp, the return address and rbp saved at offsets from it. Anything else (a
-// CFA given by a DWARF expression, as after a stack realignment; a signal frame; a frame whose
-// return address is kept in a register) makes walk() give up, and the caller unwinds that stack
-// with libunwind or libgcc instead. Every load is checked against the thread's stack bounds and
+// an offset from rsp or rbp, the return address and rbp saved at offsets from it, and the two
+// expressions GCC uses for a realigned frame (CFA loaded from rbp + k, rbp saved at rbp + k).
+// Anything else (another DWARF expression, a signal frame, a frame whose return address is kept in
+// a register) makes walk() give up, and the caller unwinds that stack with libunwind or libgcc. Every load is checked against the thread's stack bounds and
 // the frame bases must rise, so a wrong rule or a corrupt stack ends the walk early, never faults.
 //
 // The rules are kept per thread (no lock) in a direct-mapped table. A library unloaded and another
