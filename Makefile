@@ -222,6 +222,7 @@ FUZZ_DEPS_fuzz_size_spec := common/size_spec.cpp
 FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/config.cpp tools/settings.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(wildcard tools/report_*.cpp) $(FUZZ_BUILD)/tools/embedded.cpp
+FUZZ_DEPS_fuzz_cfi       := shim/stacks_cfi.cpp
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check
 	@mkdir -p $(dir $@)

@@ -124,6 +124,10 @@ struct Bytes {
     }
 };
 
+// A factored offset times its alignment factor, wrapping as the hardware would rather than
+// overflowing (undefined in C++): only nonsense input gets that far, and the rule checks reject it.
+int64_t scaled(uint64_t factored, int64_t align) { return int64_t(factored * uint64_t(align)); }
+
 // An entry of .eh_frame (a CIE or an FDE) at `at`: its contents after the length, and where the
 // CIE-id / CIE-pointer field is. 64-bit DWARF (length 0xffffffff) has an 8-byte id field.
 bool open_entry(const uint8_t *at, Bytes *body, bool *wide) {
@@ -172,8 +176,8 @@ bool parse_cie(const uint8_t *at, Cie *cie) {
     uint8_t version = b.fixed<uint8_t>();
     if (b.bad || id != 0 || (version != 1 && version != 3)) return false;
     const char *aug = reinterpret_cast<const char *>(b.p);
-    size_t aug_len = strnlen(aug, size_t(b.end - b.p));
-    b.skip(aug_len + 1);
+    b.skip(strnlen(aug, size_t(b.end - b.p)) + 1);
+    if (b.bad) return false;  // no NUL inside the entry
     if (strstr(aug, "eh")) b.skip(8);  // a GCC 2 relic: the exception table's address
     cie->code_align = b.uleb();
     cie->data_align = b.sleb();
@@ -235,14 +239,14 @@ bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row,
         uint8_t op = b.fixed<uint8_t>();
         uint64_t advance = 0;
         if ((op & 0xc0) == 0x40) advance = (op & 0x3f) * cie.code_align;
-        else if ((op & 0xc0) == 0x80) set(op & 0x3f, RegRule::kOffset, int64_t(b.uleb()) * cie.data_align);
+        else if ((op & 0xc0) == 0x80) set(op & 0x3f, RegRule::kOffset, scaled(b.uleb(), cie.data_align));
         else if ((op & 0xc0) == 0xc0) restore(op & 0x3f);
         else switch (op) {
             case 0x00: break;  // nop
             case 0x02: advance = b.fixed<uint8_t>() * cie.code_align; break;
             case 0x03: advance = b.fixed<uint16_t>() * cie.code_align; break;
             case 0x04: advance = b.fixed<uint32_t>() * cie.code_align; break;
-            case 0x05: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, int64_t(b.uleb()) * cie.data_align); break; }
+            case 0x05: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(b.uleb(), cie.data_align)); break; }
             case 0x06: restore(b.uleb()); break;
             case 0x07: set(b.uleb(), RegRule::kUndefined, 0); break;
             case 0x08: set(b.uleb(), RegRule::kSame, 0); break;
@@ -279,13 +283,13 @@ bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row,
                 break;
             }
             case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
-            case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, b.sleb() * cie.data_align); break; }
-            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = b.sleb() * cie.data_align; row->cfa_expression = row->cfa_loaded = false; break;
-            case 0x13: row->cfa_offset = b.sleb() * cie.data_align; break;
+            case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(uint64_t(b.sleb()), cie.data_align)); break; }
+            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); row->cfa_expression = row->cfa_loaded = false; break;
+            case 0x13: row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); break;
             case 0x14: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
             case 0x15: { uint64_t r = b.uleb(); (void)b.sleb(); set(r, RegRule::kOther, 0); break; }
             case 0x2e: (void)b.uleb(); break;  // GNU_args_size
-            case 0x2f: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, -int64_t(b.uleb()) * cie.data_align); break; }
+            case 0x2f: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(0 - b.uleb(), cie.data_align)); break; }  // negated
             default: return false;  // DW_CFA_set_loc and vendor operations: not emitted for x86-64 code we meet
         }
         if (advance) {
@@ -302,16 +306,9 @@ Rule unsupported() {
     return r;
 }
 
-// The rule for the code at `pc` (a return address minus one, or walk()'s own pc).
-Rule find_rule(uintptr_t pc) {
-    g_rule_misses.fetch_add(1, std::memory_order_relaxed);
+// The rule that the .eh_frame entry (FDE) at `fde`, for a function starting at `start`, gives for `pc`.
+Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     Rule r;
-    void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
-    const uint8_t *fde = static_cast<const uint8_t *>(_Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases));
-    if (!fde || !bases[2]) {
-        r.kind = Rule::kEnd;  // as for libgcc: code without unwind information ends the walk
-        return r;
-    }
     Bytes b{nullptr, nullptr};
     bool wide = false;
     if (!open_entry(fde, &b, &wide)) return unsupported();
@@ -324,7 +321,6 @@ Rule find_rule(uintptr_t pc) {
     if (cie.has_augmentation_data) b.skip(b.uleb());
     if (b.bad) return unsupported();
 
-    uintptr_t start = reinterpret_cast<uintptr_t>(bases[2]);
     Row row;
     if (!run_program(cie.initial, cie, start, pc, &row, nullptr)) return unsupported();
     Row initial = row;
@@ -348,6 +344,19 @@ Rule find_rule(uintptr_t pc) {
     r.rbp = row.rbp.kind == RegRule::kOffset ? Rule::kRbpAtCfa : row.rbp.kind == RegRule::kAtRbp ? Rule::kRbpAtRbp : Rule::kRbpKept;
     r.rbp_offset = int16_t(row.rbp.offset);
     return r;
+}
+
+// The rule for the code at `pc` (a return address minus one, or walk()'s own pc).
+Rule find_rule(uintptr_t pc) {
+    g_rule_misses.fetch_add(1, std::memory_order_relaxed);
+    void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
+    const void *fde = _Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases);
+    if (!fde || !bases[2]) {
+        Rule r;
+        r.kind = Rule::kEnd;  // as for libgcc: code without unwind information ends the walk
+        return r;
+    }
+    return rule_from_fde(static_cast<const uint8_t *>(fde), reinterpret_cast<uintptr_t>(bases[2]), pc);
 }
 
 const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
@@ -454,6 +463,14 @@ int walk(void **ips, int max, StopFn stop) {
     int n = walk_from_here(ips, max, stop);
     if (n < 0) g_fallbacks.fetch_add(1, std::memory_order_relaxed);
     return n;
+}
+
+int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
+    switch (rule_from_fde(fde, start, pc).kind) {
+        case Rule::kFromRsp: case Rule::kFromRbp: case Rule::kLoadedAtRbp: return 0;
+        case Rule::kEnd: return 1;
+        default: return 2;
+    }
 }
 
 Counts counts() {

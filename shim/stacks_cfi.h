@@ -46,4 +46,9 @@ Counts counts();
 
 constexpr int kGenerationCheckEvery = 256;
 
+// For the fuzz target (tests/fuzz/fuzz_cfi.cpp): what the .eh_frame entry (FDE) at `fde`, for a
+// function starting at `start`, says of `pc`: 0 a rule walk() follows, 1 the end of the stack, 2 a
+// rule it does not implement. The entry and its CIE are read only within their lengths.
+int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc);
+
 }  // namespace gg::stacks::cfi
