@@ -2,7 +2,7 @@
 # make bench: what the shim costs on this machine with the test driver, against the same programs
 # without it, every comparison interleaved in one run (the variants take turns, round after round, in
 # a rotating order, each in a fresh process). Prints markdown tables last; BENCH_WRITE=1 also puts
-# them into BENCHMARKS.md (between the cpu-bench markers). Takes about 1.5 minutes on 2 cores.
+# them into BENCHMARKS.md (between the cpu-bench markers). Takes about 2 minutes on 2 cores.
 #
 #   BENCH_RUNS=21      rounds of the per-pair comparisons (each: 20k pairs per process)
 #   BENCH_PAIRS=20000  pairs per process
