@@ -10,6 +10,9 @@ Usage: pyframes_driver.py MODE, one of:
             Python thread spins holding the GIL
   evalloops how many eval-loop native frames a direct call and a callback each see
   bench     median ns of one capture at a 30-frame Python depth
+  lines [CALLS ROUNDS]  captures from CALLS (8) lines of one long function, each line ROUNDS (50)
+            times in turn: SAME or DIFF for every capture against the interpreter's view, how many,
+            then the median ns of one capture
 """
 import ctypes
 import os
@@ -21,6 +24,7 @@ lib.pyprobe_capture.argtypes = [ctypes.c_char_p, ctypes.c_int]
 lib.pyprobe_version.restype = ctypes.c_char_p
 lib.pyprobe_bench.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
 lib.pyprobe_bench.restype = ctypes.c_double
+lib.pyprobe_capture_timed.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
 CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int)
 buf = ctypes.create_string_buffer(1 << 16)
 
@@ -142,6 +146,34 @@ def bench_mode():
     recurse(30 - 2)  # with bench_mode and <module>, 30 Python frames
 
 
+def long_function(calls):
+    """A long function (as torch.nn.functional's are: hundreds of lines) that captures from `calls`
+    of its lines in turn, 400 lines in: each line is found far into its code object's line table."""
+    source = "def long_function(capture, buf, elapsed, view, rounds):\n" + "    x = 0\n" * 400 + \
+        "    for _ in range(rounds):\n" + \
+        "        capture(buf, len(buf), elapsed); view(sys._getframe())\n" * calls + "    return x\n"
+    scope = {"sys": sys}
+    exec(compile(source, "<long_function>", "exec"), scope)
+    return scope["long_function"]
+
+
+def lines_mode(calls=8, rounds=50):
+    ns, results = [], []
+    elapsed = ctypes.c_double(0)
+
+    def view(frame):  # called on the capture's line: the frame's f_lineno is that line
+        ns.append(elapsed.value)
+        got = [f[:3] for f in frames()]
+        results.append(got == interpreter_view(frame) and got[0][1] == "long_function")
+
+    long_function(int(calls))(lib.pyprobe_capture_timed, buf, ctypes.byref(elapsed), view, int(rounds))
+    ns.sort()
+    print(f"{'SAME' if all(results) else 'DIFF'} {len(results)} median_ns={ns[len(ns) // 2]:.0f}")
+
+
 if __name__ == "__main__":
     print(f"available={lib.pyprobe_available()} version={lib.pyprobe_version().decode()}")
-    globals()[sys.argv[1] + "_mode"]()
+    mode = globals()[sys.argv[1] + "_mode"]
+    # A plain call: CPython 3.11 runs a call with *args in an eval loop of its own, which would
+    # change what the callback and evalloops modes see.
+    mode(*sys.argv[2:]) if len(sys.argv) > 2 else mode()

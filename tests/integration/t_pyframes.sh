@@ -6,10 +6,10 @@ PROBE=$BUILD/tests/libpyprobe.so
 DRIVER=$ROOT/tests/integration/pyframes_driver.py
 CALL_LINE=$(grep -n 'MARK:capture' "$DRIVER" | cut -d: -f1)
 
-# drive PYTHON MODE: the driver's output; a hang (a deadlock) fails by the timeout, not a stuck run.
+# drive PYTHON "MODE [ARGS]": the driver's output; a hang (a deadlock) fails by the timeout, not a stuck run.
 # Under a sanitizer its runtime must be loaded before libc (tests/sanitize_env.sh), and ThreadSanitizer
 # starts only with an instrumented library loaded at start: both are preloaded, the probe after it.
-drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" "$2" 2>&1; }
+drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" $2 2>&1; }
 
 names_the_call_site() {
   local out; out=$(drive "$1" stack) || { echo "$out" >&2; return 1; }
@@ -33,6 +33,15 @@ threads_see_their_own_frames() {
 finds_the_eval_loop() {
   # One _PyEval_EvalFrameDefault activation under a direct ctypes call, two under a callback.
   expect_eq "$(drive "$1" evalloops | tail -2 | tr '\n' ' ')" "direct=1 callback=2 " "eval-loop native frames"
+}
+lines_of_a_long_function() {
+  # Calls 400 lines into one function, in turn: each line is looked up in the location table once,
+  # then remembered (shim/pyframes.cpp, LineEntry); every capture must still name its own line. 8
+  # calls in 50 rounds, and 6000 calls in 2 rounds, more than the table of lines holds.
+  local out; out=$(drive "$1" lines) || { echo "$out" >&2; return 1; }
+  expect_eq "$(echo "$out" | tail -1 | cut -d' ' -f1-2)" "SAME 400" "8 calls: captures matching the interpreter's view" &&
+  out=$(drive "$1" "lines 6000 2") || { echo "$out" >&2; return 1; }
+  expect_eq "$(echo "$out" | tail -1 | cut -d' ' -f1-2)" "SAME 12000" "6000 calls: captures matching the interpreter's view"
 }
 off_by_environment() {
   local out; out=$(GPUGUARD_PYTHON_STACKS=0 drive "$1" stack)
@@ -58,8 +67,10 @@ else
     check "a native thread has no frames, a Python thread its own, with the GIL held elsewhere ($ver)" \
       threads_see_their_own_frames "$py"
     check "tells the eval loop's native frames from the others ($ver)" finds_the_eval_loop "$py"
+    check "names the line of each of 8 calls in a long function, every time ($ver)" lines_of_a_long_function "$py"
     check "GPUGUARD_PYTHON_STACKS=0 turns Python frames off ($ver)" off_by_environment "$py"
-    echo "       capture cost ($ver): $(drive "$py" bench | tail -1)"
+    echo "       capture cost ($ver): $(drive "$py" bench | tail -1); 3 frames, 400 lines into a function:" \
+      "$(drive "$py" lines | tail -1 | cut -d' ' -f3)"
   done
   check "ran under at least CPython 3.11 or 3.12" test "${#seen[@]}" -gt 0
 fi

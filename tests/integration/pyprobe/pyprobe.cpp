@@ -77,3 +77,12 @@ PROBE double pyprobe_bench(int rounds, int *frames_seen) {
     std::nth_element(ns.begin(), ns.begin() + long(ns.size() / 2), ns.end());
     return ns[ns.size() / 2];
 }
+
+// One capture, formatted as pyprobe_capture does; *ns is how long the capture itself took.
+PROBE int pyprobe_capture_timed(char *buf, int cap, double *ns) {
+    gg::py::Frame frames[kMaxFrames];
+    auto t0 = std::chrono::steady_clock::now();
+    int n = gg::py::capture(frames, kMaxFrames);
+    *ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    return format(frames, n, buf, cap);
+}
