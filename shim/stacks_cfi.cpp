@@ -61,7 +61,7 @@ struct ThreadTable {
     Entry entries[kEntries];
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
-    unsigned long long loader_generation = 0;
+    unsigned long long loads = 0, unloads = 0;  // the loader's counts when last checked
     int walks_to_generation_check = 0;
 };
 
@@ -368,22 +368,34 @@ const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
     return e.rule;
 }
 
-int loader_generation(dl_phdr_info *info, size_t, void *out) {
-    *static_cast<unsigned long long *>(out) = info->dlpi_adds + info->dlpi_subs;
+struct LoaderCounts {
+    unsigned long long loads = 0, unloads = 0;
+};
+
+int loader_counts(dl_phdr_info *info, size_t, void *out) {
+    *static_cast<LoaderCounts *>(out) = {info->dlpi_adds, info->dlpi_subs};
     return 1;  // every object reports the same counters: the first is enough
 }
 
-// Forgets every rule when libraries were loaded or unloaded since the last check (a rule for an
-// address of an unloaded library would be stale), and learns the thread's stack bounds once.
+// Forgets rules that libraries loaded or unloaded since the last check may have made wrong, and
+// learns the thread's stack bounds once. An unload makes any rule of its addresses stale: all go.
+// A load only maps code where there was none, so only the "no unwind information here" answers
+// (kEnd) go. PyTorch keeps loading libraries after its first steps (cuDNN 9 and cuBLAS open their
+// sub-libraries on first use); forgetting every rule at each load would have each thread learn its
+// thousands of rules again.
 void refresh(ThreadTable *t) {
     if (--t->walks_to_generation_check <= 0) {
         t->walks_to_generation_check = kGenerationCheckEvery;
-        unsigned long long now = 0;
-        dl_iterate_phdr(loader_generation, &now);
-        if (now != t->loader_generation) {
+        LoaderCounts now;
+        dl_iterate_phdr(loader_counts, &now);
+        if (now.unloads != t->unloads) {
             for (Entry &e : t->entries) e = Entry{};
-            t->loader_generation = now;
+        } else if (now.loads != t->loads) {
+            for (Entry &e : t->entries)
+                if (e.rule.kind == Rule::kEnd) e = Entry{};
         }
+        t->loads = now.loads;
+        t->unloads = now.unloads;
     }
     if (!t->bounds_tried) {
         t->bounds_tried = true;

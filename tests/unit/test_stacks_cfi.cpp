@@ -1,6 +1,7 @@
 // The caching walker (shim/stacks_cfi.h) against libgcc's unwinder, which interprets the same
 // .eh_frame rules in full: on every stack the walker accepts, both must give the same return
 // addresses to the end of the stack; on the stacks it declines, the unwinder it falls back to must.
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <unwind.h>
@@ -107,6 +108,26 @@ __attribute__((noinline)) void realigned(int n, Walks *w) {
     asm volatile("" ::: "memory");
 }
 
+// Rules the walker worked out afresh while walking one stack `walks` times.
+__attribute__((noinline)) uint64_t rules_learned_over(int walks) {
+    uint64_t before = cfi::counts().rule_misses;
+    void *ips[kMax];
+    for (int i = 0; i < walks; ++i) cfi::walk(ips, kMax, nullptr);
+    return cfi::counts().rule_misses - before;
+}
+
+// A library this process has not loaded, loaded now; null if none of the candidates could be.
+void *load_a_new_library() {
+    for (const char *name : {"libresolv.so.2", "libutil.so.1", "libanl.so.1"}) {
+        if (void *already = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
+            dlclose(already);
+            continue;
+        }
+        if (void *h = dlopen(name, RTLD_NOW)) return h;
+    }
+    return nullptr;
+}
+
 Walks *g_signal_walks = nullptr;
 void walk_in_handler(int) { both(g_signal_walks); }
 
@@ -193,6 +214,24 @@ TEST_CASE("a signal frame sends the stack to the fallback, which walks it") {
     sigaction(SIGUSR2, &old, nullptr);
     check_same(shim);
     CHECK(shim.gcc.size() > 3);
+}
+
+TEST_CASE("a library loaded keeps the rules learned; one unloaded has them all learned again") {
+    // Each thread compares the loader's counts once every kGenerationCheckEvery walks.
+    const int a_check = cfi::kGenerationCheckEvery + 1;
+    uint64_t learned[4];
+    void *lib = nullptr;
+    for (int phase = 0; phase < 4; ++phase) {  // one call site: the same stack in every phase
+        if (phase == 2) REQUIRE((lib = load_a_new_library()));
+        if (phase == 3) REQUIRE(dlclose(lib) == 0);
+        learned[phase] = rules_learned_over(a_check);
+    }
+    // Phase 0 learns what earlier tests did not. Then: all known; after the load, only the
+    // outermost frames' "end of the stack" answers again; after the unload, every frame from the
+    // test down to _start (more than a handful).
+    CHECK(learned[1] == 0);
+    CHECK(learned[2] <= 2);
+    CHECK(learned[3] > 6);
 }
 
 }  // TEST_SUITE
