@@ -135,7 +135,9 @@ for v in sorted(rows, key=lambda v: (v != "none", v)):
     xs = rows.get(v)
     if xs:
         m = statistics.median(x[0] for x in xs)
-        print(f"| {v} | {m:.3f} ({', '.join(f'{x[0]:.2f}' for x in xs)}) | {m / base:.3f} | {statistics.median(x[1] for x in xs):.0f} |")
+        allocs = statistics.median(x[1] for x in xs)
+        allocs = f"{allocs:.0f}" if allocs >= 0 else "not counted (see the profiled hook counts)"
+        print(f"| {v} | {m:.3f} ({', '.join(f'{x[0]:.2f}' for x in xs)}) | {m / base:.3f} | {allocs} |")
 PY
   echo
   cat "$OUT/train_reuse.txt"

@@ -7,7 +7,8 @@ environment makes every tensor a driver call.
 Usage: train_bench.py [--steps N] [--warmup W] [--models conv,xfmr] [--history] [--oom]
 Prints one line per model:  train model=conv steps=N step_ms=MEDIAN p10_ms=.. p90_ms=.. allocs_per_step=..
 [history_events=..], where allocs_per_step is the driver allocations (cudaMalloc) PyTorch made per
-timed step (torch.cuda.memory_stats' num_device_alloc; -1 where this PyTorch does not count them).
+timed step (torch.cuda.memory_stats' num_device_alloc; -1 where PyTorch does not count them, as with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1: the profiled shim's hook counts say how many there were then).
 With --oom, after the conv model's loop, inside a training step with the model live:
   report ms=..        gpuguard_report() called through ctypes (only under the shim)
   oom ms=a,b,c        time from a 200 GiB request to torch's OutOfMemoryError, three times, 1.2 s
@@ -79,6 +80,8 @@ def run(name, setup, args, dev):
         times.append((time.perf_counter() - t0) * 1e3)
     allocs = torch.cuda.memory_stats().get("num_device_alloc", -1)
     per_step = (allocs - allocs_before) / args.steps if allocs_before >= 0 and allocs >= 0 else -1
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"):
+        per_step = -1  # without the cache PyTorch counts no device allocations: 0 would be wrong
     q = statistics.quantiles(times, n=10)
     extra = f" allocs_per_step={per_step:.1f}"
     if args.history:
