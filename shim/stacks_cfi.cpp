@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "per_thread.h"
+#include "stacks_cfi_table.h"
 
 // libgcc's lookup of the .eh_frame entry (FDE) covering an address, through _dl_find_object or
 // dl_iterate_phdr: linked statically into the shim, exported by libgcc_s.so.1 elsewhere. It is in no
@@ -31,7 +32,7 @@ constexpr uint64_t kRegRbp = 6, kRegRsp = 7, kRegReturnAddress = 16;
 // address and the caller's rbp were saved, as offsets from the CFA.
 struct Rule {
     enum Kind : uint8_t {
-        kEmpty,        // a free table entry
+        kEmpty,        // none (a Rule made by default)
         kFromRsp,      // CFA = rsp + cfa_offset
         kFromRbp,      // CFA = rbp + cfa_offset
         kLoadedAtRbp,  // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
@@ -50,15 +51,9 @@ struct Rule {
     int32_t cfa_offset = 0;
 };
 
-struct Entry {
-    uintptr_t pc = 0;
-    Rule rule;
-};
-
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
-    static constexpr int kEntries = 4096;  // 64 KiB: a few hundred paths of 30 to 60 frames
-    Entry entries[kEntries];
+    RuleTable<Rule> rules;  // 192 KiB (stacks_cfi_table.h)
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
     unsigned long long loads = 0, unloads = 0;  // the loader's counts when last checked
@@ -360,12 +355,8 @@ Rule find_rule(uintptr_t pc) {
 }
 
 const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
-    Entry &e = t->entries[(pc ^ pc >> 12) % ThreadTable::kEntries];
-    if (e.pc != pc || e.rule.kind == Rule::kEmpty) {
-        e.rule = find_rule(pc);
-        e.pc = pc;
-    }
-    return e.rule;
+    if (const Rule *known = t->rules.find(pc)) return *known;
+    return t->rules.store(pc, find_rule(pc));
 }
 
 struct LoaderCounts {
@@ -388,12 +379,10 @@ void refresh(ThreadTable *t) {
         t->walks_to_generation_check = kGenerationCheckEvery;
         LoaderCounts now;
         dl_iterate_phdr(loader_counts, &now);
-        if (now.unloads != t->unloads) {
-            for (Entry &e : t->entries) e = Entry{};
-        } else if (now.loads != t->loads) {
-            for (Entry &e : t->entries)
-                if (e.rule.kind == Rule::kEnd) e = Entry{};
-        }
+        if (now.unloads != t->unloads)
+            t->rules.forget_all();
+        else if (now.loads != t->loads)
+            t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
         t->loads = now.loads;
         t->unloads = now.unloads;
     }

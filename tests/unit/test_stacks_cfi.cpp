@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "stacks_cfi.h"
+#include "stacks_cfi_table.h"
 #include "stacks_unwind.h"
 
 namespace cfi = gg::stacks::cfi;
@@ -232,6 +234,51 @@ TEST_CASE("a library loaded keeps the rules learned; one unloaded has them all l
     CHECK(learned[1] == 0);
     CHECK(learned[2] <= 2);
     CHECK(learned[3] > 6);
+}
+
+TEST_CASE("the rule table keeps two return addresses of one set, and makes room by the older") {
+    using Table = cfi::RuleTable<int>;
+    auto table = std::make_unique<Table>();
+    // Three addresses of one set (and one of another), found by trying.
+    std::vector<uintptr_t> same;
+    uintptr_t other = 0;
+    for (uintptr_t pc = 0x7f0000001000; same.size() < 3 || !other; pc += 7) {
+        if (Table::set_of(pc) == Table::set_of(0x7f0000001000)) {
+            if (same.size() < 3) same.push_back(pc);
+        } else if (!other) {
+            other = pc;
+        }
+    }
+    CHECK(table->find(same[0]) == nullptr);
+    CHECK(table->store(same[0], 10) == 10);
+    table->store(same[1], 11);
+    table->store(other, 99);
+    REQUIRE(table->find(same[0]));
+    REQUIRE(table->find(same[1]));
+    CHECK(*table->find(same[0]) == 10);
+    CHECK(*table->find(same[1]) == 11);
+    table->store(same[2], 12);  // the set is full: the older, same[0], goes
+    CHECK(table->find(same[0]) == nullptr);
+    CHECK(*table->find(same[1]) == 11);
+    CHECK(*table->find(same[2]) == 12);
+    CHECK(*table->find(other) == 99);
+    table->forget_if([](int rule) { return rule == 12; });
+    CHECK(table->find(same[2]) == nullptr);
+    CHECK(*table->find(same[1]) == 11);
+    table->forget_all();
+    CHECK(table->find(same[1]) == nullptr);
+    CHECK(table->find(other) == nullptr);
+    CHECK(table->find(0) == nullptr);  // 0 marks a free entry: never found
+}
+
+TEST_CASE("addresses 4 KiB and 1 MiB apart spread over the table's sets") {
+    using Table = cfi::RuleTable<int>;
+    for (uintptr_t stride : {uintptr_t(4096), uintptr_t(1) << 20}) {
+        std::vector<int> per_set(Table::kSets);
+        int most = 0;
+        for (uintptr_t i = 0; i < Table::kSets; ++i) most = std::max(most, ++per_set[Table::set_of(0x7f0000000123 + i * stride)]);
+        CHECK_MESSAGE(most <= 8, "stride " << stride << ": " << most << " addresses in one set");
+    }
 }
 
 }  // TEST_SUITE
