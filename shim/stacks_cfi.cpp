@@ -32,14 +32,13 @@ constexpr uint64_t kRegRbp = 6, kRegRsp = 7, kRegReturnAddress = 16;
 // address and the caller's rbp were saved, as offsets from the CFA.
 struct Rule {
     enum Kind : uint8_t {
-        kEmpty,        // none (a Rule made by default)
         kFromRsp,      // CFA = rsp + cfa_offset
         kFromRbp,      // CFA = rbp + cfa_offset
         kLoadedAtRbp,  // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
         kEnd,          // the outermost frame (return address undefined) or code without unwind info
         kUnsupported,  // walk() gives up on this stack
     };
-    Kind kind = kEmpty;
+    Kind kind = kUnsupported;
     enum RbpKind : uint8_t {
         kRbpKept,   // the caller's rbp is this frame's
         kRbpAtCfa,  // saved at CFA + rbp_offset
@@ -51,13 +50,18 @@ struct Rule {
     int32_t cfa_offset = 0;
 };
 
+// The dynamic loader's running counts of objects loaded and unloaded.
+struct LoaderCounts {
+    unsigned long long loads = 0, unloads = 0;
+};
+
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
     RuleTable<Rule> rules;  // 192 KiB (stacks_cfi_table.h)
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
-    unsigned long long loads = 0, unloads = 0;  // the loader's counts when last checked
-    int walks_to_generation_check = 0;
+    LoaderCounts loader;  // as of the last check
+    int walks_to_loader_check = 0;
 };
 
 PerThread<ThreadTable> g_tables;
@@ -359,10 +363,6 @@ const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
     return t->rules.store(pc, find_rule(pc));
 }
 
-struct LoaderCounts {
-    unsigned long long loads = 0, unloads = 0;
-};
-
 int loader_counts(dl_phdr_info *info, size_t, void *out) {
     *static_cast<LoaderCounts *>(out) = {info->dlpi_adds, info->dlpi_subs};
     return 1;  // every object reports the same counters: the first is enough
@@ -375,16 +375,15 @@ int loader_counts(dl_phdr_info *info, size_t, void *out) {
 // sub-libraries on first use); forgetting every rule at each load would have each thread learn its
 // thousands of rules again.
 void refresh(ThreadTable *t) {
-    if (--t->walks_to_generation_check <= 0) {
-        t->walks_to_generation_check = kGenerationCheckEvery;
+    if (--t->walks_to_loader_check <= 0) {
+        t->walks_to_loader_check = kLoaderCheckEvery;
         LoaderCounts now;
         dl_iterate_phdr(loader_counts, &now);
-        if (now.unloads != t->unloads)
+        if (now.unloads != t->loader.unloads)
             t->rules.forget_all();
-        else if (now.loads != t->loads)
+        else if (now.loads != t->loader.loads)
             t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
-        t->loads = now.loads;
-        t->unloads = now.unloads;
+        t->loader = now;
     }
     if (!t->bounds_tried) {
         t->bounds_tried = true;

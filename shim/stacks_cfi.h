@@ -17,9 +17,10 @@
 // a register) makes walk() give up, and the caller unwinds that stack with libunwind or libgcc. Every load is checked against the thread's stack bounds and
 // the frame bases must rise, so a wrong rule or a corrupt stack ends the walk early, never faults.
 //
-// The rules are kept per thread (no lock) in a direct-mapped table. A library unloaded and another
-// loaded at its address would leave stale rules: the table is emptied when the loader's count of
-// loaded and unloaded objects changes, checked every kGenerationCheckEvery walks.
+// The rules are kept per thread (no lock) in a two-way table (stacks_cfi_table.h). A library unloaded
+// and another loaded at its address would leave stale rules: the table is emptied when the loader's
+// count of unloaded objects changes, and only its "no unwind information here" answers when the
+// count of loaded ones does; the counts are checked every kLoaderCheckEvery walks.
 #pragma once
 #include <cstdint>
 
@@ -44,7 +45,7 @@ struct Counts {
 };
 Counts counts();
 
-constexpr int kGenerationCheckEvery = 256;
+constexpr int kLoaderCheckEvery = 256;
 
 // For the fuzz target (tests/fuzz/fuzz_cfi.cpp): what the .eh_frame entry (FDE) at `fde`, for a
 // function starting at `start`, says of `pc`: 0 a rule walk() follows, 1 the end of the stack, 2 a

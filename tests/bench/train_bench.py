@@ -79,9 +79,9 @@ def run(name, setup, args, dev):
         train_step(model, opt, x, y)
         times.append((time.perf_counter() - t0) * 1e3)
     allocs = torch.cuda.memory_stats().get("num_device_alloc", -1)
-    per_step = (allocs - allocs_before) / args.steps if allocs_before >= 0 and allocs >= 0 else -1
-    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"):
-        per_step = -1  # without the cache PyTorch counts no device allocations: 0 would be wrong
+    # Without the cache PyTorch counts no device allocations: 0 would be wrong.
+    counted = allocs_before >= 0 and allocs >= 0 and not os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING")
+    per_step = (allocs - allocs_before) / args.steps if counted else -1
     q = statistics.quantiles(times, n=10)
     extra = f" allocs_per_step={per_step:.1f}"
     if args.history:

@@ -219,8 +219,8 @@ TEST_CASE("a signal frame sends the stack to the fallback, which walks it") {
 }
 
 TEST_CASE("a library loaded keeps the rules learned; one unloaded has them all learned again") {
-    // Each thread compares the loader's counts once every kGenerationCheckEvery walks.
-    const int a_check = cfi::kGenerationCheckEvery + 1;
+    // Each thread compares the loader's counts once every kLoaderCheckEvery walks.
+    const int a_check = cfi::kLoaderCheckEvery + 1;
     uint64_t learned[4];
     void *lib = nullptr;
     for (int phase = 0; phase < 4; ++phase) {  // one call site: the same stack in every phase

@@ -39,9 +39,18 @@ void *capture_here(void *count) {
 PROBE int pyprobe_available() { return gg::py::available(); }
 PROBE const char *pyprobe_version() { return gg::py::version(); }
 
-PROBE int pyprobe_capture(char *buf, int cap) {
+// One capture, one line per frame; *ns is how long the capture itself took.
+PROBE int pyprobe_capture_timed(char *buf, int cap, double *ns) {
     gg::py::Frame frames[kMaxFrames];
-    return format(frames, gg::py::capture(frames, kMaxFrames), buf, cap);
+    auto t0 = std::chrono::steady_clock::now();
+    int n = gg::py::capture(frames, kMaxFrames);
+    *ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    return format(frames, n, buf, cap);
+}
+
+PROBE int pyprobe_capture(char *buf, int cap) {
+    double ns;
+    return pyprobe_capture_timed(buf, cap, &ns);
 }
 
 // Python -> C -> Python: the callback is a ctypes CFUNCTYPE, which takes the GIL and runs a new
@@ -76,13 +85,4 @@ PROBE double pyprobe_bench(int rounds, int *frames_seen) {
     }
     std::nth_element(ns.begin(), ns.begin() + long(ns.size() / 2), ns.end());
     return ns[ns.size() / 2];
-}
-
-// One capture, formatted as pyprobe_capture does; *ns is how long the capture itself took.
-PROBE int pyprobe_capture_timed(char *buf, int cap, double *ns) {
-    gg::py::Frame frames[kMaxFrames];
-    auto t0 = std::chrono::steady_clock::now();
-    int n = gg::py::capture(frames, kMaxFrames);
-    *ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    return format(frames, n, buf, cap);
 }
