@@ -203,8 +203,10 @@ bench: all $(FAKES) $(BENCH_BIN)
 gpu-test: all
 	@BUILD=$(BUILD) tests/gpu/run.sh
 
+# The profiled shim (build-profile) times the shim's own share of each call in the training loop.
 gpu-bench: all
-	@BUILD=$(BUILD) tests/bench/gpu_run.sh
+	@$(MAKE) --no-print-directory PROFILE=1 BUILD=build-profile all
+	@BUILD=$(BUILD) PROFILED=build-profile tests/bench/gpu_run.sh
 
 # Fuzzing: tests/fuzz/fuzz_<name>.cpp -> build-fuzz/fuzz_<name>, built with clang's libFuzzer under
 # ASan and UBSan (any undefined behaviour stops the run, as a crash does), each run for FUZZ_SECONDS

@@ -39,5 +39,18 @@ clean_bench_env() {
   done < <(compgen -e)
 }
 
+# own_cost_per_step STEPS STDERR: from the step timers the profiled shim prints at exit, the time its
+# hooks spent beside the driver's calls (whole hook minus the driver's call, allocations and frees),
+# in ms a step, and the driver allocations a step, over STEPS steps (warm-up included, as the timers
+# count every call). The timers' own cost is included: an upper bound.
+own_cost_per_step() {
+  awk -v steps="$1" '
+    /^gpuguard: alloc: whole hook/ { na = $(NF-3); wa = $(NF-2) }
+    /^gpuguard: +driver.s cuMemAlloc/ { da = $(NF-2) }
+    /^gpuguard: free: whole hook/ { nf = $(NF-3); wf = $(NF-2) }
+    /^gpuguard: +driver.s cuMemFree/ { df = $(NF-2) }
+    END { if (na > 0 && steps > 0) printf "%.4f %.1f\n", (na * (wa - da) + nf * (wf - df)) / steps / 1e6, na / steps }' "$2"
+}
+
 # field KEY LINE: the value of KEY=value in a line of key=value pairs.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $2"; }

@@ -6,15 +6,19 @@
 #      no stacks / shim, all features;
 #   2. PyTorch training loops (tests/bench/train_bench.py: convolution and transformer-style), with
 #      the caching allocator and with PYTORCH_NO_CUDA_MEMORY_CACHING=1, 3 rounds: no shim / shim,
-#      all features / torch.cuda.memory._record_memory_history() without the shim;
+#      all features / torch.cuda.memory._record_memory_history() without the shim / no shim again
+#      (the control: how far two processes of the same program differ); with no caching, also the
+#      shim built with step timers (build-profile, when there), whose hooks time the shim's own
+#      share of every call: a measure of its cost that the between-process spread cannot blur;
 #   3. in that training loop: a report on demand, and the time from a failing request to torch's
 #      OutOfMemoryError with and without the shim (which writes its report inside that call).
 # Builds only a small C program (gcc, the machine's cuda.h and libcuda); uses build/libgpuguard.so
-# as carried (and build/libunwind.so.8 beside it). Logs, results and the shim's reports go to $OUT
+# as carried (and build/libunwind.so.8 beside it), and build-profile/libgpuguard.so (make PROFILE=1;
+# $PROFILED) when carried too. Logs, results and the shim's reports go to $OUT
 # (default build/gpu-bench); the markdown tables for BENCHMARKS.md are printed last and written to
 # $OUT/gpu_bench.md (tests/bench/report.py splice gpu-bench BENCHMARKS.md < that file).
 #
-#   GPU_BENCH_SECONDS=330  rounds not started by then are skipped (the tables say how many ran)
+#   GPU_BENCH_SECONDS=420  rounds not started by then are skipped (the tables say how many ran)
 #   GPU_BENCH_LIBCUDA=PATH the driver library to link the raw benchmark with (default: found)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,14 +27,16 @@ BUILD=${BUILD:-build}
 [[ $BUILD = /* ]] || BUILD="$root/$BUILD"
 OUT=${OUT:-$BUILD/gpu-bench}
 mkdir -p "$OUT/reports"
-DEADLINE=${GPU_BENCH_SECONDS:-330}
+DEADLINE=${GPU_BENCH_SECONDS:-420}
 LIB=$BUILD/libgpuguard.so
+PROFILED=${PROFILED:-$root/build-profile}
+[[ $PROFILED = /* ]] || PROFILED="$root/$PROFILED"
 RES=$OUT/results.txt
 : > "$RES"
 W=$(mktemp -d /tmp/gpuguard-gpubench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-RAW_ROUNDS=5 RAW_PAIRS=2000 RAW_SIZES=512,2097152,20971520,1073741824
-TRAIN_ROUNDS=3 TRAIN_STEPS=200 TRAIN_WARMUP=30
+RAW_ROUNDS=4 RAW_PAIRS=2000 RAW_SIZES=512,2097152,20971520,1073741824
+TRAIN_ROUNDS=3 TRAIN_STEPS=150 TRAIN_WARMUP=30
 LIMIT=100GiB  # every shim run has a quota (admission on); 1 GiB blocks fit, a 200 GiB request does not
 
 source "$here/gpu_lib.sh"
@@ -48,15 +54,18 @@ echo "== machine"
 echo "== build the raw allocation benchmark against this machine's driver"
 build_raw_bench "$W" || exit 2
 
-# variant NAME CMD...: no shim (none, history), or the shim with a quota and no stacks (quota), or
-# with every feature on (all: quota, native stacks at the default depth, Python frames).
+# variant NAME CMD...: no shim (none, control, history), or the shim with a quota and no stacks
+# (quota), or with every feature on (all: quota, native stacks at the default depth, Python frames;
+# profiled: the same with step timers).
 variant() {
   local name=$1; shift
   case $name in
-    none | history) env "$@" ;;
+    none | control | history) env "$@" ;;
     quota) env LD_PRELOAD="$LIB" GPUGUARD_LEDGER="$W/ledger-quota" GPUGUARD_MEM_LIMIT=$LIMIT GPUGUARD_STACK_DEPTH=0 \
       GPUGUARD_PYTHON_STACKS=0 "$@" ;;
     all) env LD_PRELOAD="$LIB" GPUGUARD_LEDGER="$W/ledger-all" GPUGUARD_MEM_LIMIT=$LIMIT GPUGUARD_PYTHON_STACKS=1 "$@" ;;
+    profiled) env LD_PRELOAD="$PROFILED/libgpuguard.so" GPUGUARD_LEDGER="$W/ledger-profiled" GPUGUARD_MEM_LIMIT=$LIMIT \
+      GPUGUARD_PYTHON_STACKS=1 "$@" ;;
   esac
 }
 late() { ((SECONDS >= DEADLINE)) && { echo "gpu-bench: past ${DEADLINE}s, skipping the rest of $1"; return 0; }; return 1; }
@@ -93,12 +102,24 @@ for ((r = 0; r < RAW_ROUNDS; r++)); do
 done
 
 echo "== PyTorch training loops ($TRAIN_ROUNDS rounds, $TRAIN_STEPS steps after $TRAIN_WARMUP)"
-vs=(none all history)
+[[ -f $PROFILED/libgpuguard.so ]] || echo "gpu-bench: no $PROFILED/libgpuguard.so (make PROFILE=1): the shim's own time a step is not measured"
+vs=(none all history control)
 for ((r = 0; r < TRAIN_ROUNDS; r++)); do
   for alloc in caching nocache; do
     late "training" && break 2
-    for ((k = 0; k < 3; k++)); do
-      v=${vs[$(((k + r) % 3))]}
+    if [[ $alloc == nocache && -f $PROFILED/libgpuguard.so ]]; then
+      # One process a model: the timers sum over the whole process.
+      for m in conv xfmr; do
+        variant profiled PYTORCH_NO_CUDA_MEMORY_CACHING=1 GPUGUARD_REPORT_ON_EXIT=0 timeout 150 python3 "$here/train_bench.py" \
+          --steps "$TRAIN_STEPS" --warmup "$TRAIN_WARMUP" --models "$m" > "$W/prof-out" 2> "$W/prof-err" ||
+          { echo "train nocache profiled $m failed"; tail -5 "$W/prof-err"; continue; }
+        read -r own calls <<< "$(own_cost_per_step $((TRAIN_STEPS + TRAIN_WARMUP)) "$W/prof-err")"
+        echo "round $r nocache profiled: $(cat "$W/prof-out") own_ms_per_step=$own driver_allocs_per_step=$calls"
+        [[ -n $own ]] && echo "ownms-nocache-$m profiled $r $own" >> "$RES" && echo "calls-nocache-$m profiled $r $calls" >> "$RES"
+      done
+    fi
+    for ((k = 0; k < ${#vs[@]}; k++)); do
+      v=${vs[$(((k + r) % ${#vs[@]}))]}
       args=(--steps "$TRAIN_STEPS" --warmup "$TRAIN_WARMUP")
       [[ $v == history ]] && args+=(--history)
       [[ $r == 0 && $alloc == caching && $v != history ]] && args+=(--oom)
@@ -112,6 +133,8 @@ for ((r = 0; r < TRAIN_ROUNDS; r++)); do
           train\ *)
             m=$(field model "$line")
             echo "train-$alloc-$m $v $r $(field step_ms "$line")" >> "$RES"
+            calls=$(field allocs_per_step "$line")  # -1 where PyTorch does not count them (no cache)
+            [[ $v == none && -n $calls && $calls != -* ]] && echo "calls-$alloc-$m $v $r $calls" >> "$RES"
             ev=$(field history_events "$line")
             [[ -n $ev ]] && echo "histev-$alloc-$m $v $r $ev" >> "$RES"
             ;;
