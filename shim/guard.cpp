@@ -12,9 +12,11 @@
 namespace gg::guard {
 namespace {
 
-thread_local int t_depth = 0;
-thread_local Api t_runtime_api = Api::kNone;
-thread_local bool t_workspace = false;
+// initial-exec, as everywhere in the shim (per_thread.h): each hooked call reads these several times,
+// and the default model made each read a call into the loader's __tls_get_addr.
+__attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
+__attribute__((tls_model("initial-exec"))) thread_local Api t_runtime_api = Api::kNone;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_workspace = false;
 
 // Native frames of the shim itself at the top of every captured stack: capture, admit, the hook.
 constexpr int kShimFrames = 3;

@@ -25,7 +25,7 @@
 namespace gg {
 namespace {
 
-thread_local int t_tid = 0;
+__attribute__((tls_model("initial-exec"))) thread_local int t_tid = 0;  // initial-exec: see guard.cpp
 
 std::atomic<State *> g_state{nullptr};
 // The pid of the process one of whose threads is building the state (0: nobody). A fork() in another

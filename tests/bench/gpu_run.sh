@@ -113,6 +113,7 @@ for ((r = 0; r < TRAIN_ROUNDS; r++)); do
         variant profiled PYTORCH_NO_CUDA_MEMORY_CACHING=1 GPUGUARD_REPORT_ON_EXIT=0 timeout 150 python3 "$here/train_bench.py" \
           --steps "$TRAIN_STEPS" --warmup "$TRAIN_WARMUP" --models "$m" > "$W/prof-out" 2> "$W/prof-err" ||
           { echo "train nocache profiled $m failed"; tail -5 "$W/prof-err"; continue; }
+        grep '^gpuguard: ' "$W/prof-err" > "$OUT/profile-nocache-$m-round$r.txt"  # the step table, kept
         read -r own calls <<< "$(own_cost_per_step $((TRAIN_STEPS + TRAIN_WARMUP)) "$W/prof-err")"
         echo "round $r nocache profiled: $(cat "$W/prof-out") own_ms_per_step=$own driver_allocs_per_step=$calls"
         [[ -n $own ]] && echo "ownms-nocache-$m profiled $r $own" >> "$RES" && echo "calls-nocache-$m profiled $r $calls" >> "$RES"
