@@ -1,5 +1,6 @@
 #include "guard.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "episode.h"
@@ -95,7 +96,15 @@ void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
     a.workspace = t_workspace;
     const Config &c = *state().cfg;
     if (c.stack_depth > 0 && actual_bytes >= c.stack_min_bytes) a.stack = stacks::capture(kShimFrames - 1);
-    tracker().insert(kind, key, a);
+    if (tracker().insert(kind, key, a)) return;
+    // The live table could not grow (no host memory): the program keeps its allocation, and the
+    // ledger forgets it too, so that its free cannot release bytes that were never counted.
+    if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+        log_error("out of host memory for the table of live allocations: an allocation of %llu bytes, and any "
+                  "other while this lasts, is neither tracked nor counted against the limit",
+                  (unsigned long long)a.bytes);
 }
 
 void failed(Ticket &t, CUresult result) {

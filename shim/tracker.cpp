@@ -29,18 +29,18 @@ Tracker &tracker() {
     return *p;
 }
 
-void Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
+bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
     Key k{key, kind};
     Shard &s = shard_of(k);
     uint64_t replaced = 0;
     bool had_stale = false;
     {
         std::lock_guard<std::mutex> lock(s.mu);
-        auto [it, fresh] = s.live.emplace(k, a);
-        if (!fresh) {
+        Allocation old;
+        if (!s.live.put(key, kind, a, &old, &had_stale)) return false;
+        if (had_stale) {
             // The driver handed out a key we still hold: our entry is stale (its free escaped us,
-            // e.g. a context destroyed with its memory). The new allocation replaces it.
-            const Allocation &old = it->second;
+            // e.g. a context destroyed with its memory). The new allocation replaced it.
             Held &h = s.by_stack[old.stack];
             h.bytes -= std::min(h.bytes, old.bytes);
             h.count -= h.count ? 1 : 0;
@@ -48,8 +48,6 @@ void Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
             oc.live_bytes -= std::min(oc.live_bytes, old.bytes);
             oc.live_count -= oc.live_count ? 1 : 0;
             replaced = old.bytes;
-            had_stale = true;
-            it->second = a;
         }
         Held &h = s.by_stack[a.stack];
         h.bytes += a.bytes;
@@ -65,6 +63,7 @@ void Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
     }
     live_count_.fetch_add(1, std::memory_order_relaxed);
     after_change(live_bytes_.fetch_add(a.bytes, std::memory_order_relaxed) + a.bytes, a.t_ns);
+    return true;
 }
 
 bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns) {
@@ -72,10 +71,7 @@ bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns)
     Shard &s = shard_of(k);
     {
         std::lock_guard<std::mutex> lock(s.mu);
-        auto it = s.live.find(k);
-        if (it == s.live.end()) return false;
-        *out = it->second;
-        s.live.erase(it);
+        if (!s.live.take(key, kind, out)) return false;
         Held &h = s.by_stack[out->stack];
         h.bytes -= std::min(h.bytes, out->bytes);
         h.count -= h.count ? 1 : 0;
@@ -90,7 +86,7 @@ bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns)
 }
 
 void Tracker::restore(KeyKind kind, uint64_t key, const Allocation &a) {
-    insert(kind, key, a);
+    if (!insert(kind, key, a)) return;  // cannot happen: take() just made room
     Key k{key, kind};
     Shard &s = shard_of(k);
     std::lock_guard<std::mutex> lock(s.mu);
@@ -196,17 +192,16 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
         std::lock_guard<std::mutex> peak_lock(peak_mu_);
         for (const Shard &sh : shards_) sh.mu.lock();
         for (const Shard &sh : shards_) {
-            for (const auto &[k, a] : sh.live) {
-                if (top_n == 0) break;
+            if (top_n > 0) sh.live.for_each([&](uint64_t key, KeyKind, const Allocation &a) {
                 if (heap.size() < top_n) {
-                    heap.push_back({k.key, a});
+                    heap.push_back({key, a});
                     std::push_heap(heap.begin(), heap.end(), smaller);
                 } else if (a.bytes > heap.front().second.bytes) {
                     std::pop_heap(heap.begin(), heap.end(), smaller);
-                    heap.back() = {k.key, a};
+                    heap.back() = {key, a};
                     std::push_heap(heap.begin(), heap.end(), smaller);
                 }
-            }
+            });
             for (int i = 0; i < (int)Api::kCount; i++) {
                 counts[i].allocs += sh.counts[i].allocs;
                 counts[i].frees += sh.counts[i].frees;

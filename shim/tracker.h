@@ -2,8 +2,9 @@
 // from which stack; plus the counters and history a report needs (per-API counts, bytes by stack,
 // the peak with its bytes by stack, a bounded usage timeline).
 //
-// The hot path takes one shard lock (the live table is split 16 ways by key) and the stats lock,
-// each for a few hash-map operations; no I/O, no symbolization, no driver calls under either.
+// The hot path takes one shard lock (the live table is split 16 ways by key), for one lookup in the
+// shard's open-addressing table (tracker_live.h) and a few counters; no I/O, no symbolization, no
+// driver calls, no allocation but a rare doubling of the table under it.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -13,23 +14,10 @@
 
 #include "api.h"
 #include "stacks.h"
+#include "tracker_live.h"
+#include "tracker_types.h"
 
 namespace gg {
-
-// What a tracked key is: the same number can be a pointer and a cuMemCreate handle.
-enum class KeyKind : uint8_t { kPointer, kHandle, kArray, kMipmap };
-
-struct Allocation {
-    uint64_t bytes = 0;
-    uint64_t t_ns = 0;  // mono_ns() at commit
-    stacks::StackId stack = 0;
-    int32_t thread = 0;
-    int16_t ordinal = -1;
-    int16_t ledger_dev = -1;
-    Api api = Api::kNone;         // what the program called (cudaMalloc when it came through cudart)
-    Api driver_api = Api::kNone;  // the driver entry point
-    bool workspace = false;       // made during a cuDNN call
-};
 
 struct ApiCounts {
     uint64_t allocs = 0, frees = 0, failures = 0, live_bytes = 0, live_count = 0;
@@ -42,7 +30,8 @@ struct StackBytes {
 
 class Tracker {
 public:
-    void insert(KeyKind kind, uint64_t key, const Allocation &a);
+    // False only when the live table is full and host memory too short to grow it.
+    bool insert(KeyKind kind, uint64_t key, const Allocation &a);
     // Removes and returns the allocation; false when the key is unknown (a pointer allocated before
     // the shim was loaded, or not device memory of ours). now_ns: mono_ns() of the call.
     bool take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns);
@@ -88,7 +77,7 @@ private:
     static constexpr int kShards = 16;
     struct alignas(64) Shard {
         mutable std::mutex mu;
-        std::unordered_map<Key, Allocation, KeyHash> live;
+        LiveTable live;
         ByStack by_stack;  // entries are kept at zero rather than erased: no allocation per pair
         ApiCounts counts[(int)Api::kCount];
     };

@@ -22,6 +22,10 @@
 //                              from one reserved, inaccessible region instead of an mmap per call, and
 //                              never reuses them, so that mmap/munmap do not dominate what is timed.
 //                              Programs must not touch that memory.
+//   FAKE_CUDA_EVICT_KIB=n      benchmarks only: every allocation and free first reads through n KiB
+//                              of the driver's own memory, as the real driver's call evicts the
+//                              caller's cache lines (its pair takes 40 to 90 µs); with n larger than
+//                              the CPU's L2, the shim's bookkeeping is timed with cold caches.
 //   CUDA_VISIBLE_DEVICES=i,j   ordinal k is physical device list[k], as with the real driver
 #include <atomic>
 #include <cstdarg>
@@ -210,6 +214,8 @@ struct Driver {
   // FAKE_CUDA_BENCH: a PROT_NONE reservation [bench_begin, bench_end) and its bump pointer; 0 when off.
   std::atomic<uintptr_t> bench_next{0};
   uintptr_t bench_begin = 0, bench_end = 0;
+  // FAKE_CUDA_EVICT_KIB: the buffer each memory call writes through; empty when off.
+  std::vector<char> evict;
   CUctx_st primary[fake::kMaxDevices] = {};
   int primary_refs[fake::kMaxDevices] = {};
   std::unordered_map<uintptr_t, Alloc> allocs;
@@ -270,6 +276,7 @@ Driver& drv() {
     }
     const char* tr = std::getenv("FAKE_CUDA_TRACE");
     p->trace = tr && *tr && std::strcmp(tr, "0") != 0;
+    p->evict.resize(fake::env_u64("FAKE_CUDA_EVICT_KIB", 0) << 10);
     if (fake::env_u64("FAKE_CUDA_BENCH", 0) == 1) {
       constexpr size_t kBenchRegion = size_t(256) << 30;  // address space only: PROT_NONE, no reserve
       void* r = mmap(nullptr, kBenchRegion, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -364,8 +371,18 @@ size_t page_round(size_t n) {
   return (n + page - 1) / page * page;
 }
 
+// FAKE_CUDA_EVICT_KIB: one read per cache line of the buffer, which pushes the caller's lines out
+// (reads, so that threads calling at once share the buffer without a race).
+void evict_caller_lines() {
+  const std::vector<char>& b = drv().evict;
+  unsigned sum = 0;
+  for (size_t i = 0; i < b.size(); i += 64) sum += static_cast<unsigned char>(b[i]);
+  asm volatile("" : : "r"(sum));  // the reads must happen
+}
+
 // The allocation family shares one path: charge, map host memory, record the pointer.
 CUresult device_alloc(const char* fn, CUdeviceptr* dptr, uint64_t bytes, uint64_t charged = 0) {
+  evict_caller_lines();
   if (!charged) charged = bytes;
   CUctx_st* ctx = nullptr;
   CUresult r = need_ctx(&ctx);
@@ -394,6 +411,7 @@ CUresult device_alloc(const char* fn, CUdeviceptr* dptr, uint64_t bytes, uint64_
 }
 
 CUresult device_free(const char* fn, CUdeviceptr ptr) {
+  evict_caller_lines();
   CUresult r = need_init();
   if (!r && ptr && free_fails()) r = CUDA_ERROR_UNKNOWN;
   if (!r && ptr) {
