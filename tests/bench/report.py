@@ -161,6 +161,24 @@ def cpu(args):
         ("native-libunwind", "(c) with libunwind in place of the caching walker (GPUGUARD_UNWINDER=libunwind)", 3000),
         ("native-libgcc", "(c) with libgcc's unwinder in place of the caching walker (GPUGUARD_UNWINDER=libgcc)", 3000),
     ], "")
+    cold = data.get("cold", {})
+    if cold:
+        driver = [v for d in data.get("colddriver", {}).values() for v in d.values()]
+        o.append("")
+        o.append("### Per allocate+free pair with cold caches (in-process A/B; the test driver reads 2 MiB before "
+                 "each call, as the real driver's call evicts the caller's cache lines)")
+        o.append("")
+        o.append(f"The test driver's pair then takes {med(driver) / 1e3:.0f} µs, close to a real one; the extra "
+                 "is the median per process of (exported symbol − the driver's own definition), in turns. Without "
+                 "the shim both paths are the driver: the control.")
+        o.append("")
+        o.append("| mode | extra per pair, median (p25–p75) |")
+        o.append("| --- | --- |")
+        for key, label in (("quota", "(b) quota, depth 0"), ("native", "(c) quota + native stacks"),
+                           ("none", "control, no shim")):
+            vals = list(cold.get(key, {}).values())
+            if vals:
+                o.append(f"| {label} | {fmt_ns(med(vals))} ns ({spread(vals)}) |")
     for group in sorted(k for k in data if k.startswith("py")):
         o.append("")
         o.append(f"### Per allocate+free pair, Python {group[2:]} through ctypes ({args.pydepth} Python frames; "
@@ -234,8 +252,8 @@ def gpu(args):
              "through the exported symbols and a pair straight into libcuda's own definitions; the median "
              "difference per process, then the median over rounds)")
     o.append("")
-    o.append("Between processes the driver's own time for the same pair varies by about 15% "
-             "(tests/bench/gpu_profile.sh), twenty times the shim's cost, so each process measures both paths "
+    o.append("The driver's own time for the same pair moves by up to 40% between processes, and at times within "
+             "one (tests/bench/gpu_compare.sh), far more than the shim's cost, so each process measures both paths "
              "taking turns. Without the shim both paths are the driver: that column is the control.")
     o.append("")
     o.append("| size | driver's pair (µs) | quota, no stacks: extra | all features (native stacks): extra "
@@ -261,7 +279,8 @@ def gpu(args):
         o.append(f"| {names.get(n, n)} | {pair / 1e3:.1f} | {q} | {a} | {c} | {qpct:.2f}% | {verdict(qpct, 1.0)} |")
     o.append("")
     o.append(f"### PyTorch training step (tests/bench/train_bench.py; median step over {args.steps} steps a process; "
-             f"ratios paired within each round, then the median over {args.runs} rounds)")
+             f"ratios paired within each round, then the median over the rounds that ran, of {args.runs}; each round's "
+             "ratio in brackets)")
     o.append("")
     o.append("Step times of two processes of the same program differ by several percent: the control runs the "
              "program without the shim twice a round, and its largest departure from 1 is the noise that a ratio "

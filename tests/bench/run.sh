@@ -88,6 +88,18 @@ interleave() {
 t_start=$SECONDS
 echo "bench: per-pair cost, C program ($RUNS rounds x $PAIRS pairs, depth +$DEPTH)"
 interleave pairs "$RUNS" ns_per_pair none track quota native native-libunwind native-libgcc -- "$BIN" pairs 512 "$PAIRS" "$DEPTH"
+echo "bench: per-pair cost with cold caches, in-process A/B ($RUNS rounds; the test driver reads 2 MiB before each call)"
+# On the GPU the driver's own call (40 to 90 µs) evicts the shim's lines, and the shim's bookkeeping
+# costs 2 to 6 times what it costs with hot caches. FAKE_CUDA_EVICT_KIB reproduces that here: each
+# memory call of the test driver first reads through 2 MiB (more than the L2 of the CPU machine).
+for ((r = 0; r < RUNS; r++)); do
+  for v in $( ((r % 2)) && echo "native quota none" || echo "none quota native"); do
+    out=$(variant "$v" env FAKE_CUDA_EVICT_KIB=2048 "$BIN" ab 512 4000 100 2>>"$W/stderr.txt") ||
+      { echo "bench: cold/$v failed:" >&2; tail -5 "$W/stderr.txt" >&2; exit 1; }
+    echo "cold $v $r $(field extra_ns "$out")" >> "$RES"
+    echo "colddriver $v $r $(field direct_ns "$out")" >> "$RES"
+  done
+done
 echo "bench: the test driver's own cost, with and without FAKE_CUDA_BENCH"
 for ((r = 0; r < 5; r++)); do
   for fb in 0 1; do
