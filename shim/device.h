@@ -19,7 +19,8 @@ struct DeviceInfo {
 
 constexpr int kMaxOrdinals = 64;
 
-// The device of the calling thread's current context, or -1 when it has none.
+// The device of the calling thread's current context, or -1 when it has none (when the process
+// sees one device: 0, without asking the driver).
 int current_ordinal();
 
 // The cached description of an ordinal (looked up on first use); null for an invalid ordinal.

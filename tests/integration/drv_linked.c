@@ -8,7 +8,7 @@
  * then runs operations given as arguments, printing one line each: "<op> <arg> -> <CUresult>".
  *   alloc BYTES | pitch WIDTH HEIGHT | managed BYTES | async BYTES | async_ptsz BYTES | create BYTES |
  *   array W H | array3d W H D | mipmap W H LEVELS | free I | release I | destroy I | info | total |
- *   sleep MS | device N | freeall | threads N BYTES ROUNDS (N threads racing alloc/free)
+ *   sleep MS | device N | nocontext | freeall | threads N BYTES ROUNDS (N threads racing alloc/free)
  * I is the index of an earlier successful allocation (0-based, in order). */
 
 #include <cuda.h>
@@ -202,6 +202,9 @@ int main(int argc, char **argv) {
             printf("total -> %s total=%zu\n", name_of(r), t);
         } else if (!strcmp(op, "sleep")) {
             usleep((useconds_t)ARG(1) * 1000); i += 1;
+        } else if (!strcmp(op, "nocontext")) {
+            r = D.set_current(NULL);
+            printf("nocontext -> %s\n", name_of(r));
         } else if (!strcmp(op, "device")) {
             use_device((int)ARG(1)); i += 1;
         } else if (!strcmp(op, "wait")) {

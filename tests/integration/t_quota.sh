@@ -21,6 +21,20 @@ check "refuses past the limit through dlopen + dlsym" quota_path dlsym
 check "refuses past the limit through cuGetProcAddress_v2 and its self-lookup (cudart's way)" quota_path gpa
 check "refuses past the limit through the legacy cuGetProcAddress (cudaVersion 11030)" quota_path gpa_legacy
 
+# With one device the shim does not ask the driver which device the current context is on (a call
+# per allocation): an allocation made with no current context is charged to device 0, refused by the
+# driver, and released again.
+no_context_one_device() {
+  fresh
+  local out
+  out=$(GPUGUARD_MEM_LIMIT=1MiB shimmed "$BIN/drv_linked" linked alloc 4096 nocontext alloc 4096 alloc $((2*MIB)) \
+        device 0 alloc $((MIB - 4096)) alloc 1 2>"$TMP/err")
+  expect_eq "$(awk '{print $1, $2, $4}' <<<"$out" | tr '\n' ';')" \
+    "alloc 4096 CUDA_SUCCESS;nocontext -> ;alloc 4096 CUDA_ERROR_INVALID_CONTEXT;alloc 2097152 CUDA_ERROR_OUT_OF_MEMORY;alloc 1044480 CUDA_SUCCESS;alloc 1 CUDA_ERROR_OUT_OF_MEMORY;" \
+    "the driver's error without a context (the quota's when over it), then exactly the limit fits"
+}
+check "one device, no current context: the driver's error, and nothing stays charged" no_context_one_device
+
 no_limit_tracks() {
   fresh
   local out
