@@ -41,7 +41,7 @@ bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
         if (had_stale) {
             // The driver handed out a key we still hold: our entry is stale (its free escaped us,
             // e.g. a context destroyed with its memory). The new allocation replaced it.
-            Held &h = s.by_stack[old.stack];
+            Held &h = held_for(s, old.stack);
             h.bytes -= std::min(h.bytes, old.bytes);
             h.count -= h.count ? 1 : 0;
             ApiCounts &oc = s.counts[(int)old.api];
@@ -49,7 +49,7 @@ bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
             oc.live_count -= oc.live_count ? 1 : 0;
             replaced = old.bytes;
         }
-        Held &h = s.by_stack[a.stack];
+        Held &h = held_for(s, a.stack);
         h.bytes += a.bytes;
         h.count++;
         ApiCounts &c = s.counts[(int)a.api];
@@ -72,7 +72,7 @@ bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns)
     {
         std::lock_guard<std::mutex> lock(s.mu);
         if (!s.live.take(key, kind, out)) return false;
-        Held &h = s.by_stack[out->stack];
+        Held &h = held_for(s, out->stack);
         h.bytes -= std::min(h.bytes, out->bytes);
         h.count -= h.count ? 1 : 0;
         ApiCounts &c = s.counts[(int)out->api];
@@ -120,12 +120,7 @@ void Tracker::copy_peak_breakdown(uint64_t peak) {
     ByStack merged;
     for (Shard &s : shards_) {
         std::lock_guard<std::mutex> lock(s.mu);
-        for (const auto &[id, h] : s.by_stack)
-            if (h.bytes) {
-                Held &m = merged[id];
-                m.bytes += h.bytes;
-                m.count += h.count;
-            }
+        add_held(merged, s);
     }
     peak_by_stack_.swap(merged);
     peak_snapshot_bytes_.store(peak, std::memory_order_relaxed);
@@ -159,15 +154,20 @@ void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
     }
 }
 
+void Tracker::add_held(ByStack &into, const Shard &s) {
+    auto add = [&into](stacks::StackId id, const Held &h) {
+        if (!h.bytes) return;
+        Held &m = into[id];
+        m.bytes += h.bytes;
+        m.count += h.count;
+    };
+    add(0, s.unstacked);
+    for (const auto &[id, h] : s.by_stack) add(id, h);
+}
+
 Tracker::ByStack Tracker::merged_by_stack() const {
     ByStack merged;
-    for (const Shard &s : shards_)
-        for (const auto &[id, h] : s.by_stack)
-            if (h.bytes) {
-                Held &m = merged[id];
-                m.bytes += h.bytes;
-                m.count += h.count;
-            }
+    for (const Shard &s : shards_) add_held(merged, s);
     return merged;
 }
 
@@ -247,6 +247,7 @@ void Tracker::clear_after_fork() {
     for (Shard &sh : shards_) {
         sh.live.clear();
         sh.by_stack.clear();
+        sh.unstacked = Held();
         for (auto &c : sh.counts) c = ApiCounts();
     }
     peak_by_stack_.clear();

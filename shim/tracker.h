@@ -79,6 +79,7 @@ private:
         mutable std::mutex mu;
         LiveTable live;
         ByStack by_stack;  // entries are kept at zero rather than erased: no allocation per pair
+        Held unstacked;    // allocations without a stack (id 0): one hash lookup fewer per pair
         ApiCounts counts[(int)Api::kCount];
     };
     Shard shards_[kShards];
@@ -103,6 +104,8 @@ private:
     void copy_peak_breakdown(uint64_t peak);
     void note_timeline(uint64_t now, uint64_t bytes);
     ByStack merged_by_stack() const;  // with every shard locked by the caller
+    static Held &held_for(Shard &s, stacks::StackId id) { return id ? s.by_stack[id] : s.unstacked; }
+    static void add_held(ByStack &into, const Shard &s);  // s's bytes by stack, unstacked as id 0
 };
 
 Tracker &tracker();
