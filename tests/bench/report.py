@@ -37,6 +37,11 @@ def load(path):
     return data
 
 
+def every_value(group):
+    """All of a group's values, whatever their variant and round."""
+    return [v for d in group.values() for v in d.values()]
+
+
 def fmt_ns(x):
     return "—" if x != x else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}")
 
@@ -163,7 +168,7 @@ def cpu(args):
     ], "")
     cold = data.get("cold", {})
     if cold:
-        driver = [v for d in data.get("colddriver", {}).values() for v in d.values()]
+        driver = every_value(data.get("colddriver", {}))
         o.append("")
         o.append("### Per allocate+free pair with cold caches (in-process A/B; the test driver reads 2 MiB before "
                  "each call, as the real driver's call evicts the caller's cache lines)")
@@ -263,7 +268,7 @@ def gpu(args):
     names = {512: "512 B", 2 << 20: "2 MiB", 20 << 20: "20 MiB", 1 << 30: "1 GiB"}
     for n in sizes:
         g = data[f"rawextra{n}"]
-        direct = [v for d in data.get(f"rawdirect{n}", {}).values() for v in d.values()]
+        direct = every_value(data.get(f"rawdirect{n}", {}))
         if not direct:
             continue
         pair = med(direct)
@@ -300,8 +305,8 @@ def gpu(args):
                 continue
             rs, rh, rc = (paired_ratios(base, g.get(v, {})) for v in ("all", "history", "control"))
             noise = 100 * max((abs(x - 1) for x in rc), default=0.0)
-            calls = data.get(f"calls-{alloc}-{model}", {})
-            calls = med([v for d in calls.values() for v in d.values()]) if calls else float("nan")
+            calls = every_value(data.get(f"calls-{alloc}-{model}", {}))
+            calls = med(calls) if calls else float("nan")
             own = list(data.get(f"ownms-{alloc}-{model}", {}).get("profiled", {}).values())
             own_pct = 100 * med(own) / med(list(base.values())) if own else float("nan")
             ev = list(data.get(f"histev-{alloc}-{model}", {}).get("history", {}).values())

@@ -214,7 +214,7 @@ struct Driver {
   // FAKE_CUDA_BENCH: a PROT_NONE reservation [bench_begin, bench_end) and its bump pointer; 0 when off.
   std::atomic<uintptr_t> bench_next{0};
   uintptr_t bench_begin = 0, bench_end = 0;
-  // FAKE_CUDA_EVICT_KIB: the buffer each memory call writes through; empty when off.
+  // FAKE_CUDA_EVICT_KIB: the buffer each memory call reads through; empty when off.
   std::vector<char> evict;
   CUctx_st primary[fake::kMaxDevices] = {};
   int primary_refs[fake::kMaxDevices] = {};
