@@ -102,10 +102,12 @@ $(CORE_LIB): $(call obj,$(SHIM_CORE))
 # The shim never links libcuda, cuDNN, NVML or libunwind: it finds them at run time, so that it
 # loads in any container (FACTS.md: a preload library with a missing DT_NEEDED is silently skipped).
 # -Bsymbolic binds the shim's own calls to its own definitions; -z nodelete keeps it mapped even if
-# a program dlcloses it while a hook is on some thread's stack.
-$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB)
+# a program dlcloses it while a hook is on some thread's stack. shim/exports.map exports the hooks and
+# the API only: the static libstdc++ and libgcc, and templates instantiated here, stay private.
+$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/exports.map
 	$(CXX) -shared -o $@ $(call obj,$(SHIM_ENTRY)) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
-	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc -ldl -pthread
+	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc \
+	  -Wl,--version-script=shim/exports.map -ldl -pthread
 
 # libunwind is shipped beside the shim, where shim/stacks_unwind.cpp dlopens it first: the GPU
 # machine and many container images have none installed (FACTS.md). libgcc's unwinder is the fallback.
