@@ -42,7 +42,9 @@ CC        ?= gcc
 WARN      := -Wall -Wextra
 CPPFLAGS  := -Iinclude -Icommon -Ishim -I$(CUDA_HOME)/include -D_GNU_SOURCE
 CXXFLAGS  ?= -O2 -g
-CXXFLAGS  += -std=c++17 -fPIC -fvisibility=hidden $(WARN) -pthread
+# -fno-plt: calls into libc go through the GOT, with no PLT stub on a page of its own to fetch on
+# every hooked call (the shim links with -z now, so nothing is bound lazily anyway).
+CXXFLAGS  += -std=c++17 -fPIC -fvisibility=hidden -fno-plt $(WARN) -pthread
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC $(WARN) -pthread
 ifneq ($(PROFILE),)

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hot.h"
 #include "log.h"
 
 namespace gg::ledger {
@@ -49,7 +50,7 @@ std::atomic<int> *make_pid_cell() {
     if (p != MAP_FAILED) munmap(p, (size_t)page);
     return &g_pid_fallback;
 }
-int self_pid() {
+GG_HOT int self_pid() {
     std::atomic<int> *cell = g_pid_cell.load(std::memory_order_acquire);
     if (cell) {
         int p = cell->load(std::memory_order_relaxed);
@@ -404,6 +405,8 @@ bool Ledger::rescue_fault(const void *addr) {
     return p != MAP_FAILED;
 }
 
+bool Ledger::recovery_pending() const { return rescue_.load() == kRescued; }
+
 bool Ledger::take_recovery() {
     if (rescue_.load(std::memory_order_relaxed) != kRescued) return false;
     int expected = kRescued;
@@ -460,7 +463,7 @@ int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t
     return -1;
 }
 
-bool Ledger::join() {
+GG_HOT bool Ledger::join() {
     int pid = self_pid();
     if (slot_.load(std::memory_order_acquire) && slot_pid_.load(std::memory_order_relaxed) == pid) return true;
     if (read_only_) return false;
@@ -514,7 +517,7 @@ void Ledger::on_fork_child() {
     slot_pid_.store(0);
 }
 
-uint64_t Ledger::sum(int dev) const {
+GG_HOT uint64_t Ledger::sum(int dev) const {
     uint64_t total = 0;
     uint32_t high = header_->slot_high.load();
     for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) total += header_->slots[i].bytes[dev].load();
@@ -527,7 +530,7 @@ static void raise_to(std::atomic<uint64_t> &peak, uint64_t v) {
     }
 }
 
-bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
+GG_HOT bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
     if (!join()) return false;
     Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
     uint64_t limit = header_->devices[dev].limit.load();
@@ -550,7 +553,7 @@ bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
     return false;
 }
 
-void Ledger::charge(int dev, uint64_t bytes) {
+GG_HOT void Ledger::charge(int dev, uint64_t bytes) {
     if (!join()) return;
     Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
     uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
@@ -558,7 +561,7 @@ void Ledger::charge(int dev, uint64_t bytes) {
     raise_to(header_->devices[dev].peak, sum(dev));
 }
 
-uint64_t Ledger::release(int dev, uint64_t bytes) {
+GG_HOT uint64_t Ledger::release(int dev, uint64_t bytes) {
     Slot *slot = slot_.load(std::memory_order_acquire);
     if (!slot || slot_pid_.load(std::memory_order_relaxed) != self_pid()) return 0;
     std::atomic<uint64_t> &b = slot->bytes[dev];
@@ -582,7 +585,7 @@ uint64_t Ledger::own_peak(int dev) const {
     return slot ? slot->peak[dev].load() : 0;
 }
 
-int Ledger::reclaim_dead(bool periodic) {
+GG_HOT int Ledger::reclaim_dead(bool periodic) {
     if (read_only_ || path_.empty()) return 0;
     if (periodic) {
         uint64_t now = now_ns(CLOCK_MONOTONIC_COARSE);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 
+#include "hot.h"
 #include "ledger.h"
 #include "log.h"
 #include "resolve.h"
@@ -72,7 +73,7 @@ void describe(int ordinal, DeviceInfo &d) {
 
 }  // namespace
 
-int current_ordinal() {
+GG_HOT int current_ordinal() {
     // With one device, every context is on it: the driver need not be asked which. That call is
     // made before every allocation, just after the previous call into the driver evicted what it
     // touches, and costs 90 ns to half a microsecond on the GPU. (Without a current context the
@@ -88,7 +89,7 @@ int current_ordinal() {
     return (int)dev;
 }
 
-const DeviceInfo *device_info(int ordinal) {
+GG_HOT const DeviceInfo *device_info(int ordinal) {
     if (ordinal < 0 || ordinal >= kMaxOrdinals) return nullptr;
     Cached &c = g_devices[ordinal];
     if (!c.ready.load(std::memory_order_acquire)) {

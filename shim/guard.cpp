@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "episode.h"
+#include "hot.h"
 #include "log.h"
 #include "profile.h"
 #include "resolve.h"
@@ -26,10 +27,10 @@ void maybe_warn(const DeviceInfo &dev, uint64_t before, uint64_t after);
 
 }  // namespace
 
-DriverCall::DriverCall() : outermost_(t_depth++ == 0) {
+GG_HOT DriverCall::DriverCall() : outermost_(t_depth++ == 0) {
     if (outermost_) (void)state();  // first hooked call: read the configuration, open the ledger
 }
-DriverCall::~DriverCall() { t_depth--; }
+GG_HOT DriverCall::~DriverCall() { t_depth--; }
 
 RuntimeCall::RuntimeCall(Api api) : saved_(t_runtime_api) {
     if (saved_ == Api::kNone) t_runtime_api = api;  // the outermost API is what the program called
@@ -40,7 +41,7 @@ WorkspaceScope::WorkspaceScope() : saved_(t_workspace) { t_workspace = true; }
 WorkspaceScope::~WorkspaceScope() { t_workspace = saved_; }
 bool in_workspace_scope() { return t_workspace; }
 
-CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
+GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     State &s = state();
     t->driver_api = driver_api;
     t->api = t_runtime_api != Api::kNone ? t_runtime_api : driver_api;
@@ -83,7 +84,7 @@ CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     return CUDA_SUCCESS;
 }
 
-void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
+GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
     if (t.dev && t.dev->ledger_index >= 0 && actual_bytes > t.bytes) state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes);
     Allocation a;
     a.bytes = actual_bytes;
@@ -119,9 +120,9 @@ void failed(Ticket &t, CUresult result) {
     episode::failed(r, kShimFrames - 1);
 }
 
-bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a, mono_ns()); }
+GG_HOT bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a, mono_ns()); }
 
-void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation &a, CUresult result) {
+GG_HOT void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation &a, CUresult result) {
     if (!found) return;
     if (result != CUDA_SUCCESS) {
         tracker().restore(kind, key, a);

@@ -107,7 +107,7 @@ uint64_t key_of(T handle) {
 
 // ---- Linear and managed memory ----
 
-GG_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return allocate(Api::cuMemAlloc_v2, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {
         CUresult r = real_call(R().cuMemAlloc_v2, dptr, bytesize);
         if (r == CUDA_SUCCESS) *key = *dptr;
@@ -136,14 +136,14 @@ GG_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
     });
 }
 
-GG_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFree_v2, dptr); });
 }
 
 // ---- Stream-ordered allocation (charged to the current context's device) ----
 
 #define GG_ALLOC_ASYNC(name)                                                                                \
-    GG_EXPORT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {                \
+    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {         \
         return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {       \
             CUresult r = real_call(R().name, dptr, bytesize, stream);                                      \
             if (r == CUDA_SUCCESS) *key = *dptr;                                                           \
@@ -154,7 +154,7 @@ GG_ALLOC_ASYNC(cuMemAllocAsync)
 GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
 #define GG_ALLOC_FROM_POOL(name)                                                                              \
-    GG_EXPORT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
+    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
         return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {         \
             CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                  \
             if (r == CUDA_SUCCESS) *key = *dptr;                                                             \
@@ -164,16 +164,16 @@ GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
 
-GG_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync, dptr, stream); });
 }
-GG_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
     return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync_ptsz, dptr, stream); });
 }
 
 // ---- Virtual memory management: physical memory is created by cuMemCreate ----
 
-GG_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                       unsigned long long flags) {
     bool device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
     if (!device) return real_call(R().cuMemCreate, handle, size, prop, flags);  // host memory is not ours to count
@@ -184,7 +184,7 @@ GG_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
     });
 }
 
-GG_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return release(KeyKind::kHandle, handle, [&] { return real_call(R().cuMemRelease, handle); });
 }
 

@@ -26,7 +26,7 @@ Fn real_fn(std::atomic<Fn> &cache, const char *name) {
 
 // GG_RUNTIME(name, (parameters), (arguments)): one forwarding hook, typed by cuda_runtime_api.h.
 #define GG_RUNTIME(name, params, args)                                           \
-    GG_EXPORT cudaError_t CUDARTAPI name params {                                \
+    GG_EXPORT GG_HOT cudaError_t CUDARTAPI name params {                         \
         static std::atomic<decltype(&::name)> cache{nullptr};                    \
         guard::RuntimeCall tag(Api::name);                                       \
         decltype(&::name) fn = real_fn(cache, #name);                            \

@@ -115,13 +115,15 @@ const Runtime &runtime() {
 // (their hash when computed; file names often never are hashed, so then their bytes), and the line
 // table object and first line still match: a different function at a reused address would need
 // the same names and a line table at the same place.
+// All-zero is an empty entry (no code object is at 0, and serials start at 1), so that both tables
+// are zero-initialized: in .bss, not 208 KiB of the library's .data between the hot path's globals.
 struct CodeEntry {
     uintptr_t code = 0, filename = 0, qualname = 0, linetable = 0;
-    int64_t filename_hash = -1, qualname_hash = -1;
+    int64_t filename_hash = 0, qualname_hash = 0;
     int firstlineno = 0;
     std::string_view file, function;  // interned: NUL-terminated, never freed
-    long lasti = -1;
-    int line = -1;
+    long lasti = 0;
+    int line = 0;
     uint64_t serial = 0;  // which filling of an entry this is: keys the LineEntry table
 };
 
@@ -133,8 +135,8 @@ struct CodeEntry {
 // refilled for another code object leaves no line of the old one that could be found.
 struct LineEntry {
     uint64_t serial = 0;
-    long lasti = -1;
-    int line = -1;
+    long lasti = 0;
+    int line = 0;
 };
 
 constexpr int kCacheBits = 10;

@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "config.h"
+#include "hot.h"
 #include "log.h"
 #include "race_once.h"
 
@@ -119,7 +120,7 @@ void *real_dlsym(void *handle, const char *symbol) {
     return f ? f(handle, symbol) : nullptr;
 }
 
-const RealDriver &real_driver() {
+GG_HOT const RealDriver &real_driver() {
     static std::atomic<const RealDriver *> d{nullptr};
     return race_once(d, load_driver);
 }

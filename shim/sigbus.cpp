@@ -9,6 +9,7 @@
 
 #include "ledger.h"
 #include "log.h"
+#include "state.h"
 
 namespace gg::sigbus {
 namespace {
@@ -24,6 +25,7 @@ void on_sigbus(int sig, siginfo_t *info, void *context) {
     int saved = errno;
     bool fault = info && info->si_code > 0;  // raised by the hardware, not sent with kill()
     if (fault && g_ledger && g_ledger->rescue_fault(info->si_addr)) {
+        state_recheck();  // the next hook charges again what the file lost
         if (!g_said.exchange(true)) {
             ssize_t ignored = write(STDERR_FILENO, g_message, g_message_len);
             (void)ignored;

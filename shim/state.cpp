@@ -11,6 +11,7 @@
 #include "cudnn_record.h"
 #include "device.h"
 #include "episode.h"
+#include "hot.h"
 #include "log.h"
 #include "pyframes.h"
 #include "report.h"
@@ -176,20 +177,31 @@ void recharge_after_rescue(State &s) {
 
 }  // namespace
 
-State &state() {
+namespace detail {
+std::atomic<State *> g_ready{nullptr};
+}
+
+State &state_slow() {
     State *s = g_state.load(std::memory_order_acquire);
-    if (__builtin_expect(s == nullptr, 0)) s = build_once();
-    if (__builtin_expect(s->ledger && s->ledger->take_recovery(), 0)) recharge_after_rescue(*s);
+    if (s == nullptr) s = build_once();
     // Not inside build(): other threads wait while build() runs, and warming up takes the loader's
     // lock; a thread inside dlopen (a library constructor that allocates) waiting for build() would
     // wait forever for us (race_once.h). A capture racing the warm-up loads what it needs itself,
     // also without a lock.
     static std::atomic<bool> warmed{false};
     if (!warmed.load(std::memory_order_relaxed) && !warmed.exchange(true)) stacks::warm_up();
-    return *s;
+    for (;;) {
+        if (s->ledger && s->ledger->take_recovery()) recharge_after_rescue(*s);
+        detail::g_ready.store(s);
+        // A rescue between take_recovery() and the store above: its state_recheck() may have come
+        // before the store, so look again (seq_cst: the rescue's mark is seen, or its recheck wins).
+        if (!s->ledger || !s->ledger->recovery_pending()) return *s;
+    }
 }
 
-uint64_t mono_ns() {
+void state_recheck() { detail::g_ready.store(nullptr); }
+
+GG_HOT uint64_t mono_ns() {
     // The coarse clock (a few ms of resolution, no system call even where the vDSO clock source
     // falls back to one) is enough for ages, episodes and a timeline of 1 ms steps, and it is on
     // the path of every allocation.
@@ -204,7 +216,7 @@ uint64_t unix_ns() {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int thread_id() {
+GG_HOT int thread_id() {
     if (!t_tid) t_tid = (int)syscall(SYS_gettid);
     return t_tid;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "hot.h"
 #include "state.h"
 
 namespace gg {
@@ -17,7 +18,7 @@ void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
 
 }  // namespace
 
-Tracker &tracker() {
+GG_HOT Tracker &tracker() {
     // Never destroyed: frees can arrive during exit. Not a C++ static: a fork() in another thread
     // while it is made would leave the child waiting on its guard forever (see state.cpp).
     static std::atomic<Tracker *> t{nullptr};
@@ -29,13 +30,13 @@ Tracker &tracker() {
     return *p;
 }
 
-bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
+GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
     Key k{key, kind};
     Shard &s = shard_of(k);
     uint64_t replaced = 0;
     bool had_stale = false;
     {
-        std::lock_guard<std::mutex> lock(s.mu);
+        std::lock_guard<FutexLock> lock(s.mu);
         Allocation old;
         if (!s.live.put(key, kind, a, &old, &had_stale)) return false;
         if (had_stale) {
@@ -66,11 +67,11 @@ bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
     return true;
 }
 
-bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns) {
+GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns) {
     Key k{key, kind};
     Shard &s = shard_of(k);
     {
-        std::lock_guard<std::mutex> lock(s.mu);
+        std::lock_guard<FutexLock> lock(s.mu);
         if (!s.live.take(key, kind, out)) return false;
         Held &h = held_for(s, out->stack);
         h.bytes -= std::min(h.bytes, out->bytes);
@@ -89,18 +90,18 @@ void Tracker::restore(KeyKind kind, uint64_t key, const Allocation &a) {
     if (!insert(kind, key, a)) return;  // cannot happen: take() just made room
     Key k{key, kind};
     Shard &s = shard_of(k);
-    std::lock_guard<std::mutex> lock(s.mu);
+    std::lock_guard<FutexLock> lock(s.mu);
     // The free never happened: undo the counts insert() and take() made.
     s.counts[(int)a.api].allocs--;
     s.counts[(int)a.api].frees--;
 }
 
 void Tracker::count_failure(Api api) {
-    std::lock_guard<std::mutex> lock(shards_[0].mu);
+    std::lock_guard<FutexLock> lock(shards_[0].mu);
     shards_[0].counts[(int)api].failures++;
 }
 
-void Tracker::after_change(uint64_t live, uint64_t now) {
+GG_HOT void Tracker::after_change(uint64_t live, uint64_t now) {
     uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);
     if (live > peak) {
         raise_to(peak_bytes_, live);
@@ -115,25 +116,25 @@ void Tracker::after_change(uint64_t live, uint64_t now) {
 }
 
 void Tracker::copy_peak_breakdown(uint64_t peak) {
-    std::unique_lock<std::mutex> guard(peak_mu_, std::try_to_lock);
+    std::unique_lock<FutexLock> guard(peak_mu_, std::try_to_lock);
     if (!guard.owns_lock() || peak <= peak_snapshot_bytes_.load(std::memory_order_relaxed)) return;  // another thread is copying
     ByStack merged;
     for (Shard &s : shards_) {
-        std::lock_guard<std::mutex> lock(s.mu);
+        std::lock_guard<FutexLock> lock(s.mu);
         add_held(merged, s);
     }
     peak_by_stack_.swap(merged);
     peak_snapshot_bytes_.store(peak, std::memory_order_relaxed);
 }
 
-void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
+GG_HOT void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
     // One point per step, holding the step's highest usage, so that no peak is lost from the chart.
     uint64_t start = step_start_ns_.load(std::memory_order_relaxed);
     if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
         raise_to(step_max_, bytes);
         return;
     }
-    std::lock_guard<std::mutex> lock(timeline_mu_);
+    std::lock_guard<FutexLock> lock(timeline_mu_);
     start = step_start_ns_.load(std::memory_order_relaxed);
     if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
         raise_to(step_max_, bytes);
@@ -189,7 +190,7 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
     std::vector<std::pair<uint64_t, Allocation>> heap;
     ApiCounts counts[(int)Api::kCount];
     {
-        std::lock_guard<std::mutex> peak_lock(peak_mu_);
+        std::lock_guard<FutexLock> peak_lock(peak_mu_);
         for (const Shard &sh : shards_) sh.mu.lock();
         for (const Shard &sh : shards_) {
             if (top_n > 0) sh.live.for_each([&](uint64_t key, KeyKind, const Allocation &a) {
@@ -221,7 +222,7 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
     std::sort(heap.begin(), heap.end(), [](const auto &a, const auto &b) { return a.second.bytes > b.second.bytes; });
     s.top = std::move(heap);
     {
-        std::lock_guard<std::mutex> lock(timeline_mu_);
+        std::lock_guard<FutexLock> lock(timeline_mu_);
         s.timeline = timeline_;
         if (uint64_t start = step_start_ns_.load()) s.timeline.push_back({start, step_max_.load()});
     }

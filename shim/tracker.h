@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api.h"
+#include "futex_lock.h"
 #include "stacks.h"
 #include "tracker_live.h"
 #include "tracker_types.h"
@@ -76,7 +77,7 @@ private:
     // totals are atomics; per-API counts and bytes by stack are summed over shards at report time.
     static constexpr int kShards = 16;
     struct alignas(64) Shard {
-        mutable std::mutex mu;
+        mutable FutexLock mu;
         LiveTable live;
         ByStack by_stack;  // entries are kept at zero rather than erased: no allocation per pair
         Held unstacked;    // allocations without a stack (id 0): one hash lookup fewer per pair
@@ -88,13 +89,13 @@ private:
     std::atomic<uint64_t> live_bytes_{0}, live_count_{0}, peak_bytes_{0}, peak_t_ns_{0};
 
     // Bytes by stack at the peak: copied when the peak has grown by 1/64 since the last copy.
-    mutable std::mutex peak_mu_;
+    mutable FutexLock peak_mu_;
     std::atomic<uint64_t> peak_snapshot_bytes_{0};
     ByStack peak_by_stack_;
 
     // The timeline: completed steps under a lock; the current step's start and highest usage as
     // atomics, so most allocations update it without a lock.
-    mutable std::mutex timeline_mu_;
+    mutable FutexLock timeline_mu_;
     std::vector<std::pair<uint64_t, uint64_t>> timeline_;
     // 1 ms; doubles each time the timeline is thinned. Atomic: read without the lock on the fast path.
     std::atomic<uint64_t> timeline_step_ns_{1000000};
