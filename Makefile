@@ -202,6 +202,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.c.o
 	$(CC) -o $@ $< $(LDFLAGS) -L$(CUDA_HOME)/lib64/stubs -lcuda -ldl -pthread
 
 bench: all $(FAKES) $(BENCH_BIN)
+	@tests/deps.sh --quiet --bench
 	@BUILD=$(BUILD) tests/bench/run.sh
 
 gpu-test: all

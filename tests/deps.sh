@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing gpuguard need, when one is missing.
 # `make`, `make test` and `make demo` call it, so each works as the first command on a fresh machine.
-#   tests/deps.sh [--quiet] [--fuzz]     --fuzz: also clang with libFuzzer (make fuzz)
+#   tests/deps.sh [--quiet] [--fuzz] [--bench]   --fuzz: also clang with libFuzzer (make fuzz);
+#                                                 --bench: also valgrind (make bench's footprint table)
 set -euo pipefail
-quiet=0 fuzz=0
+quiet=0 fuzz=0 bench=0
 for a in "$@"; do
-  case $a in --quiet) quiet=1 ;; --fuzz) fuzz=1 ;; esac
+  case $a in --quiet) quiet=1 ;; --fuzz) fuzz=1 ;; --bench) bench=1 ;; esac
 done
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -13,6 +14,7 @@ for pkg in libunwind-dev nlohmann-json3-dev doctest-dev; do have "$pkg" || need+
 # chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi
+if ((bench)); then have valgrind || need+=(valgrind); fi
 if ((${#need[@]} == 0)); then
   ((quiet)) || echo "deps: all present"
   exit 0

@@ -23,6 +23,25 @@ for ((r = 0; r < ROUNDS; r++)); do
       { echo "build $lib, round $r failed:"; tail -3 "$W/err"; continue; }
     while read -r line; do
       printf '%-6s %5d %10s %11s ns %7s ns\n' "$lib" "$r" "$(field size "$line")" "$(field direct_ns "$line")" "$(field extra_ns "$line")"
+      echo "$lib $(field direct_ns "$line") $(field extra_ns "$line")" >> "$W/lines"
     done <<< "$out"
   done
 done
+# Last, the table: per build, the median extra and share over its lines (one per process and size),
+# and apart for processes whose driver pair was fast and slow (the shim's misses cost more there).
+[[ -s $W/lines ]] && python3 - "$W/lines" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+fast = 85000
+print("\n%-6s %5s %13s %13s %22s %22s" % ("build", "lines", "median extra", "median share", "driver pair < 85 us", ">= 85 us"))
+for b in ("A", "B"):
+    mine = [(float(d), float(x)) for k, d, x in rows if k == b]
+    if not mine:
+        continue
+    def med(sel):
+        v = [x for d, x in mine if sel(d)]
+        return "%.0f ns (%d lines)" % (statistics.median(v), len(v)) if v else "-"
+    share = statistics.median(100 * x / d for d, x in mine)
+    print("%-6s %5d %10.0f ns %12.2f%% %22s %22s" % (b, len(mine), statistics.median(x for d, x in mine), share,
+                                                  med(lambda d: d < fast), med(lambda d: d >= fast)))
+PY

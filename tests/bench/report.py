@@ -184,6 +184,23 @@ def cpu(args):
             vals = list(cold.get(key, {}).values())
             if vals:
                 o.append(f"| {label} | {fmt_ns(med(vals))} ns ({spread(vals)}) |")
+    if data.get("fp_instructions"):
+        o.append("")
+        o.append("### What the shim touches per allocate+free pair (valgrind lackey, `bench_alloc pairs 512 300`, "
+                 "tests/bench/footprint.py; median over the pairs)")
+        o.append("")
+        o.append("Counts, not times: the same on every machine. The driver's call evicts the caller's caches and TLB "
+                 "entries, so each 64-byte line and 4 KiB page below is a likely miss after it; libc's work for the "
+                 "shim (locks, clocks) is counted, the driver's and the program's are not.")
+        o.append("")
+        o.append("| mode | instructions | code lines | code pages | data lines | data pages |")
+        o.append("| --- | --- | --- | --- | --- | --- |")
+        for key, label in (("track", "(a) tracking only"), ("quota", "(b) quota"),
+                           ("native", "(c) quota + native stacks (the caching walker)")):
+            cells = [data.get("fp_" + k, {}).get(key, {}).get(0, float("nan"))
+                     for k in ("instructions", "code_lines", "code_pages", "data_lines", "data_pages")]
+            if cells[0] == cells[0]:
+                o.append(f"| {label} | " + " | ".join(fmt_num(c, 0) for c in cells) + " |")
     for group in sorted(k for k in data if k.startswith("py")):
         o.append("")
         o.append(f"### Per allocate+free pair, Python {group[2:]} through ctypes ({args.pydepth} Python frames; "

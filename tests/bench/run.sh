@@ -100,6 +100,21 @@ for ((r = 0; r < RUNS; r++)); do
     echo "colddriver $v $r $(field direct_ns "$out")" >> "$RES"
   done
 done
+echo "bench: what the shim touches per pair (valgrind lackey: instructions, cache lines and pages)"
+# Exact counts, the same on every machine: after the driver's call each line and page is a likely
+# miss, so these track the cold-cache cost above without its noise (tests/bench/footprint.py).
+if command -v valgrind >/dev/null; then
+  for v in track quota native; do
+    variant "$v" valgrind --tool=lackey --trace-mem=yes --trace-redir=yes --log-file="$W/lackey-$v" \
+      "$BIN" pairs 512 300 "$DEPTH" > /dev/null 2>>"$W/stderr.txt" ||
+      { echo "bench: footprint/$v failed:" >&2; tail -5 "$W/stderr.txt" >&2; exit 1; }
+    out=$(python3 "$here/footprint.py" "$W/lackey-$v" "$LIB")
+    for k in instructions code_lines code_pages data_lines data_pages; do echo "fp_$k $v 0 $(field "$k" "$out")" >> "$RES"; done
+    rm -f "$W/lackey-$v"
+  done
+else
+  echo "bench: no valgrind: the footprint table is left out (tests/deps.sh --bench installs it)" >&2
+fi
 echo "bench: the test driver's own cost, with and without FAKE_CUDA_BENCH"
 for ((r = 0; r < 5; r++)); do
   for fb in 0 1; do

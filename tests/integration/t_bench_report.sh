@@ -1,6 +1,6 @@
-# The GPU benchmark's arithmetic (tests/bench): the shim's own time a step read from the profiling
-# build's table, and the training table's verdicts (tests/bench/report.py), on results made up so
-# that each verdict's reason is known.
+# The benchmarks' arithmetic (tests/bench): the shim's own time a step read from the profiling
+# build's table, the training table's verdicts (tests/bench/report.py), and the footprint counted
+# from a valgrind trace (tests/bench/footprint.py), on inputs made up so that each answer is known.
 
 own_time_from_the_profile_table() {
   fresh
@@ -74,3 +74,34 @@ paired_within_rounds() {
     "| 1.015 (1.020, 1.010) |" "the paired ratios of rounds 0 and 2 only"
 }
 check "step ratios are paired within a round, a round without its base is left out" paired_within_rounds
+
+# A lackey trace made up of 8 pairs, each: the shim's cuMemAlloc_v2 entry reading line A, the shim on
+# the next page writing line B, libc called by the shim reading line C, the driver reading D, libc
+# called by the driver reading E, the shim on a third page modifying line A again. Counted: the
+# shim's four instructions (libc's for the shim included), on 4 lines of 4 pages; data lines A, B
+# and C on 2 pages. The driver's and its libc's are not.
+footprint_counts_the_shims_part() {
+  local libc entry shim_text fake_text libc_text P
+  libc=$(readlink -f "$(ldd "$LIB" | awk '$1 ~ /^libc\.so/ {print $3}')")
+  text() { readelf -SW "$1" | sed -n 's/.*\] \.text *[A-Z]* *\([0-9a-f]*\).*/\1/p'; }
+  shim_text=$(text "$LIB") fake_text=$(text "$FAKE/libcuda.so.1") libc_text=$(text "$libc")
+  entry=$((0x10000000 + 0x$(nm -D "$LIB" | awk '$3 == "cuMemAlloc_v2" {print $1}')))
+  P=$((entry / 4096 * 4096))
+  {
+    printf -- '--1-- Reading syms from %s\n--1--    svma 0x%s, avma 0x%x\n' "$LIB" "$shim_text" $((0x10000000 + 0x$shim_text))
+    printf -- '--1-- Reading syms from %s\n--1--    svma 0x%s, avma 0x%x\n' "$FAKE/libcuda.so.1" "$fake_text" $((0x20000000 + 0x$fake_text))
+    printf -- '--1-- Reading syms from %s\n--1--    svma 0x%s, avma 0x%x\n' "$libc" "$libc_text" $((0x30000000 + 0x$libc_text))
+    for _ in 1 2 3 4 5 6 7 8; do
+      printf 'I  %x,4\n L 50000000,8\n' "$entry"
+      printf 'I  %x,4\n S 50000040,8\n' $((P + 0x1000))
+      printf 'I  %x,4\n L 60000000,8\n' $((0x30000000 + 0x$libc_text))
+      printf 'I  %x,4\n L 70000000,8\n' $((0x20000000 + 0x$fake_text))
+      printf 'I  %x,4\n L 70001000,8\n' $((0x30000000 + 0x$libc_text + 0x1000))
+      printf 'I  %x,4\n M 50000008,8\n' $((P + 0x2040))
+    done
+  } > trace.log
+  expect_eq "$(python3 "$ROOT/tests/bench/footprint.py" trace.log "$LIB")" \
+    "instructions=4 code_lines=4 code_pages=4 data_lines=3 data_pages=2 pairs=5" "the footprint of the made-up pairs"
+}
+check "footprint: the shim's instructions, lines and pages per pair, libc's work for it in, the driver's out" \
+  footprint_counts_the_shims_part
