@@ -405,8 +405,6 @@ bool Ledger::rescue_fault(const void *addr) {
     return p != MAP_FAILED;
 }
 
-bool Ledger::recovery_pending() const { return rescue_.load() == kRescued; }
-
 bool Ledger::take_recovery() {
     if (rescue_.load(std::memory_order_relaxed) != kRescued) return false;
     int expected = kRescued;

@@ -154,7 +154,6 @@ public:
     // with the file (add_own_bytes(), from the shim's tracker).
     bool rescue_fault(const void *addr);
     bool take_recovery();
-    bool recovery_pending() const;  // a rescue happened and take_recovery() has not yet answered it
     uint64_t rescued_at_ns() const { return rescued_at_ns_.load(); }
     void add_own_bytes(int dev, uint64_t bytes);
     // Refreshes the private copy that rescue_fault() restores. Not hot: at open and after each

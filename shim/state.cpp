@@ -190,12 +190,13 @@ State &state_slow() {
     // also without a lock.
     static std::atomic<bool> warmed{false};
     if (!warmed.load(std::memory_order_relaxed) && !warmed.exchange(true)) stacks::warm_up();
+    // Published first, then asked: a rescue after the question clears it again (state_recheck(),
+    // seq_cst), so none is missed. Other threads may go on before the recharge ends, as they could
+    // when every state() asked.
     for (;;) {
-        if (s->ledger && s->ledger->take_recovery()) recharge_after_rescue(*s);
         detail::g_ready.store(s);
-        // A rescue between take_recovery() and the store above: its state_recheck() may have come
-        // before the store, so look again (seq_cst: the rescue's mark is seen, or its recheck wins).
-        if (!s->ledger || !s->ledger->recovery_pending()) return *s;
+        if (!s->ledger || !s->ledger->take_recovery()) return *s;
+        recharge_after_rescue(*s);
     }
 }
 

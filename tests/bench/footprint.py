@@ -50,7 +50,7 @@ def mapped_span(path):
     return end
 
 
-def functions(path, base, kinds="tTwWiI"):
+def symbol_table(path, base, kinds="tTwWiI"):
     out = subprocess.run(["nm", "-C", "--defined-only", path], capture_output=True, text=True).stdout
     out += subprocess.run(["nm", "-C", "-D", "--defined-only", path], capture_output=True, text=True).stdout
     table = []
@@ -84,12 +84,13 @@ class Modules:
     def base(self, path):
         return next(s for s, e, p in self.ranges if p == path)
 
-    def function(self, addr, kinds="tTwWiI"):
+    def name_of(self, addr, kinds="tTwWiI"):
+        """The function (or, with data kinds, the object) at addr, as module:name."""
         path = self.of(addr)
         if path == "?":
             return "?"
         if (path, kinds) not in self.symbols:
-            self.symbols[path, kinds] = functions(path, self.base(path), kinds)
+            self.symbols[path, kinds] = symbol_table(path, self.base(path), kinds)
         t = self.symbols[path, kinds]
         i = bisect.bisect_right(t, (addr, "\uffff")) - 1
         name = t[i][1].replace("(anonymous namespace)", "{anon}").split("(")[0] if i >= 0 else "?"
@@ -97,13 +98,13 @@ class Modules:
 
 
 class Pair:
-    def __init__(self):
+    def __init__(self, keep_trace):
         self.instructions = 0
         self.code, self.data = set(), set()
-        self.trace = []  # (ip, [data addresses]) for --detail
+        self.trace = [] if keep_trace else None  # (ip, [data addresses]), for --detail only
 
 
-def read(log, shim):
+def read(log, shim, keep_trace):
     mods, pairs = Modules(), []
     entry = None
     pending = None
@@ -121,7 +122,7 @@ def read(log, shim):
                 if m and pending:
                     mods.add(pending, int(m.group(1), 16), int(m.group(2), 16))
                     if pending == shim and entry is None and mods.ranges and mods.ranges[-1][2] == shim:
-                        for s in functions(shim, mods.base(shim)):
+                        for s in symbol_table(shim, mods.base(shim)):
                             if s[1] == "cuMemAlloc_v2":
                                 entry = s[0]
                 continue
@@ -134,7 +135,7 @@ def read(log, shim):
                 continue
             if kind == "I ":
                 if addr == entry:
-                    pair = Pair()
+                    pair = Pair(keep_trace)
                     pairs.append(pair)
                 path = mods.of(addr)
                 if not any(lib in path for lib in LIBRARIES) and path != "?":
@@ -143,10 +144,12 @@ def read(log, shim):
                 if counting:
                     pair.instructions += 1
                     pair.code.add(addr >> LINE)
-                    pair.trace.append((addr, []))
+                    if keep_trace:
+                        pair.trace.append((addr, []))
             elif counting:
                 pair.data.add(addr >> LINE)
-                pair.trace[-1][1].append(addr)
+                if keep_trace:
+                    pair.trace[-1][1].append(addr)
     if entry is None:
         sys.exit("footprint: no cuMemAlloc_v2 of %s in %s (run under the shim, with --trace-redir=yes)" % (shim, log))
     return mods, pairs
@@ -156,7 +159,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     log, shim, detail = sys.argv[1], sys.argv[2], "--detail" in sys.argv[3:]
-    mods, pairs = read(log, shim)
+    mods, pairs = read(log, shim, detail)
     steady = pairs[len(pairs) // 4:-1]  # past the warm-up; the last is cut by the program's exit
     if not steady:
         sys.exit("footprint: fewer than 2 pairs in %s" % log)
@@ -174,7 +177,7 @@ def main():
     count, lines = collections.Counter(), collections.defaultdict(set)
     pages = collections.defaultdict(collections.Counter)
     for ip, data in last.trace:
-        fn = mods.function(ip)
+        fn = mods.name_of(ip)
         count[fn] += 1
         lines[fn].add(ip >> LINE)
         for d in data:
@@ -186,7 +189,7 @@ def main():
     for page in sorted(pages):
         n = len({d for d in last.data if d >> (PAGE - LINE) == page})
         who = "; ".join("%s (%d)" % (fn, c) for fn, c in pages[page].most_common(3))
-        what = sorted({mods.function(d << LINE, "bBdDrRvVgGsS") for d in last.data if d >> (PAGE - LINE) == page} - {"?"})
+        what = sorted({mods.name_of(d << LINE, "bBdDrRvVgGsS") for d in last.data if d >> (PAGE - LINE) == page} - {"?"})
         print("  %#x %3d %s%s" % (page << PAGE, n, who, ("\n" + " " * 18 + "in: " + ", ".join(what)) if what else ""))
 
 
