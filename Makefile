@@ -2,7 +2,7 @@
 # without a GPU (test doubles of the driver, cuDNN and NVML stand in); `make demo` shows the main job.
 #
 # Sources are picked up by folder, so adding a file needs no edit here:
-#   common/*.cpp            -> build/libgpuguard_common.a   (shared by the shim and the command)
+#   common/**/*.cpp         -> build/libgpuguard_common.a   (shared by the shim and the command)
 #   shim/*.cpp, shim/*.S    -> build/libgpuguard.so          (the preload library)
 #   tools/*.cpp             -> build/gpuguard                (the command)
 #   tests/unit/*.cpp        -> build/tests/unit              (doctest; links common + the shim's core)
@@ -40,7 +40,7 @@ BUILD     ?= build
 CXX       ?= g++
 CC        ?= gcc
 WARN      := -Wall -Wextra
-CPPFLAGS  := -Iinclude -Icommon -Ishim -I$(CUDA_HOME)/include -D_GNU_SOURCE
+CPPFLAGS  := -I. -Iinclude -Ishim -I$(CUDA_HOME)/include -D_GNU_SOURCE
 CXXFLAGS  ?= -O2 -g
 # -fno-plt: calls into libc go through the GOT, with no PLT stub on a page of its own to fetch on
 # every hooked call (the shim links with -z now, so nothing is bound lazily anyway).
@@ -57,7 +57,7 @@ ifneq ($(SANITIZE),)
   LDFLAGS  += $(SANFLAGS)
 endif
 
-COMMON_SRC := $(wildcard common/*.cpp)
+COMMON_SRC := $(sort $(shell find common -name '*.cpp'))
 # The shim's entry points (exported hooks, the dlsym and cuGetProcAddress interposers) are kept apart
 # from its core so that unit tests can link the core without interposing anything in the test process.
 SHIM_ENTRY := $(wildcard shim/hooks_*.cpp shim/interpose_*.cpp shim/*.S)
@@ -225,7 +225,7 @@ FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
 # What each target links besides itself: the code it fuzzes and what that code calls.
-FUZZ_DEPS_fuzz_size_spec := common/size_spec.cpp
+FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp
 FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/config.cpp tools/settings.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(wildcard tools/report_*.cpp) $(FUZZ_BUILD)/tools/embedded.cpp

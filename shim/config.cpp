@@ -7,8 +7,8 @@
 #include <cstring>
 #include <grp.h>
 
-#include "ledger.h"
-#include "log.h"
+#include "common/ledger/ledger.h"
+#include "common/base/log.h"
 #include "race_once.h"
 
 namespace gg {

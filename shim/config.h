@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 namespace gg {
 

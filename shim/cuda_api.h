@@ -8,7 +8,7 @@
 // cuDNN 9's declarations type the cuDNN hooks (hooks_cudnn.def); the shim never links cuDNN.
 #include <cudnn.h>
 
-#include "nvml_min.h"
+#include "common/nvidia/nvml_min.h"
 
 // cuda.h maps the name to cuGetProcAddress_v2; the driver still exports the legacy 4-argument
 // function under the plain name, and cudart asks for it with cudaVersion below 12000 (FACTS.md).

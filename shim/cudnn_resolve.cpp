@@ -8,7 +8,7 @@
 #include <link.h>
 
 #include "cudnn_record.h"
-#include "log.h"
+#include "common/base/log.h"
 #include "resolve.h"
 
 namespace gg::cudnn {

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <new>
 
-#include "hot.h"
-#include "ledger.h"
-#include "log.h"
+#include "common/base/hot.h"
+#include "common/ledger/ledger.h"
+#include "common/base/log.h"
 #include "resolve.h"
 #include "state.h"
 

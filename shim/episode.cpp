@@ -4,10 +4,10 @@
 #include <string>
 
 #include "device.h"
-#include "log.h"
+#include "common/base/log.h"
 #include "tracker.h"
 #include "report.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 #include "stacks.h"
 #include "state.h"
 

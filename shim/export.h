@@ -3,4 +3,4 @@
 // exported.
 #define GG_EXPORT extern "C" __attribute__((visibility("default")))
 
-#include "hot.h"  // GG_HOT, for the hooks on every allocation's path
+#include "common/base/hot.h"  // GG_HOT, for the hooks on every allocation's path

@@ -4,11 +4,11 @@
 #include <mutex>
 
 #include "episode.h"
-#include "hot.h"
-#include "log.h"
+#include "common/base/hot.h"
+#include "common/base/log.h"
 #include "profile.h"
 #include "resolve.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 #include "state.h"
 
 namespace gg::guard {

@@ -8,7 +8,7 @@
 #include "cudnn_resolve.h"
 #include "export.h"
 #include "guard.h"
-#include "log.h"
+#include "common/base/log.h"
 
 using namespace gg;
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "log.h"
+#include "common/base/log.h"
 #include "pyframes_layout.h"
 #include "pyframes_linetable.h"
 #include "pyframes_str.h"

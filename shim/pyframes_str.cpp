@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "log.h"
+#include "common/base/log.h"
 #include "pyframes_layout.h"
 
 namespace gg::py {

@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "device.h"
-#include "log.h"
-#include "report_schema.h"
-#include "version.h"
+#include "common/base/log.h"
+#include "common/report/schema.h"
+#include "common/base/version.h"
 #include "pyframes.h"
 #include "race_once.h"
 #include "resolve.h"

@@ -8,8 +8,8 @@
 
 #include "api.h"
 #include "config.h"
-#include "hot.h"
-#include "log.h"
+#include "common/base/hot.h"
+#include "common/base/log.h"
 #include "race_once.h"
 
 

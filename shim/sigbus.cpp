@@ -7,8 +7,8 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "ledger.h"
-#include "log.h"
+#include "common/ledger/ledger.h"
+#include "common/base/log.h"
 #include "state.h"
 
 namespace gg::sigbus {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "log.h"
+#include "common/base/log.h"
 #include "per_thread.h"
 #include "profile.h"
 #include "pyframes.h"

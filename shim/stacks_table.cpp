@@ -6,7 +6,7 @@
 #include <memory>
 #include <mutex>
 
-#include "log.h"
+#include "common/base/log.h"
 #include "race_once.h"
 
 namespace gg::stacks::table {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "log.h"
+#include "common/base/log.h"
 #include "stacks_cfi.h"
 
 // libgcc's unwinder is linked statically into the shim (-static-libgcc) and dynamically into other

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "config.h"
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 
 namespace gg {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "hot.h"
+#include "common/base/hot.h"
 #include "state.h"
 
 namespace gg {

@@ -9,7 +9,7 @@
 #include <semaphore.h>
 
 #include "export.h"
-#include "log.h"
+#include "common/base/log.h"
 #include "report.h"
 #include "state.h"
 

@@ -28,11 +28,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "ledger.h"
-#include "nvml_min.h"
+#include "common/ledger/ledger.h"
+#include "common/nvidia/nvml_min.h"
 #include "process.h"
 #include "settings.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 extern char **environ;
 

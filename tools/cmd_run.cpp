@@ -12,10 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 #include "process.h"
 #include "settings.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 namespace {
 

@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 #include "settings.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 namespace {
 

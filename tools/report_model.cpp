@@ -2,7 +2,7 @@
 #include "report_model.h"
 
 #include "commands.h"
-#include "report_schema.h"
+#include "common/report/schema.h"
 
 #include <algorithm>
 #include <cerrno>

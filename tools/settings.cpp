@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ledger.h"
-#include "size_spec.h"
+#include "common/ledger/ledger.h"
+#include "common/units/size_spec.h"
 
 extern char **environ;
 

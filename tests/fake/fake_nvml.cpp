@@ -10,7 +10,7 @@
 #include <mutex>
 
 #pragma GCC visibility push(default)
-#include "nvml_min.h"
+#include "common/nvidia/nvml_min.h"
 extern "C" {
 // The unversioned entry points of old NVML, still dlsym'd by libraries today (FACTS.md).
 nvmlReturn_t nvmlInit(void);

@@ -23,7 +23,7 @@
 
 #include "config.h"
 #include "settings.h"
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 #include "fuzz_require.h"
 
 extern char **environ;

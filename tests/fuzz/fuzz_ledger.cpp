@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 #include "fuzz_require.h"
 
 using namespace gg::ledger;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 #include "fuzz_require.h"
 
 namespace {

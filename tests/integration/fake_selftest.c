@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvml_min.h"
+#include "common/nvidia/nvml_min.h"
 
 static void* g_lib;
 static int g_failed;

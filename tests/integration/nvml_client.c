@@ -3,7 +3,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include "nvml_min.h"
+#include "common/nvidia/nvml_min.h"
 
 int main(void) {
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);

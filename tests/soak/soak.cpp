@@ -30,8 +30,8 @@
 
 #include "../fake/fake_truth.h"
 #include "journal.h"
-#include "ledger.h"
-#include "size_spec.h"
+#include "common/ledger/ledger.h"
+#include "common/units/size_spec.h"
 
 extern char **environ;
 

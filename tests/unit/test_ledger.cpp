@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 
 using namespace gg::ledger;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 using namespace gg;
 

@@ -1,4 +1,4 @@
-#include "ledger.h"
+#include "common/ledger/ledger.h"
 
 #include <cerrno>
 #include <climits>
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hot.h"
-#include "log.h"
+#include "common/base/hot.h"
+#include "common/base/log.h"
 
 namespace gg::ledger {
 namespace {

@@ -1,4 +1,4 @@
-#include "size_spec.h"
+#include "common/units/size_spec.h"
 
 #include <algorithm>
 #include <cctype>

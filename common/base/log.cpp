@@ -1,4 +1,4 @@
-#include "log.h"
+#include "common/base/log.h"
 
 #include <atomic>
 
