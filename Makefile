@@ -3,7 +3,7 @@
 #
 # Sources are picked up by folder, so adding a file needs no edit here:
 #   common/**/*.cpp         -> build/libgpuguard_common.a   (shared by the shim and the command)
-#   shim/*.cpp, shim/*.S    -> build/libgpuguard.so          (the preload library)
+#   shim/**/*.cpp, *.S      -> build/libgpuguard.so          (the preload library; shim/hooks/ holds its entry points)
 #   tools/*.cpp             -> build/gpuguard                (the command)
 #   tests/unit/*.cpp        -> build/tests/unit              (doctest; links common + the shim's core)
 #   tests/fake/fake_X.cpp   -> build/fake/<soname of X>      (test doubles of libcuda, cuDNN, NVML, cudart)
@@ -22,7 +22,7 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 SANITIZE  ?=
-# PROFILE=1: the shim with step timers (shim/profile.h), built into build-profile; for finding where
+# PROFILE=1: the shim with step timers (shim/base/profile.h), built into build-profile; for finding where
 # a hook's time goes on the GPU machine, which has no perf.
 PROFILE   ?=
 ifneq ($(PROFILE),)
@@ -40,7 +40,7 @@ BUILD     ?= build
 CXX       ?= g++
 CC        ?= gcc
 WARN      := -Wall -Wextra
-CPPFLAGS  := -I. -Iinclude -Ishim -I$(CUDA_HOME)/include -D_GNU_SOURCE
+CPPFLAGS  := -I. -Iinclude -I$(CUDA_HOME)/include -D_GNU_SOURCE
 CXXFLAGS  ?= -O2 -g
 # -fno-plt: calls into libc go through the GOT, with no PLT stub on a page of its own to fetch on
 # every hooked call (the shim links with -z now, so nothing is bound lazily anyway).
@@ -60,8 +60,8 @@ endif
 COMMON_SRC := $(sort $(shell find common -name '*.cpp'))
 # The shim's entry points (exported hooks, the dlsym and cuGetProcAddress interposers) are kept apart
 # from its core so that unit tests can link the core without interposing anything in the test process.
-SHIM_ENTRY := $(wildcard shim/hooks_*.cpp shim/interpose_*.cpp shim/*.S)
-SHIM_CORE  := $(filter-out $(SHIM_ENTRY),$(wildcard shim/*.cpp))
+SHIM_ENTRY := $(wildcard shim/hooks/*.cpp shim/hooks/*.S)
+SHIM_CORE  := $(filter-out $(SHIM_ENTRY),$(sort $(shell find shim -name '*.cpp')))
 TOOL_SRC   := $(wildcard tools/*.cpp)
 UNIT_SRC   := $(wildcard tests/unit/*.cpp)
 INTEG_SRC  := $(wildcard tests/integration/*.c tests/integration/*.cpp)
@@ -104,14 +104,14 @@ $(CORE_LIB): $(call obj,$(SHIM_CORE))
 # The shim never links libcuda, cuDNN, NVML or libunwind: it finds them at run time, so that it
 # loads in any container (FACTS.md: a preload library with a missing DT_NEEDED is silently skipped).
 # -Bsymbolic binds the shim's own calls to its own definitions; -z nodelete keeps it mapped even if
-# a program dlcloses it while a hook is on some thread's stack. shim/exports.map exports the hooks and
+# a program dlcloses it while a hook is on some thread's stack. shim/hooks/exports.map exports the hooks and
 # the API only: the static libstdc++ and libgcc, and templates instantiated here, stay private.
-$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/exports.map
+$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/hooks/exports.map
 	$(CXX) -shared -o $@ $(call obj,$(SHIM_ENTRY)) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
 	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc \
-	  -Wl,--version-script=shim/exports.map -ldl -pthread
+	  -Wl,--version-script=shim/hooks/exports.map -ldl -pthread
 
-# libunwind is shipped beside the shim, where shim/stacks_unwind.cpp dlopens it first: the GPU
+# libunwind is shipped beside the shim, where shim/stacks/unwind.cpp dlopens it first: the GPU
 # machine and many container images have none installed (FACTS.md). libgcc's unwinder is the fallback.
 $(UNWIND_SO): $(UNWIND_SRC) | deps-check
 	@mkdir -p $(dir $@)
@@ -226,10 +226,10 @@ FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
 # What each target links besides itself: the code it fuzzes and what that code calls.
 FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp
-FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/config.cpp tools/settings.cpp
+FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp tools/settings.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(wildcard tools/report_*.cpp) $(FUZZ_BUILD)/tools/embedded.cpp
-FUZZ_DEPS_fuzz_cfi       := shim/stacks_cfi.cpp
+FUZZ_DEPS_fuzz_cfi       := shim/stacks/cfi_walker.cpp
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check
 	@mkdir -p $(dir $@)

@@ -19,7 +19,7 @@ extern char **environ;
 namespace gg::tool {
 namespace {
 
-// As shim/config.cpp: an empty variable is an unset one (GPUGUARD_MEM_LIMIT excepted).
+// As shim/core/config.cpp: an empty variable is an unset one (GPUGUARD_MEM_LIMIT excepted).
 const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : nullptr;

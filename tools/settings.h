@@ -1,5 +1,5 @@
 // The GPUGUARD_* settings as the command sees them: `run` passes them on to the shim, `top` finds the
-// ledger with them and `doctor` checks them. The shim reads the same variables in shim/config.cpp;
+// ledger with them and `doctor` checks them. The shim reads the same variables in shim/core/config.cpp;
 // what is here must agree with it (same names, same fallbacks, same HAMi-core aliases), since the
 // command decides before the shim does (the ledger's limit, the library it preloads).
 #pragma once

@@ -144,7 +144,7 @@ public:
 
     // The file truncated under a running process (by hand, or by a tool that rewrites it in place):
     // touching the mapping past the new end raises SIGBUS, and no check before each access could
-    // close that window. So the shim's SIGBUS handler (shim/sigbus.cpp) calls rescue_fault(), which
+    // close that window. So the shim's SIGBUS handler (shim/core/sigbus_rescue.cpp) calls rescue_fault(), which
     // is async-signal-safe: when the address lies in this mapping, the mapping is replaced in place
     // (mremap) by a private copy of what this process knew of the header and the device table
     // (remember()), its own slot live in it, and true is returned; the faulting access then

@@ -1,6 +1,6 @@
 """A Python program that allocates through ctypes, the way PyTorch reaches the driver: ctypes
 releases the GIL around every foreign call, so the shim reads this thread's Python frames without
-it (shim/pyframes.cpp). Run with and without LD_PRELOAD=libgpuguard.so by tests/bench/run.sh.
+it (shim/python/frames.cpp). Run with and without LD_PRELOAD=libgpuguard.so by tests/bench/run.sh.
 
 Usage: bench_py.py PAIRS DEPTH [SIZE]
   PAIRS  cuMemAlloc_v2 + cuMemFree_v2 pairs, timed together after 1000 for warm-up

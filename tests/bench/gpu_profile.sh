@@ -7,7 +7,7 @@
 #   2. the transformer training loop with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor a driver
 #      call: the worst case): none, quota, native (+ native stacks), all (+ Python frames), and
 #      profile (all, step-timed).
-# The profiled runs print per-step histograms (shim/profile.h) after the tables.
+# The profiled runs print per-step histograms (shim/base/profile.h) after the tables.
 # Needs build/libgpuguard.so (+ libunwind.so.8) and build-profile/libgpuguard.so (make PROFILE=1).
 #
 #   PROFILE_ROUNDS=4 PROFILE_PAIRS=2000 PROFILE_SIZES=512,2097152,20971520,1073741824

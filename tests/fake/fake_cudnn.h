@@ -1,5 +1,5 @@
 // Shared by the test doubles of cuDNN 9, which keep its shape, the shape gpuguard's resolution
-// depends on (shim/cudnn_resolve.h):
+// depends on (shim/cudnn/resolve.h):
 //   fake_cudnn.cpp       -> libcudnn.so.9        the dispatcher: each export dlopens its sub-library
 //                                                 RTLD_LOCAL on first use, dlsyms the same name there
 //                                                 (through whatever dlsym the process has) and calls it

@@ -1,4 +1,4 @@
-// Fuzz target: the caching walker's reader of .eh_frame entries (shim/stacks_cfi.cpp): the CIE's
+// Fuzz target: the caching walker's reader of .eh_frame entries (shim/stacks/cfi_walker.cpp): the CIE's
 // header and augmentation, the FDE's fields, and the call-frame program run up to an address.
 // .eh_frame comes from loaded libraries, not from users, but a reader that trusts a length or a
 // NUL it did not check would fault in someone's training job on the first odd library; so any
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz_require.h"
-#include "stacks_cfi.h"
+#include "shim/stacks/cfi_walker.h"
 
 namespace {
 

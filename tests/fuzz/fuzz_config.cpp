@@ -1,5 +1,5 @@
 // Fuzz target: every environment variable the shim and the command read. The input is an
-// environment, one NAME=VALUE per line. The shim's parser (shim/config.cpp) sees it through a lookup;
+// environment, one NAME=VALUE per line. The shim's parser (shim/core/config.cpp) sees it through a lookup;
 // the command's (tools/settings.cpp: `gpuguard run` and `doctor`) reads the real environment, so the
 // gpuguard variables of the input are also set there for the duration of one run.
 //
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "shim/core/config.h"
 #include "settings.h"
 #include "common/units/size_spec.h"
 #include "fuzz_require.h"

@@ -1,4 +1,4 @@
-# Python frames read without the GIL (shim/pyframes.cpp), inside real interpreters: each supported
+# Python frames read without the GIL (shim/python/frames.cpp), inside real interpreters: each supported
 # CPython found on this machine runs tests/integration/pyframes_driver.py, which calls the probe
 # library (tests/integration/pyprobe) through ctypes, so the GIL is released during the capture.
 
@@ -36,7 +36,7 @@ finds_the_eval_loop() {
 }
 lines_of_a_long_function() {
   # Calls 400 lines into one function, in turn: each line is looked up in the location table once,
-  # then remembered (shim/pyframes.cpp, LineEntry); every capture must still name its own line. 8
+  # then remembered (shim/python/frames.cpp, LineEntry); every capture must still name its own line. 8
   # calls in 50 rounds, and 6000 calls in 2 rounds, more than the table of lines holds.
   local out; out=$(drive "$1" lines) || { echo "$out" >&2; return 1; }
   expect_eq "$(echo "$out" | tail -1 | cut -d' ' -f1-2)" "SAME 400" "8 calls: captures matching the interpreter's view" &&

@@ -130,10 +130,10 @@ stack_knobs() {
 }
 check "GPUGUARD_STACK_MIN_BYTES leaves small allocations without stacks" stack_knobs
 
-# The caching walker (shim/stacks_cfi.h) against libunwind on the stacks of a real interpreter:
+# The caching walker (shim/stacks/cfi_walker.h) against libunwind on the stacks of a real interpreter:
 # without Python frames, the native walk goes through libpython, ctypes and libffi to the thread's
 # start, and both unwinders must give the same frames (module and offset), frame for frame. (Against
-# libgcc's under ThreadSanitizer, where libunwind is not used: stacks_unwind.cpp says why.)
+# libgcc's under ThreadSanitizer, where libunwind is not used: shim/stacks/unwind.cpp says why.)
 walker_matches_libunwind() {
   fresh
   local u frames=() ref=libunwind

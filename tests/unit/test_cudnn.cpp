@@ -1,8 +1,8 @@
 // The pure parts of the cuDNN module: how legacy algorithm lists are capped, and the plan table.
 #include <doctest/doctest.h>
 
-#include "cudnn_cap.h"
-#include "cudnn_plans.h"
+#include "shim/cudnn/cap.h"
+#include "shim/cudnn/plans.h"
 
 using namespace gg::cudnn;
 

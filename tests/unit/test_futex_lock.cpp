@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "futex_lock.h"
+#include "shim/base/futex_lock.h"
 
 using namespace gg;
 

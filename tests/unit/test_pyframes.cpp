@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "pyframes.h"
-#include "pyframes_layout.h"
-#include "pyframes_linetable.h"
-#include "pyframes_str.h"
+#include "shim/python/frames.h"
+#include "shim/python/layout.h"
+#include "shim/python/line_table.h"
+#include "shim/python/strings.h"
 
 using namespace gg::py;
 

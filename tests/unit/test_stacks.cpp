@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "stacks.h"
-#include "stacks_merge.h"
-#include "stacks_table.h"
-#include "stacks_unwind.h"
+#include "shim/stacks/stacks.h"
+#include "shim/stacks/merge.h"
+#include "shim/stacks/table.h"
+#include "shim/stacks/unwind.h"
 
 using gg::stacks::StackId;
 

@@ -1,4 +1,4 @@
-// The caching walker (shim/stacks_cfi.h) against libgcc's unwinder, which interprets the same
+// The caching walker (shim/stacks/cfi_walker.h) against libgcc's unwinder, which interprets the same
 // .eh_frame rules in full: on every stack the walker accepts, both must give the same return
 // addresses to the end of the stack; on the stacks it declines, the unwinder it falls back to must.
 #include <dlfcn.h>
@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "stacks_cfi.h"
-#include "stacks_cfi_table.h"
-#include "stacks_unwind.h"
+#include "shim/stacks/cfi_walker.h"
+#include "shim/stacks/cfi_rule_table.h"
+#include "shim/stacks/unwind.h"
 
 namespace cfi = gg::stacks::cfi;
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "stacks_reuse.h"
+#include "shim/stacks/reuse.h"
 
 using gg::stacks::reuse::SiteCache;
 using Verdict = SiteCache::Verdict;

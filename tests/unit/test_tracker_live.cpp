@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "tracker_live.h"
+#include "shim/track/live_table.h"
 
 using namespace gg;
 

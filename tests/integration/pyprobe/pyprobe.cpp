@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "pyframes.h"
+#include "shim/python/frames.h"
 
 #define PROBE extern "C" __attribute__((visibility("default")))
 

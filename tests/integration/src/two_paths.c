@@ -1,6 +1,6 @@
 /* Two native paths to one allocation call, for the stack-reuse tests (t_stacks.sh): path_a() and
  * path_b() have the same frame size, so a Python line that calls either reaches cuMemAlloc at the same
- * stack depth, with the same Python frames: the same site key (shim/stacks_reuse.h). The checks must
+ * stack depth, with the same Python frames: the same site key (shim/stacks/reuse.h). The checks must
  * tell them apart. */
 #include <cuda.h>
 

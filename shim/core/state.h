@@ -1,0 +1,47 @@
+// The shim's process-wide state, set up once, lazily, on the first hooked call (never in a
+// constructor: nothing that can fail or touch the driver runs at load time).
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "shim/core/config.h"
+#include "common/ledger/ledger.h"
+
+namespace gg {
+
+struct State {
+    const Config *cfg = nullptr;
+    ledger::Ledger *ledger = nullptr;
+    LimitSpec spec;            // the ledger's limit, which stands over this process's wish
+    bool fail_closed = false;  // a malformed limit: refuse every device allocation
+    uint64_t start_unix_ns = 0;
+    uint64_t start_mono_ns = 0;
+
+    uint64_t limit_for(int ordinal, const char *uuid, uint64_t physical_total) const;
+};
+
+namespace detail {
+// The state, once it is built and warmed up and no rescued ledger awaits its recharge: what every
+// hook's state() reads, several times a call. Null sends the caller through state_slow().
+extern std::atomic<State *> g_ready;
+}  // namespace detail
+
+State &state_slow();
+
+// Inline, one load and one branch: a hooked call reaches it several times, and each call into the
+// shim's code is more lines for the driver's call to evict (BENCHMARKS.md, the footprint table).
+inline State &state() {
+    State *s = detail::g_ready.load(std::memory_order_acquire);
+    return __builtin_expect(s != nullptr, 1) ? *s : state_slow();
+}
+
+// Sends the next state() through state_slow(): the SIGBUS handler calls it once it has rescued the
+// ledger, so that the bytes lost with the file are charged again before the next hook touches it.
+// Async-signal-safe.
+void state_recheck();
+
+uint64_t mono_ns();  // CLOCK_MONOTONIC
+uint64_t unix_ns();  // CLOCK_REALTIME
+int thread_id();     // gettid, cached per thread
+
+}  // namespace gg

@@ -1,0 +1,25 @@
+// The CUDA declarations the shim is typed from. cuda.h declares most hooked functions; the few it
+// hides (the legacy 4-argument cuGetProcAddress, the per-thread-stream "_ptsz" variants, which it
+// only declares under CUDA_API_PER_THREAD_DEFAULT_STREAM) are declared here with the same types as
+// their siblings, so that every hook and every real-function pointer is typed by the compiler.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+// cuDNN 9's declarations type the cuDNN hooks (shim/hooks/cudnn_hooks.def); the shim never links cuDNN.
+#include <cudnn.h>
+
+#include "common/nvidia/nvml_min.h"
+
+// cuda.h maps the name to cuGetProcAddress_v2; the driver still exports the legacy 4-argument
+// function under the plain name, and cudart asks for it with cudaVersion below 12000 (FACTS.md).
+#undef cuGetProcAddress
+
+extern "C" {
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
+cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
+cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+}

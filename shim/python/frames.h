@@ -1,0 +1,45 @@
+// Python frames of the calling thread, read without the GIL.
+//
+// When an allocation reaches the driver from PyTorch or ctypes, the allocating thread has released the
+// GIL, but its Python frames cannot change while it is inside our hook: it is blocked in us. So they
+// are read the way sampling profilers (py-spy, austin) read them: the thread's own PyThreadState, the
+// interpreter's frame list and each code object's line table, with the layout of the running CPython
+// version, detected at run time (libpython is never linked). Nothing here acquires the GIL or calls
+// Python code.
+#pragma once
+#include <cstdint>
+
+namespace gg::py {
+
+struct Frame {
+    const char *file;      // interned: lives as long as the process
+    const char *function;  // qualified name where the version has one
+    int line;              // -1 when the line table could not be read
+    // True for the outermost Python frame of one run of the eval loop: the frame that C code entered
+    // (a call from C into Python). Python frames between two entry frames ran in one native
+    // _PyEval_EvalFrameDefault activation, which is how native and Python stacks are merged.
+    bool entry;
+};
+
+// Detects the interpreter once (Py_IsInitialized, its version, the frame layout). Cheap after the
+// first call. False when the process has no Python, or a version whose layout is not known.
+bool available();
+
+// Writes the calling thread's Python frames, innermost first; returns how many (0 when there is no
+// Python, the thread has no thread state, the interpreter is not initialised or is finalising,
+// GPUGUARD_PYTHON_STACKS=0, or anything looked inconsistent).
+int capture(Frame *out, int max);
+
+// True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault): the native frame
+// where Python frames stand when native and Python stacks are merged.
+bool is_eval_loop(uintptr_t ip);
+
+// "3.12" etc. for reports and `gpuguard doctor`; empty when not available().
+const char *version();
+
+// fork(): the lock(s) here are taken before fork and released on both sides (shim/core/state.cpp), so that the
+// child never inherits one held by a thread that does not exist there.
+void lock_for_fork();
+void unlock_after_fork();
+
+}  // namespace gg::py

@@ -1,0 +1,35 @@
+// Out-of-memory episodes. One OOM in PyTorch is several failing driver calls (the caching allocator
+// frees its cache and retries; cuDNN probes plan after plan), so failures less than a second apart
+// are one episode and give one report. Reports per process are capped (GPUGUARD_MAX_REPORTS).
+#pragma once
+#include <cstdint>
+
+#include "shim/hooks/api.h"
+#include "shim/hooks/cuda_api.h"
+
+namespace gg::episode {
+
+enum class Cause { kQuota, kDriver };
+
+struct Request {
+    Api api, driver_api;
+    uint64_t bytes;
+    int ordinal;
+    CUresult result;
+    Cause cause;
+    uint64_t container_used;  // the ledger's usage on the device when it failed
+    uint64_t limit;           // UINT64_MAX when none
+};
+
+// A failed allocation. skip_frames: the shim's own frames above the caller.
+void failed(const Request &r, int skip_frames);
+
+// Usage crossed GPUGUARD_WARN_AT of the limit going up.
+void warn(int ordinal, uint64_t used, uint64_t limit);
+
+// fork(): the episode lock is taken across it (shim/core/state.cpp); the child starts with no episode.
+void lock_for_fork();
+void unlock_after_fork();
+void reset_after_fork();
+
+}  // namespace gg::episode

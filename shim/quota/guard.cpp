@@ -1,0 +1,159 @@
+#include "shim/quota/guard.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "shim/quota/episode.h"
+#include "common/base/hot.h"
+#include "common/base/log.h"
+#include "shim/base/profile.h"
+#include "shim/resolve/resolve.h"
+#include "common/units/size_spec.h"
+#include "shim/core/state.h"
+
+namespace gg::guard {
+namespace {
+
+// initial-exec, as everywhere in the shim (shim/base/per_thread.h): each hooked call reads these several times,
+// and the default model made each read a call into the loader's __tls_get_addr.
+__attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
+__attribute__((tls_model("initial-exec"))) thread_local Api t_runtime_api = Api::kNone;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_workspace = false;
+
+// Native frames of the shim itself at the top of every captured stack: capture, admit, the hook.
+constexpr int kShimFrames = 3;
+
+void maybe_warn(const DeviceInfo &dev, uint64_t before, uint64_t after);
+
+}  // namespace
+
+GG_HOT DriverCall::DriverCall() : outermost_(t_depth++ == 0) {
+    if (outermost_) (void)state();  // first hooked call: read the configuration, open the ledger
+}
+GG_HOT DriverCall::~DriverCall() { t_depth--; }
+
+RuntimeCall::RuntimeCall(Api api) : saved_(t_runtime_api) {
+    if (saved_ == Api::kNone) t_runtime_api = api;  // the outermost API is what the program called
+}
+RuntimeCall::~RuntimeCall() { t_runtime_api = saved_; }
+
+WorkspaceScope::WorkspaceScope() : saved_(t_workspace) { t_workspace = true; }
+WorkspaceScope::~WorkspaceScope() { t_workspace = saved_; }
+bool in_workspace_scope() { return t_workspace; }
+
+GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
+    State &s = state();
+    t->driver_api = driver_api;
+    t->api = t_runtime_api != Api::kNone ? t_runtime_api : driver_api;
+    t->bytes = bytes;
+    {
+        GG_PROFILE_STEP(kAdmitOrdinal);
+        if (ordinal < 0) ordinal = current_ordinal();
+    }
+    {
+        GG_PROFILE_STEP(kAdmitDevice);
+        t->dev = device_info(ordinal);
+    }
+    if (!t->dev || t->dev->ledger_index < 0) return CUDA_SUCCESS;  // no context or unknown device: the driver decides
+    ledger::Ledger &l = *s.ledger;
+    int d = t->dev->ledger_index;
+    uint64_t used = 0;
+    bool charged;
+    {
+        GG_PROFILE_STEP(kAdmitCharge);
+        charged = l.try_charge(d, bytes, &used);
+    }
+    if (!charged) {
+        // The first refusal reclaims the bytes of dead processes (and tries once more) before it
+        // becomes an out-of-memory for the program.
+        if (l.reclaim_dead(false) > 0 && l.try_charge(d, bytes, &used)) {
+            t->charged = true;
+        } else {
+            tracker().count_failure(t->api);
+            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY,
+                               episode::Cause::kQuota, used, l.limit(d)};
+            episode::failed(r, kShimFrames);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else {
+        t->charged = true;
+        GG_PROFILE_STEP(kAdmitReclaim);
+        l.reclaim_dead(true);  // the periodic check: dead processes' bytes come back within a second
+    }
+    if (has_limit(*t->dev)) maybe_warn(*t->dev, used - bytes, used);
+    return CUDA_SUCCESS;
+}
+
+GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
+    if (t.dev && t.dev->ledger_index >= 0 && actual_bytes > t.bytes) state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes);
+    Allocation a;
+    a.bytes = actual_bytes;
+    a.t_ns = mono_ns();
+    a.thread = thread_id();
+    a.ordinal = t.dev ? (int16_t)t.dev->ordinal : -1;
+    a.ledger_dev = t.dev && t.charged ? (int16_t)t.dev->ledger_index : -1;
+    a.api = t.api;
+    a.driver_api = t.driver_api;
+    a.workspace = t_workspace;
+    const Config &c = *state().cfg;
+    if (c.stack_depth > 0 && actual_bytes >= c.stack_min_bytes) a.stack = stacks::capture(kShimFrames - 1);
+    if (tracker().insert(kind, key, a)) return;
+    // The live table could not grow (no host memory): the program keeps its allocation, and the
+    // ledger forgets it too, so that its free cannot release bytes that were never counted.
+    if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+        log_error("out of host memory for the table of live allocations: an allocation of %llu bytes, and any "
+                  "other while this lasts, is neither tracked nor counted against the limit",
+                  (unsigned long long)a.bytes);
+}
+
+void failed(Ticket &t, CUresult result) {
+    if (t.charged) state().ledger->release(t.dev->ledger_index, t.bytes);
+    t.charged = false;
+    if (result != CUDA_ERROR_OUT_OF_MEMORY) return;
+    tracker().count_failure(t.api);
+    int ordinal = t.dev ? t.dev->ordinal : -1;
+    uint64_t used = t.dev && t.dev->ledger_index >= 0 ? state().ledger->container_used(t.dev->ledger_index) : 0;
+    uint64_t limit = t.dev ? t.dev->limit : UINT64_MAX;
+    episode::Request r{t.api, t.driver_api, t.bytes, ordinal, result, episode::Cause::kDriver, used, limit};
+    episode::failed(r, kShimFrames - 1);
+}
+
+GG_HOT bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a, mono_ns()); }
+
+GG_HOT void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation &a, CUresult result) {
+    if (!found) return;
+    if (result != CUDA_SUCCESS) {
+        tracker().restore(kind, key, a);
+        return;
+    }
+    if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
+}
+
+QuotaView quota_of(int ordinal) {
+    QuotaView v;
+    const DeviceInfo *d = device_info(ordinal);
+    if (!d || d->ledger_index < 0 || !has_limit(*d)) return v;
+    // Not hot (frameworks ask once per step at most): a full check for dead processes, so the
+    // answer never counts a process that is gone.
+    state().ledger->reclaim_dead(false);
+    v.limited = true;
+    v.limit = d->limit;
+    v.container_used = state().ledger->container_used(d->ledger_index);
+    return v;
+}
+
+namespace {
+
+// One report each time the container's usage crosses GPUGUARD_WARN_AT of the limit going up.
+void maybe_warn(const DeviceInfo &dev, uint64_t before, uint64_t after) {
+    double f = state().cfg->warn_at;
+    if (f <= 0) return;
+    uint64_t mark = (uint64_t)((long double)dev.limit * f);
+    if (before < mark && after >= mark) episode::warn(dev.ordinal, after, dev.limit);
+}
+
+}  // namespace
+
+}  // namespace gg::guard

@@ -1,0 +1,82 @@
+// The decision core, on the way of every allocation (DESIGN.md):
+//   hook -> admit (charge the ledger or refuse) -> real driver call (no lock of ours held)
+//        -> commit (track) | failed (un-charge; an out-of-memory starts or joins an episode)
+//   free -> take (untrack) -> real free -> release (un-charge) | restore when the free failed
+#pragma once
+#include <cstdint>
+
+#include "shim/hooks/api.h"
+#include "shim/hooks/cuda_api.h"
+#include "shim/quota/device.h"
+#include "shim/track/tracker.h"
+
+namespace gg::guard {
+
+// Marks a driver hook's activity on this thread. The driver or cudart may call exported driver
+// functions from inside one of ours; only the outermost call on a thread is accounted, so nothing
+// is counted twice. It also starts the shim on the first hooked call.
+class DriverCall {
+public:
+    DriverCall();
+    ~DriverCall();
+    bool outermost() const { return outermost_; }
+    DriverCall(const DriverCall &) = delete;
+    DriverCall &operator=(const DriverCall &) = delete;
+
+private:
+    bool outermost_;
+};
+
+// Set by the runtime hooks (cudaMalloc, ...) for the duration of the call, so that the driver call
+// it makes is reported under the API the program called.
+class RuntimeCall {
+public:
+    explicit RuntimeCall(Api api);
+    ~RuntimeCall();
+
+private:
+    Api saved_;
+};
+
+// Set by cuDNN hooks: allocations made inside are tagged as workspace.
+class WorkspaceScope {
+public:
+    WorkspaceScope();
+    ~WorkspaceScope();
+
+private:
+    bool saved_;
+};
+bool in_workspace_scope();
+
+struct Ticket {
+    Api api = Api::kNone;         // the program's API
+    Api driver_api = Api::kNone;  // ours
+    const DeviceInfo *dev = nullptr;
+    uint64_t bytes = 0;
+    bool charged = false;  // bytes were charged to the ledger
+};
+
+// Decides a request of `bytes` on `ordinal` (-1: the current context's device). CUDA_SUCCESS: go
+// ahead and call the driver. CUDA_ERROR_OUT_OF_MEMORY: refused by the quota (already reported);
+// the hook returns it without calling the driver.
+CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t);
+// After the driver succeeded. `actual_bytes` may exceed the admitted bytes (a pitch); the
+// difference is charged.
+void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes);
+// After the driver failed: un-charge; an out-of-memory is an episode (reported once).
+void failed(Ticket &t, CUresult result);
+
+// Frees: take before the real free (so that a concurrent allocation that gets the same address
+// cannot be confused with it), then finish with the driver's result.
+bool take(KeyKind kind, uint64_t key, Allocation *a);
+void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation &a, CUresult result);
+
+// Numbers the memory queries answer with: the quota's view of a device, clamped at 0.
+struct QuotaView {
+    bool limited = false;
+    uint64_t limit = 0, container_used = 0;
+};
+QuotaView quota_of(int ordinal);
+
+}  // namespace gg::guard

@@ -1,0 +1,349 @@
+#include "shim/report/report.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <mutex>
+#include <set>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shim/quota/device.h"
+#include "common/base/log.h"
+#include "common/report/schema.h"
+#include "common/base/version.h"
+#include "shim/python/frames.h"
+#include "shim/base/race_once.h"
+#include "shim/resolve/resolve.h"
+#include "shim/core/state.h"
+#include "shim/track/tracker.h"
+
+namespace gg::report {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<int> g_automatic_written{0};
+std::atomic<int> g_sequence{0};
+std::atomic<int> g_episode{0};
+std::atomic<int> g_episode_calls{0};
+std::atomic<uint64_t> g_episode_first_ns{0};
+std::mutex g_sections_mu;
+// Never destroyed (shim/base/race_once.h): a report may be written while exit() runs static destructors.
+std::atomic<std::vector<SectionFn> *> g_sections_made{nullptr};
+std::vector<SectionFn> &sections_list() { return never_destroyed(g_sections_made); }
+
+// Environment variables a report may carry; never the whole environment (it holds secrets).
+bool allowed_env(const char *name) {
+    static const char *const prefixes[] = {"GPUGUARD_", "CUDA_", "PYTORCH_", "NVIDIA_", "XLA_PYTHON_CLIENT_", "TF_FORCE_GPU_", "NCCL_"};
+    static const char *const exact[] = {"LD_PRELOAD", "OMP_NUM_THREADS", "WORLD_SIZE", "RANK", "LOCAL_RANK"};
+    for (const char *p : prefixes)
+        if (!strncmp(name, p, strlen(p))) return true;
+    for (const char *e : exact)
+        if (!strcmp(name, e)) return true;
+    return false;
+}
+
+std::string read_small_file(const char *path) {
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < (1 << 20)) out.append(buf, (size_t)n);
+    close(fd);
+    return out;
+}
+
+json process_section() {
+    json p;
+    p["pid"] = getpid();
+    p["ppid"] = getppid();
+    p["uid"] = getuid();
+    json cmd = json::array();
+    std::string raw = read_small_file("/proc/self/cmdline");
+    for (size_t i = 0; i < raw.size();) {
+        size_t end = raw.find('\0', i);
+        if (end == std::string::npos) end = raw.size();
+        cmd.push_back(raw.substr(i, end - i));
+        i = end + 1;
+    }
+    p["command"] = cmd;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    p["exe"] = n > 0 ? std::string(exe, (size_t)n) : "";
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    p["hostname"] = host;
+    p["start_unix_ns"] = state().start_unix_ns;
+    json env = json::object();
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        std::string name(*e, (size_t)(eq - *e));
+        if (allowed_env(name.c_str())) env[name] = eq + 1;
+    }
+    p["env"] = env;
+    return p;
+}
+
+json device_section(int ordinal) {
+    json d;
+    const DeviceInfo *dev = device_info(ordinal);
+    d["ordinal"] = ordinal;
+    d["uuid"] = dev ? dev->uuid : "";
+    d["name"] = dev ? dev->name : "";
+    d["total_bytes"] = dev ? (int64_t)dev->physical_total : -1;
+    // One cheap query through the real table (never the hooks); it needs the caller's context.
+    size_t free_b = 0, total_b = 0;
+    const RealDriver &r = real_driver();
+    bool ok = r.cuMemGetInfo_v2 && current_ordinal() == ordinal && r.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS;
+    d["free_bytes"] = ok ? (int64_t)free_b : -1;
+    return d;
+}
+
+std::string stack_key(stacks::StackId id) { return "s" + std::to_string(id); }
+json stack_ref(stacks::StackId id) { return id ? json(stack_key(id)) : json(nullptr); }
+
+json by_stack_json(const std::vector<StackBytes> &v, std::set<stacks::StackId> &used, size_t max) {
+    json out = json::array();
+    for (size_t i = 0; i < v.size() && i < max; i++) {
+        out.push_back({{"stack", stack_ref(v[i].stack)}, {"bytes", v[i].bytes}, {"count", v[i].count}});
+        if (v[i].stack) used.insert(v[i].stack);
+    }
+    return out;
+}
+
+std::string hex(uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)v);
+    return buf;
+}
+
+bool write_atomically(const std::string &dir, const std::string &name, const std::string &text, std::string *path) {
+    *path = dir + "/" + name;
+    // O_EXCL | O_NOFOLLOW: never through a file or link someone planted at the temporary name (a
+    // report folder may be shared); such a name is skipped for another, with a random part.
+    std::string tmp = dir + "/." + name + ".tmp";
+    int fd = -1;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+        if (fd >= 0 || errno != EEXIST) break;
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = mono_ns() * 0x9E3779B97F4A7C15ull;
+        char suffix[24];
+        snprintf(suffix, sizeof suffix, ".%016llx", (unsigned long long)r);
+        tmp = dir + "/." + name + suffix + ".tmp";
+    }
+    if (fd < 0) {
+        log_error("cannot write a report in GPUGUARD_REPORT_DIR=%s: %s", dir.c_str(), strerror(errno));
+        return false;
+    }
+    size_t off = 0;
+    while (off < text.size()) {
+        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            log_error("cannot write report %s: %s", path->c_str(), n < 0 ? strerror(errno) : "short write");
+            close(fd);
+            unlink(tmp.c_str());
+            return false;
+        }
+        off += (size_t)n;
+    }
+    bool ok = close(fd) == 0 && rename(tmp.c_str(), path->c_str()) == 0;
+    if (!ok) {
+        log_error("cannot write report %s: %s", path->c_str(), strerror(errno));
+        unlink(tmp.c_str());
+    }
+    return ok;
+}
+
+}  // namespace
+
+const char *reason_name(Reason r) {
+    switch (r) {
+        case Reason::kQuota: return "quota";
+        case Reason::kDriverOom: return "driver_oom";
+        case Reason::kExit: return "exit";
+        case Reason::kRequest: return "request";
+        case Reason::kSignal: return "signal";
+        case Reason::kWarnAt: return "warn_at";
+    }
+    return "unknown";
+}
+
+void add_section(SectionFn fn) {
+    std::lock_guard<std::mutex> lock(g_sections_mu);
+    sections_list().push_back(fn);
+}
+
+void begin_episode(int id, uint64_t first_unix_ns) {
+    g_episode.store(id);
+    g_episode_calls.store(1);
+    g_episode_first_ns.store(first_unix_ns);
+}
+
+void note_failed_call() { g_episode_calls.fetch_add(1); }
+
+void lock_for_fork() { g_sections_mu.lock(); }
+void unlock_after_fork() { g_sections_mu.unlock(); }
+void reset_after_fork() {
+    g_automatic_written.store(0);
+    g_sequence.store(0);
+    g_episode.store(0);
+    g_episode_calls.store(0);
+    g_episode_first_ns.store(0);
+}
+
+json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    State &s = state();
+    const Config &c = *s.cfg;
+    Tracker::Snapshot snap = tracker().snapshot((size_t)c.top_n);
+    uint64_t now_mono = mono_ns();
+    std::set<stacks::StackId> used;
+
+    json r;
+    r["schema"] = schema::kName;
+    r["version"] = schema::kVersion;
+    r["reason"] = reason_name(reason);
+    r["message"] = message;
+    r["time_unix_ns"] = unix_ns();
+    r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
+    r["process"] = process_section();
+    stacks::ReuseCounts reuse = stacks::reuse_counts();
+    stacks::WalkerCounts walker = stacks::walker_counts();
+    r["capture"] = {{"unwinder", stacks::unwinder()},
+                    {"walker", {{"walks", walker.walks},
+                                {"rules_learned", walker.rules_learned},
+                                {"fallbacks", walker.fallbacks}}},
+                    {"python", py::version()},
+                    {"stack_depth", c.stack_depth},
+                    {"stack_reuse", {{"on", c.stack_reuse},
+                                     {"reused", reuse.reused},
+                                     {"unwound", reuse.unwound},
+                                     {"checks", reuse.checks},
+                                     {"changes", reuse.changes},
+                                     {"unstable_sites", reuse.unstable_sites}}}};
+    r["device"] = device_section(ordinal);
+
+    const DeviceInfo *dev = device_info(ordinal);
+    if (dev && has_limit(*dev)) {
+        r["limit"] = {{"bytes", dev->limit},
+                      {"spec", s.ledger->limit_spec()},
+                      {"source", c.limit_source.empty() ? "ledger" : c.limit_source},
+                      {"scope", s.ledger->shared() ? "container" : "process"}};
+    } else {
+        r["limit"] = nullptr;
+    }
+    int ldev = dev ? dev->ledger_index : -1;
+    r["usage"] = {{"process_bytes", ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
+                  {"process_peak_bytes", ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
+                  {"container_bytes", ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
+                  {"live_allocations", snap.live_count}};
+
+    if (failure) {
+        r["failed_request"] = {{"api", api_name(failure->api)},     {"driver_api", api_name(failure->driver_api)},
+                               {"bytes", failure->bytes},            {"device", failure->ordinal},
+                               {"thread", failure->thread},          {"driver_result", failure->result},
+                               {"stack", stack_ref(failure->stack)}};
+        if (failure->stack) used.insert(failure->stack);
+    } else {
+        r["failed_request"] = nullptr;
+    }
+    // A failure's report is about its own episode, even if a later one began while it was written.
+    int episode = failure ? failure->episode : g_episode.load();
+    if (episode)
+        r["episode"] = {{"id", episode},
+                        {"failed_calls", episode == g_episode.load() ? g_episode_calls.load() : 1},
+                        {"first_unix_ns", failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
+    else
+        r["episode"] = nullptr;
+
+    json counts = json::object();
+    for (const auto &[api, n] : snap.counts)
+        counts[api_name(api)] = {{"allocs", n.allocs}, {"frees", n.frees}, {"failures", n.failures},
+                                 {"live_bytes", n.live_bytes}, {"live_count", n.live_count}};
+    r["counts_by_api"] = counts;
+
+    json top = json::array();
+    for (const auto &[key, a] : snap.top) {
+        top.push_back({{"address", hex(key)},
+                       {"bytes", a.bytes},
+                       {"api", api_name(a.api)},
+                       {"device", a.ordinal},
+                       {"age_ns", now_mono - a.t_ns},
+                       {"thread", a.thread},
+                       {"stack", stack_ref(a.stack)},
+                       {"tag", a.workspace ? json("cudnn_workspace") : json(nullptr)}});
+        if (a.stack) used.insert(a.stack);
+    }
+    r["top_allocations"] = top;
+    constexpr size_t kMaxStacksListed = 500;
+    r["by_stack"] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
+    r["peak"] = {{"bytes", snap.peak_bytes},
+                 {"time_unix_ns", snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
+                 {"by_stack", by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+    json points = json::array();
+    for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
+    r["timeline"] = {{"t0_unix_ns", s.start_unix_ns}, {"points", points}};
+
+    json stacks_json = json::object();
+    for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{"frames", stacks::frames_json(id)}};
+    r["stacks"] = stacks_json;
+
+    if (s.ledger->shared()) {
+        json devices = json::array(), procs = json::array();
+        for (const auto &d : s.ledger->devices())
+            devices.push_back({{"uuid", d.uuid}, {"limit_bytes", d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
+                               {"used_bytes", d.used}, {"peak_bytes", d.peak}});
+        for (const auto &p : s.ledger->processes()) {
+            uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
+            procs.push_back({{"pid", p.pid}, {"command", p.command}, {"bytes", bytes}, {"peak_bytes", peak},
+                             {"alive", p.alive}, {"self", p.self}});
+        }
+        r["ledger"] = {{"path", s.ledger->path()}, {"devices", devices}, {"processes", procs}};
+    }
+    std::vector<SectionFn> sections;
+    {
+        std::lock_guard<std::mutex> lock(g_sections_mu);
+        sections = sections_list();
+    }
+    for (SectionFn fn : sections) fn(r);
+    return r;
+}
+
+std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    const Config &c = *state().cfg;
+    bool automatic = reason == Reason::kQuota || reason == Reason::kDriverOom || reason == Reason::kWarnAt;
+    if (automatic && g_automatic_written.fetch_add(1) >= c.max_reports) {
+        if (g_automatic_written.load() == c.max_reports + 1)
+            log_error("GPUGUARD_MAX_REPORTS=%d reached; no more reports from this process", c.max_reports);
+        return "";
+    }
+    std::string text;
+    try {
+        // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
+        // replaced, not fatal: the report is needed most when something is already wrong.
+        text = build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
+    } catch (const std::exception &e) {
+        log_error("cannot assemble a report: %s", e.what());
+        return "";
+    }
+    char host[64] = {};
+    gethostname(host, sizeof host - 1);
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == '.') *p = '-';
+    char name[256];
+    snprintf(name, sizeof name, "gpuguard-%s-%llu-%s-%d-%d.json", reason_name(reason),
+             (unsigned long long)(unix_ns() / 1000000000ull), host, (int)getpid(), g_sequence.fetch_add(1) + 1);
+    std::string path;
+    if (!write_atomically(c.report_dir, name, text, &path)) return "";
+    return path;
+}
+
+}  // namespace gg::report

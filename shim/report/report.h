@@ -1,0 +1,49 @@
+// Reports: a consistent snapshot taken under the tracker's locks, turned into JSON outside them
+// (docs/report-schema.md), written atomically (a temporary file, then rename) into
+// GPUGUARD_REPORT_DIR under a name no concurrent process can collide with.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "shim/hooks/api.h"
+#include "shim/stacks/stacks.h"
+
+namespace gg::report {
+
+enum class Reason { kQuota, kDriverOom, kExit, kRequest, kSignal, kWarnAt };
+const char *reason_name(Reason r);
+
+struct Failure {
+    Api api, driver_api;
+    uint64_t bytes;
+    int ordinal;
+    int result;
+    stacks::StackId stack;
+    int episode;
+    uint64_t first_unix_ns;
+    int thread;
+};
+
+// Writes one report and returns its path, or "" (with a line on stderr) when it could not be
+// written or the cap on automatic reports was reached. `ordinal` is the device the report is about.
+std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal);
+
+// A new episode starts (called under the episode lock, so that failures that join it while its
+// report is being written are counted in it); then one more failed call in the current episode.
+void begin_episode(int id, uint64_t first_unix_ns);
+void note_failed_call();
+// fork(): the child writes its own reports, counted from zero (GPUGUARD_MAX_REPORTS is per process).
+void reset_after_fork();
+void lock_for_fork();
+void unlock_after_fork();
+
+// A module that adds a section to every report (cuDNN's) registers it once.
+using SectionFn = void (*)(nlohmann::json &report);
+void add_section(SectionFn fn);
+
+// Builds the report without writing it (tests, benchmarks).
+nlohmann::json build(Reason reason, const std::string &message, const Failure *failure, int ordinal);
+
+}  // namespace gg::report

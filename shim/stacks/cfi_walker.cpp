@@ -1,0 +1,482 @@
+#include "shim/stacks/cfi_walker.h"
+
+#include <link.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "shim/base/per_thread.h"
+#include "shim/stacks/cfi_rule_table.h"
+
+// libgcc's lookup of the .eh_frame entry (FDE) covering an address, through _dl_find_object or
+// dl_iterate_phdr: linked statically into the shim, exported by libgcc_s.so.1 elsewhere. It is in no
+// public header; its signature has not changed since GCC 3 (unwind-dw2-fde.h). The second argument
+// receives {text base, data base, the FDE's function start}.
+extern "C" const void *_Unwind_Find_FDE(void *pc, void *bases);
+#pragma weak _Unwind_Find_FDE
+
+namespace gg::stacks::cfi {
+namespace {
+
+#if defined(__x86_64__)
+constexpr bool kArchSupported = true;
+#else
+constexpr bool kArchSupported = false;
+#endif
+
+// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
+constexpr uint64_t kRegRbp = 6, kRegRsp = 7, kRegReturnAddress = 16;
+
+// What a frame's rule says: where its CFA (the caller's stack pointer) is, and where the return
+// address and the caller's rbp were saved, as offsets from the CFA.
+struct Rule {
+    enum Kind : uint8_t {
+        kFromRsp,      // CFA = rsp + cfa_offset
+        kFromRbp,      // CFA = rbp + cfa_offset
+        kLoadedAtRbp,  // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
+        kEnd,          // the outermost frame (return address undefined) or code without unwind info
+        kUnsupported,  // walk() gives up on this stack
+    };
+    Kind kind = kUnsupported;
+    enum RbpKind : uint8_t {
+        kRbpKept,   // the caller's rbp is this frame's
+        kRbpAtCfa,  // saved at CFA + rbp_offset
+        kRbpAtRbp,  // saved at rbp + rbp_offset (a realigned frame)
+    };
+    RbpKind rbp = kRbpKept;
+    int16_t rbp_offset = 0;
+    int16_t return_address_offset = 0;
+    int32_t cfa_offset = 0;
+};
+
+// The dynamic loader's running counts of objects loaded and unloaded.
+struct LoaderCounts {
+    unsigned long long loads = 0, unloads = 0;
+};
+
+// One thread's rules and what it knows of its own stack.
+struct ThreadTable {
+    RuleTable<Rule> rules;  // 192 KiB (shim/stacks/cfi_rule_table.h)
+    uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
+    bool bounds_tried = false;
+    LoaderCounts loader;  // as of the last check
+    int walks_to_loader_check = 0;
+};
+
+PerThread<ThreadTable> g_tables;
+std::atomic<uint64_t> g_walks{0}, g_rule_misses{0}, g_fallbacks{0};
+
+// ---- Reading .eh_frame: bounded little-endian reads; a read past the entry's end sets `bad`.
+struct Bytes {
+    const uint8_t *p, *end;
+    bool bad = false;
+
+    bool has(size_t n) {
+        if (bad || size_t(end - p) < n) bad = true;
+        return !bad;
+    }
+    template <class T>
+    T fixed() {
+        T v{};
+        if (has(sizeof v)) memcpy(&v, p, sizeof v), p += sizeof v;
+        return v;
+    }
+    uint64_t uleb() {
+        uint64_t v = 0;
+        for (int shift = 0; has(1); shift += 7) {
+            uint8_t b = *p++;
+            if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        return 0;
+    }
+    int64_t sleb() {
+        uint64_t v = 0;
+        int shift = 0;
+        for (; has(1); ) {
+            uint8_t b = *p++;
+            if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
+            shift += 7;
+            if (!(b & 0x80)) {
+                if (shift < 64 && (b & 0x40)) v |= ~uint64_t(0) << shift;
+                return int64_t(v);
+            }
+        }
+        return 0;
+    }
+    void skip(uint64_t n) {
+        if (has(n)) p += n;
+    }
+    // Skips a pointer in the DW_EH_PE encoding `enc` (its value is not needed: libgcc gives the
+    // function start, and a CIE's personality routine plays no part in unwinding).
+    void skip_encoded(uint8_t enc) {
+        if (enc == 0xff) return;  // DW_EH_PE_omit
+        switch (enc & 0x0f) {
+            case 0x00: skip(8); break;                  // absptr
+            case 0x01: case 0x09: (void)uleb(); break;  // uleb128, sleb128
+            case 0x02: case 0x0a: skip(2); break;       // (s)data2
+            case 0x03: case 0x0b: skip(4); break;       // (s)data4
+            case 0x04: case 0x0c: skip(8); break;       // (s)data8
+            default: bad = true;
+        }
+    }
+};
+
+// A factored offset times its alignment factor, wrapping as the hardware would rather than
+// overflowing (undefined in C++): only nonsense input gets that far, and the rule checks reject it.
+int64_t scaled(uint64_t factored, int64_t align) { return int64_t(factored * uint64_t(align)); }
+
+// An entry of .eh_frame (a CIE or an FDE) at `at`: its contents after the length, and where the
+// CIE-id / CIE-pointer field is. 64-bit DWARF (length 0xffffffff) has an 8-byte id field.
+bool open_entry(const uint8_t *at, Bytes *body, bool *wide) {
+    uint32_t len32;
+    memcpy(&len32, at, 4);
+    at += 4;
+    uint64_t len = len32;
+    *wide = len32 == 0xffffffffu;
+    if (*wide) {
+        memcpy(&len, at, 8);
+        at += 8;
+    }
+    if (len == 0 || len > (1u << 24)) return false;  // a terminator, or not an entry we believe
+    *body = Bytes{at, at + len};
+    return true;
+}
+
+// The state of one row of the CFA table, for the registers a walk needs.
+struct RegRule {
+    enum Kind : uint8_t { kSame, kOffset, kAtRbp, kUndefined, kOther } kind = kSame;  // kAtRbp: saved at rbp + offset
+    int64_t offset = 0;
+};
+struct Row {
+    uint64_t cfa_reg = ~uint64_t(0);
+    int64_t cfa_offset = 0;
+    bool cfa_expression = false;  // one this walker does not evaluate
+    bool cfa_loaded = false;      // CFA = *(cfa_reg + cfa_offset)
+    RegRule rbp, ra;
+    RegRule *reg(uint64_t r) { return r == kRegRbp ? &rbp : r == kRegReturnAddress ? &ra : nullptr; }
+    const RegRule *reg(uint64_t r) const { return const_cast<Row *>(this)->reg(r); }
+};
+
+struct Cie {
+    uint64_t code_align = 1;
+    int64_t data_align = 1;
+    uint8_t fde_encoding = 0;
+    bool has_augmentation_data = false;
+    Bytes initial;  // the CIE's initial instructions
+};
+
+bool parse_cie(const uint8_t *at, Cie *cie) {
+    Bytes b{nullptr, nullptr};
+    bool wide = false;
+    if (!open_entry(at, &b, &wide)) return false;
+    uint64_t id = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
+    uint8_t version = b.fixed<uint8_t>();
+    if (b.bad || id != 0 || (version != 1 && version != 3)) return false;
+    const char *aug = reinterpret_cast<const char *>(b.p);
+    b.skip(strnlen(aug, size_t(b.end - b.p)) + 1);
+    if (b.bad) return false;  // no NUL inside the entry
+    if (strstr(aug, "eh")) b.skip(8);  // a GCC 2 relic: the exception table's address
+    cie->code_align = b.uleb();
+    cie->data_align = b.sleb();
+    uint64_t ra_reg = version == 1 ? b.fixed<uint8_t>() : b.uleb();
+    if (b.bad || ra_reg != kRegReturnAddress) return false;
+    if (aug[0] == 'z') {
+        cie->has_augmentation_data = true;
+        uint64_t n = b.uleb();
+        if (!b.has(n)) return false;
+        Bytes data{b.p, b.p + n};
+        for (const char *c = aug + 1; *c && !data.bad; ++c) {
+            if (*c == 'R') cie->fde_encoding = data.fixed<uint8_t>();
+            else if (*c == 'L') (void)data.fixed<uint8_t>();
+            else if (*c == 'P') data.skip_encoded(data.fixed<uint8_t>());
+            else if (*c == 'S') return false;  // a signal trampoline: registers come from a ucontext
+            else break;                        // unknown letters come last; the length covers them
+        }
+        b.p += n;
+    } else if (aug[0] != '\0') {
+        return false;  // without 'z' an unknown augmentation cannot be skipped
+    }
+    if (b.bad) return false;
+    cie->initial = b;
+    return true;
+}
+
+// The block of a DW_CFA_*expression instruction (its length, then its bytes), consumed from b.
+Bytes expression_block(Bytes &b) {
+    uint64_t n = b.uleb();
+    if (!b.has(n)) return Bytes{b.p, b.p, true};
+    Bytes e{b.p, b.p + n};
+    b.p += n;
+    return e;
+}
+
+// Whether an expression is exactly "rbp + k" (DW_OP_breg6 k), or with deref "*(rbp + k)"
+// (DW_OP_breg6 k, DW_OP_deref): the two that realigned frames use.
+bool rbp_relative(Bytes e, int64_t *k, bool deref) {
+    constexpr uint8_t kOpBreg6 = 0x76, kOpDeref = 0x06;
+    if (e.fixed<uint8_t>() != kOpBreg6) return false;
+    *k = e.sleb();
+    if (deref && e.fixed<uint8_t>() != kOpDeref) return false;
+    return !e.bad && e.p == e.end;
+}
+
+// Runs call-frame instructions until the row for `pc` is reached. `initial` is the row after the
+// CIE's instructions (for DW_CFA_restore); nullptr while running those.
+bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row, const Row *initial) {
+    constexpr int kMaxRemembered = 8;
+    Row remembered[kMaxRemembered];
+    int depth = 0;
+    auto set = [&](uint64_t r, RegRule::Kind k, int64_t off) {
+        if (RegRule *rr = row->reg(r)) *rr = RegRule{k, off};
+    };
+    auto restore = [&](uint64_t r) {
+        if (RegRule *rr = row->reg(r)) *rr = initial ? *initial->reg(r) : RegRule{};
+    };
+    while (b.p < b.end && !b.bad) {
+        uint8_t op = b.fixed<uint8_t>();
+        uint64_t advance = 0;
+        if ((op & 0xc0) == 0x40) advance = (op & 0x3f) * cie.code_align;
+        else if ((op & 0xc0) == 0x80) set(op & 0x3f, RegRule::kOffset, scaled(b.uleb(), cie.data_align));
+        else if ((op & 0xc0) == 0xc0) restore(op & 0x3f);
+        else switch (op) {
+            case 0x00: break;  // nop
+            case 0x02: advance = b.fixed<uint8_t>() * cie.code_align; break;
+            case 0x03: advance = b.fixed<uint16_t>() * cie.code_align; break;
+            case 0x04: advance = b.fixed<uint32_t>() * cie.code_align; break;
+            case 0x05: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(b.uleb(), cie.data_align)); break; }
+            case 0x06: restore(b.uleb()); break;
+            case 0x07: set(b.uleb(), RegRule::kUndefined, 0); break;
+            case 0x08: set(b.uleb(), RegRule::kSame, 0); break;
+            case 0x09: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x0a:
+                if (depth == kMaxRemembered) return false;
+                remembered[depth++] = *row;
+                break;
+            case 0x0b:
+                if (depth == 0) return false;
+                *row = remembered[--depth];
+                break;
+            case 0x0c: row->cfa_reg = b.uleb(); row->cfa_offset = int64_t(b.uleb()); row->cfa_expression = row->cfa_loaded = false; break;
+            case 0x0d: row->cfa_reg = b.uleb(); row->cfa_expression = row->cfa_loaded = false; break;
+            case 0x0e: row->cfa_offset = int64_t(b.uleb()); break;
+            case 0x0f: {
+                // A function that realigns its stack and also moves it by a run-time amount keeps
+                // the incoming stack pointer in a register ("DRAP") saved below its rbp; GCC then
+                // gives the CFA as "rbp + k, dereferenced". That one expression is evaluated.
+                int64_t k = 0;
+                Bytes e = expression_block(b);
+                row->cfa_loaded = rbp_relative(e, &k, /*deref=*/true);
+                row->cfa_expression = !row->cfa_loaded;
+                row->cfa_reg = kRegRbp;
+                row->cfa_offset = k;
+                break;
+            }
+            case 0x10: {  // ... and rbp saved at rbp + k (DW_OP_breg6 k): the other expression it uses
+                uint64_t r = b.uleb();
+                int64_t k = 0;
+                Bytes e = expression_block(b);
+                if (rbp_relative(e, &k, /*deref=*/false)) set(r, RegRule::kAtRbp, k);
+                else set(r, RegRule::kOther, 0);
+                break;
+            }
+            case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
+            case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(uint64_t(b.sleb()), cie.data_align)); break; }
+            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); row->cfa_expression = row->cfa_loaded = false; break;
+            case 0x13: row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); break;
+            case 0x14: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x15: { uint64_t r = b.uleb(); (void)b.sleb(); set(r, RegRule::kOther, 0); break; }
+            case 0x2e: (void)b.uleb(); break;  // GNU_args_size
+            case 0x2f: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(0 - b.uleb(), cie.data_align)); break; }  // negated
+            default: return false;  // DW_CFA_set_loc and vendor operations: not emitted for x86-64 code we meet
+        }
+        if (advance) {
+            loc += advance;
+            if (loc > pc) break;  // the row for pc is complete
+        }
+    }
+    return !b.bad;
+}
+
+Rule unsupported() {
+    Rule r;
+    r.kind = Rule::kUnsupported;
+    return r;
+}
+
+// The rule that the .eh_frame entry (FDE) at `fde`, for a function starting at `start`, gives for `pc`.
+Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
+    Rule r;
+    Bytes b{nullptr, nullptr};
+    bool wide = false;
+    if (!open_entry(fde, &b, &wide)) return unsupported();
+    const uint8_t *id_at = b.p;
+    uint64_t cie_pointer = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
+    Cie cie;
+    if (b.bad || cie_pointer == 0 || !parse_cie(id_at - cie_pointer, &cie)) return unsupported();
+    b.skip_encoded(cie.fde_encoding);                 // the function start: bases[2] has it
+    b.skip_encoded(uint8_t(cie.fde_encoding & 0x0f)); // the function's length
+    if (cie.has_augmentation_data) b.skip(b.uleb());
+    if (b.bad) return unsupported();
+
+    Row row;
+    if (!run_program(cie.initial, cie, start, pc, &row, nullptr)) return unsupported();
+    Row initial = row;
+    if (!run_program(b, cie, start, pc, &row, &initial)) return unsupported();
+
+    if (row.ra.kind == RegRule::kUndefined) {  // the outermost frame (_start, a thread's start)
+        r.kind = Rule::kEnd;
+        return r;
+    }
+    bool cfa_ok = !row.cfa_expression && (row.cfa_reg == kRegRsp || row.cfa_reg == kRegRbp) &&
+                  (row.cfa_loaded ? row.cfa_reg == kRegRbp && row.cfa_offset >= -4096 && row.cfa_offset <= 4096
+                                  : row.cfa_offset > 0 && row.cfa_offset < (int64_t(1) << 30));
+    bool ra_ok = row.ra.kind == RegRule::kOffset && row.ra.offset < 0 && row.ra.offset >= -4096;
+    bool rbp_ok = row.rbp.kind == RegRule::kSame || row.rbp.kind == RegRule::kUndefined ||
+                  (row.rbp.kind == RegRule::kOffset && row.rbp.offset < 0 && row.rbp.offset >= -4096) ||
+                  (row.rbp.kind == RegRule::kAtRbp && row.rbp.offset >= -4096 && row.rbp.offset <= 4096);
+    if (!cfa_ok || !ra_ok || !rbp_ok) return unsupported();
+    r.kind = row.cfa_loaded ? Rule::kLoadedAtRbp : row.cfa_reg == kRegRsp ? Rule::kFromRsp : Rule::kFromRbp;
+    r.cfa_offset = int32_t(row.cfa_offset);
+    r.return_address_offset = int16_t(row.ra.offset);
+    r.rbp = row.rbp.kind == RegRule::kOffset ? Rule::kRbpAtCfa : row.rbp.kind == RegRule::kAtRbp ? Rule::kRbpAtRbp : Rule::kRbpKept;
+    r.rbp_offset = int16_t(row.rbp.offset);
+    return r;
+}
+
+// The rule for the code at `pc` (a return address minus one, or walk()'s own pc).
+Rule find_rule(uintptr_t pc) {
+    g_rule_misses.fetch_add(1, std::memory_order_relaxed);
+    void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
+    const void *fde = _Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases);
+    if (!fde || !bases[2]) {
+        Rule r;
+        r.kind = Rule::kEnd;  // as for libgcc: code without unwind information ends the walk
+        return r;
+    }
+    return rule_from_fde(static_cast<const uint8_t *>(fde), reinterpret_cast<uintptr_t>(bases[2]), pc);
+}
+
+const Rule &rule_for(ThreadTable *t, uintptr_t pc) {
+    if (const Rule *known = t->rules.find(pc)) return *known;
+    return t->rules.store(pc, find_rule(pc));
+}
+
+int loader_counts(dl_phdr_info *info, size_t, void *out) {
+    *static_cast<LoaderCounts *>(out) = {info->dlpi_adds, info->dlpi_subs};
+    return 1;  // every object reports the same counters: the first is enough
+}
+
+// Forgets rules that libraries loaded or unloaded since the last check may have made wrong, and
+// learns the thread's stack bounds once. An unload makes any rule of its addresses stale: all go.
+// A load only maps code where there was none, so only the "no unwind information here" answers
+// (kEnd) go. PyTorch keeps loading libraries after its first steps (cuDNN 9 and cuBLAS open their
+// sub-libraries on first use); forgetting every rule at each load would have each thread learn its
+// thousands of rules again.
+void refresh(ThreadTable *t) {
+    if (--t->walks_to_loader_check <= 0) {
+        t->walks_to_loader_check = kLoaderCheckEvery;
+        LoaderCounts now;
+        dl_iterate_phdr(loader_counts, &now);
+        if (now.unloads != t->loader.unloads)
+            t->rules.forget_all();
+        else if (now.loads != t->loader.loads)
+            t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
+        t->loader = now;
+    }
+    if (!t->bounds_tried) {
+        t->bounds_tried = true;
+        pthread_attr_t attr;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            void *addr = nullptr;
+            size_t size = 0;
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr && size) {
+                t->stack_low = reinterpret_cast<uintptr_t>(addr);
+                t->stack_high = t->stack_low + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+    }
+}
+
+// A word of the stack. Not instrumented: the sanitizers' view of other frames' slots (redzones,
+// another thread's writes long ago) says nothing about a return address or a saved rbp.
+__attribute__((no_sanitize_address, no_sanitize_thread)) uintptr_t load_word(uintptr_t at) {
+    return *reinterpret_cast<const uintptr_t *>(at);
+}
+
+// The walk, from its own frame outward (see walk()).
+__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
+    if (!available()) return -1;
+    ThreadTable *t = g_tables.get();
+    if (!t) return -1;
+    g_walks.fetch_add(1, std::memory_order_relaxed);
+    refresh(t);
+    uintptr_t pc = 0, sp = 0, fp = 0;
+#if defined(__x86_64__)
+    // Where we are: the rule of this very instruction (from the shim's own .eh_frame) describes
+    // this rsp, and walking from here needs nothing from a ucontext.
+    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
+#endif
+    const uintptr_t low = t->stack_low, high = t->stack_high;
+    if (!high || sp < low || sp >= high) return -1;  // an alternate signal stack, a coroutine's stack
+    // Every slot read lies in the part of this thread's stack that is in use, and frames rise towards
+    // the stack's base: a wrong rule cannot make the walk fault or loop.
+    auto in_use = [&](uintptr_t at) { return at >= sp && at <= high - sizeof(uintptr_t); };
+    int n = 0;
+    for (bool first = true; n < max; first = false) {
+        const Rule &r = rule_for(t, first ? pc : pc - 1);
+        if (r.kind == Rule::kEnd) return n;
+        uintptr_t cfa = 0;
+        switch (r.kind) {
+            case Rule::kFromRsp: cfa = sp + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kFromRbp: cfa = fp + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kLoadedAtRbp: {
+                uintptr_t at = fp + uintptr_t(intptr_t(r.cfa_offset));
+                if (!in_use(at)) return -1;
+                cfa = load_word(at);
+                break;
+            }
+            default: return -1;  // kUnsupported
+        }
+        uintptr_t ra_at = cfa + uintptr_t(intptr_t(r.return_address_offset));
+        uintptr_t rbp_at = (r.rbp == Rule::kRbpAtRbp ? fp : cfa) + uintptr_t(intptr_t(r.rbp_offset));
+        if (cfa <= sp || cfa > high || !in_use(ra_at)) return -1;
+        if (r.rbp != Rule::kRbpKept && !in_use(rbp_at)) return -1;
+        uintptr_t ra = load_word(ra_at);
+        if (r.rbp != Rule::kRbpKept) fp = load_word(rbp_at);
+        sp = cfa;
+        pc = ra;
+        if (!pc) return n;  // some thread starts end with a zero return address instead of a rule
+        ips[n++] = reinterpret_cast<void *>(pc);
+        if (stop && stop(pc)) return n;
+    }
+    return n;
+}
+
+}  // namespace
+
+bool available() { return kArchSupported && &_Unwind_Find_FDE != nullptr; }
+
+int walk(void **ips, int max, StopFn stop) {
+    int n = walk_from_here(ips, max, stop);
+    if (n < 0) g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return n;
+}
+
+int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
+    switch (rule_from_fde(fde, start, pc).kind) {
+        case Rule::kFromRsp: case Rule::kFromRbp: case Rule::kLoadedAtRbp: return 0;
+        case Rule::kEnd: return 1;
+        default: return 2;
+    }
+}
+
+Counts counts() {
+    return {g_walks.load(std::memory_order_relaxed), g_rule_misses.load(std::memory_order_relaxed),
+            g_fallbacks.load(std::memory_order_relaxed)};
+}
+
+}  // namespace gg::stacks::cfi
+

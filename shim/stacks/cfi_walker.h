@@ -1,0 +1,55 @@
+// A caching stack walker: the DWARF call-frame rules of each return address, found once and kept.
+// Internal to the stacks module (shim/stacks/unwind.cpp uses it as the default unwinder on x86-64).
+//
+// Why: on the GPU machine a PyTorch stack costs about 10 µs to unwind with libunwind or libgcc,
+// whatever the depth (BENCHMARKS.md, "the no-caching training loop"): both look up and interpret
+// the unwind tables of libtorch and libpython again at each capture, with caches made cold by the
+// driver's call. A training loop allocates from the same few hundred code paths every step, so the
+// rule of each return address (where the caller's frame starts, where the return address and the
+// caller's frame pointer were saved) is worked out once per thread, from the .eh_frame entry that
+// libgcc's _Unwind_Find_FDE finds, and then a frame costs one table lookup and two loads. PyTorch's
+// own profiler unwinder does the same for the same reason.
+//
+// Only what x86-64 compilers emit for ordinary functions is implemented: the frame's base (CFA) at
+// an offset from rsp or rbp, the return address and rbp saved at offsets from it, and the two
+// expressions GCC uses for a realigned frame (CFA loaded from rbp + k, rbp saved at rbp + k).
+// Anything else (another DWARF expression, a signal frame, a frame whose return address is kept in
+// a register) makes walk() give up, and the caller unwinds that stack with libunwind or libgcc. Every load is checked against the thread's stack bounds and
+// the frame bases must rise, so a wrong rule or a corrupt stack ends the walk early, never faults.
+//
+// The rules are kept per thread (no lock) in a two-way table (shim/stacks/cfi_rule_table.h). A library unloaded
+// and another loaded at its address would leave stale rules: the table is emptied when the loader's
+// count of unloaded objects changes, and only its "no unwind information here" answers when the
+// count of loaded ones does; the counts are checked every kLoaderCheckEvery walks.
+#pragma once
+#include <cstdint>
+
+namespace gg::stacks::cfi {
+
+using StopFn = bool (*)(uintptr_t ip);
+
+// Whether this build can walk at all (x86-64 with libgcc's _Unwind_Find_FDE).
+bool available();
+
+// Fills ips with return addresses, innermost first, starting with one inside walk() itself;
+// stops after max, at the end of the stack, or after the first frame for which stop() answers
+// true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
+// above): the caller then unwinds with a general unwinder.
+int walk(void **ips, int max, StopFn stop);
+
+// Per-process counters, for tests and the profile.
+struct Counts {
+    uint64_t walks;        // calls of walk()
+    uint64_t rule_misses;  // rules worked out from .eh_frame (the rest came from the table)
+    uint64_t fallbacks;    // walks that met a rule they do not implement: the stack went to the fallback
+};
+Counts counts();
+
+constexpr int kLoaderCheckEvery = 256;
+
+// For the fuzz target (tests/fuzz/fuzz_cfi.cpp): what the .eh_frame entry (FDE) at `fde`, for a
+// function starting at `start`, says of `pc`: 0 a rule walk() follows, 1 the end of the stack, 2 a
+// rule it does not implement. The entry and its CIE are read only within their lengths.
+int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc);
+
+}  // namespace gg::stacks::cfi

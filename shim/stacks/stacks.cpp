@@ -1,0 +1,247 @@
+// Capture (hot path: raw addresses, one hash, one short lock) and report-time rendering of stacks.
+// Pieces: stacks_unwind (which unwinder), stacks_table (dedup), stacks_symbols (names),
+// stacks_merge (where Python frames go).
+#include "shim/stacks/stacks.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/base/log.h"
+#include "shim/base/per_thread.h"
+#include "shim/base/profile.h"
+#include "shim/python/frames.h"
+#include "shim/stacks/cfi_walker.h"
+#include "shim/stacks/merge.h"
+#include "shim/stacks/reuse.h"
+#include "shim/stacks/symbols.h"
+#include "shim/stacks/table.h"
+#include "shim/stacks/unwind.h"
+
+namespace gg::stacks {
+namespace {
+
+constexpr int kMaxDepth = 128;
+constexpr int kMaxPython = 128;
+// Frames between the unwinder and capture()'s caller (capture, its helpers, the unwinder's own
+// entry); they are found by return address, this only sizes the buffer.
+constexpr int kSlack = 16;
+// A Python frame is stored as three words: file, function (both interned, so pointers identify them)
+// and line << 1 | entry.
+constexpr int kPyWords = 3;
+static_assert(kMaxDepth + kPyWords * kMaxPython <= int(table::kMaxWords), "a stack must fit the table");
+
+std::atomic<int> g_depth{48};
+std::atomic<bool> g_python{false};
+std::atomic<bool> g_reuse{false};
+
+// Set while this thread is inside capture(): an unwinder that allocates, under a profiler that hooks
+// malloc and captures, would otherwise recurse. initial-exec: no __tls_get_addr (which may allocate)
+// on the hot path; the shim is preloaded, so its TLS is in the static block.
+__attribute__((tls_model("initial-exec"))) thread_local bool t_busy = false;
+
+std::string hex_addr(uintptr_t v) {
+    char buf[24];
+    snprintf(buf, sizeof(buf), "0x%zx", size_t(v));
+    return buf;
+}
+
+bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
+
+// This thread's site cache (shim/stacks/reuse.h), freed at thread exit. (Not a C++ thread_local with a
+// destructor: an allocation in a later thread-exit handler could use it after it ran; this one is
+// simply made again.)
+PerThread<reuse::SiteCache> g_sites;
+
+// Whether two stacks of one site key are the same: equal, or different only in where inside the
+// eval loop a native frame stood (shim/stacks/reuse.h). Only at checks, so the copies do not matter.
+bool same_site_stack(StackId a, StackId b) {
+    if (a == b) return true;
+    std::vector<uintptr_t> wa, wb;
+    uint32_t na = 0, nb = 0;
+    if (!table::get(a, &wa, &na) || !table::get(b, &wb, &nb) || na != nb || wa.size() != wb.size()) return false;
+    for (size_t i = 0; i < wa.size(); ++i)
+        if (wa[i] != wb[i] && !(i < na && py::is_eval_loop(wa[i]) && py::is_eval_loop(wb[i]))) return false;
+    return true;
+}
+
+// The site's key: the Python stack, the native depth (stack pointer) and the skip (shim/stacks/reuse.h).
+uint64_t site_key(const void *stack_pointer, int skip, const uintptr_t *py_words, int n_py_words) {
+    uint64_t h = reuse::mix(reinterpret_cast<uintptr_t>(stack_pointer), uint64_t(skip));
+    for (int i = 0; i < n_py_words; ++i) h = reuse::mix(h, py_words[i]);
+    return h ? h : 1;  // 0 marks an empty slot
+}
+
+StackId capture_unguarded(int skip, void *return_address, const void *stack_pointer) {
+    int depth = g_depth.load(std::memory_order_relaxed);
+    skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
+    bool python = g_python.load(std::memory_order_relaxed) && py::available();
+
+    // Python frames first: cheap, and with them the site's key. They are written past the room for
+    // native frames and moved down to follow them once those are known.
+    uintptr_t words[kMaxDepth + kPyWords * kMaxPython];
+    uintptr_t *py_words = words + kMaxDepth;
+    int n_py = 0;
+    if (python) {
+        GG_PROFILE_STEP(kCapturePython);
+        py::Frame frames[kMaxPython];
+        n_py = py::capture(frames, kMaxPython);
+        n_py = n_py < 0 ? 0 : n_py > kMaxPython ? kMaxPython : n_py;
+        uintptr_t *w = py_words;
+        for (int i = 0; i < n_py; ++i, w += kPyWords) {
+            w[0] = reinterpret_cast<uintptr_t>(frames[i].file);
+            w[1] = reinterpret_cast<uintptr_t>(frames[i].function);
+            w[2] = uintptr_t(uint32_t(frames[i].line)) << 1 | uintptr_t(frames[i].entry);
+        }
+    }
+
+    reuse::SiteCache *sites = nullptr;
+    uint64_t key = 0;
+    StackId cached = 0;
+    auto verdict = reuse::SiteCache::Verdict::kMiss;
+    if (n_py > 0 && depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
+        key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
+        verdict = sites->lookup(key, &cached);
+        if (verdict == reuse::SiteCache::Verdict::kReuse) {
+            reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+            return cached;
+        }
+    }
+
+    // Cut the native frames at the eval loop only when the Python frames were read: otherwise they
+    // are all this stack has.
+    bool cut = n_py > 0;
+    int n_native = 0;
+    if (depth > 0) {
+        GG_PROFILE_STEP(kCaptureNative);
+        void *raw[kSlack + 2 * kMaxDepth];
+        int want = kSlack + skip + depth;
+        // With Python frames, the native walk can end at the innermost eval loop: the frames below
+        // it are the interpreter's, and the Python frames tell more about them (the merge places all
+        // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
+        // a deep interpreter stack.
+        int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
+                                  cut ? stop_at_eval_loop : nullptr);
+        reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
+        // Start at capture()'s caller, found by its return address: robust to inlining and tail
+        // calls inside the shim and to each unwinder's idea of where the walk starts.
+        int start = 0;
+        for (int i = 0; i < n && i < kSlack; ++i)
+            if (raw[i] == return_address) {
+                start = i;
+                break;
+            }
+        start += skip;
+        for (int i = start; i < n && n_native < depth; ++i) {
+            words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
+            // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
+            // unwinder walked on past it (see stop_at_eval_loop).
+            if (cut && py::is_eval_loop(words[n_native - 1])) break;
+        }
+    }
+    if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
+
+    StackId id;
+    {
+        GG_PROFILE_STEP(kCaptureIntern);
+        id = table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
+    }
+    if (sites && id) {
+        if (verdict == reuse::SiteCache::Verdict::kMiss) {
+            sites->store(key, id);
+        } else {
+            reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
+            sites->checked(key, same_site_stack(cached, id), id);
+        }
+    }
+    return id;
+}
+
+nlohmann::json native_json(uintptr_t ip, const symbols::Native &s) {
+    return {{"kind", "native"}, {"ip", hex_addr(ip)}, {"module", s.module},
+            {"offset", hex_addr(s.module.empty() ? 0 : ip - s.base)}, {"build_id", s.build_id},
+            {"symbol", s.symbol}};
+}
+
+nlohmann::json python_json(const uintptr_t *w) {
+    const char *file = reinterpret_cast<const char *>(w[0]);
+    const char *function = reinterpret_cast<const char *>(w[1]);
+    return {{"kind", "python"}, {"file", file ? file : ""}, {"function", function ? function : ""},
+            {"line", int(uint32_t(w[2] >> 1))}};
+}
+
+}  // namespace
+
+void configure(int depth, bool python, bool reuse) {
+    g_depth.store(depth < 0 ? 0 : depth > kMaxDepth ? kMaxDepth : depth, std::memory_order_relaxed);
+    g_python.store(python, std::memory_order_relaxed);
+    g_reuse.store(reuse, std::memory_order_relaxed);
+}
+
+void warm_up() {
+    // The unwinder and the Python runtime are found now, from the shim's initialisation, rather
+    // than in the first capture, which might run in a signal handler or with the driver's locks held.
+    if (g_depth.load(std::memory_order_relaxed) > 0) unwind::name();
+    // is_eval_loop() finds the eval loop's range on first use: now, not inside an unwinder's callback.
+    if (g_python.load(std::memory_order_relaxed) && py::available()) py::is_eval_loop(0);
+}
+
+// noinline: __builtin_return_address(0) must be the return address into our caller's frame, the one
+// the unwinder reports for it.
+__attribute__((noinline)) StackId capture(int skip) {
+    if (t_busy) return 0;
+    t_busy = true;
+    StackId id = capture_unguarded(skip, __builtin_return_address(0), __builtin_frame_address(0));
+    t_busy = false;
+    return id;
+}
+
+nlohmann::json frames_json(StackId id) {
+    nlohmann::json out = nlohmann::json::array();
+    std::vector<uintptr_t> words;
+    uint32_t n_native = 0;
+    if (!table::get(id, &words, &n_native)) return out;
+    size_t n_py = (words.size() - n_native) / kPyWords;
+
+    std::vector<symbols::Native> natives;
+    std::vector<uintptr_t> ips;
+    for (uint32_t i = 0; i < n_native; ++i) {
+        symbols::Native s = symbols::resolve(words[i]);
+        // Leading frames inside libgpuguard.so (hooks the caller's `skip` did not cover): a report
+        // should start at the program's call.
+        if (ips.empty() && s.self) continue;
+        natives.push_back(std::move(s));
+        ips.push_back(words[i]);
+    }
+    std::vector<bool> is_eval(ips.size()), entry(n_py);
+    const uintptr_t *py = words.data() + n_native;
+    for (size_t j = 0; j < n_py; ++j) entry[j] = py[j * kPyWords + 2] & 1;
+    if (n_py)
+        for (size_t i = 0; i < ips.size(); ++i) is_eval[i] = py::is_eval_loop(ips[i]);
+
+    for (const Placed &p : merge_order(is_eval, entry))
+        out.push_back(p.python ? python_json(py + p.index * kPyWords) : native_json(ips[p.index], natives[p.index]));
+    return out;
+}
+
+size_t count() { return table::count(); }
+
+ReuseCounts reuse_counts() {
+    const reuse::Counts &c = reuse::counts();
+    return {c.reused.load(std::memory_order_relaxed), c.unwound.load(std::memory_order_relaxed),
+            c.checks.load(std::memory_order_relaxed), c.changes.load(std::memory_order_relaxed),
+            c.unstable_sites.load(std::memory_order_relaxed)};
+}
+
+WalkerCounts walker_counts() {
+    cfi::Counts c = cfi::counts();
+    return {c.walks, c.rule_misses, c.fallbacks};
+}
+
+const char *unwinder() { return unwind::name(); }
+
+}  // namespace gg::stacks

@@ -1,0 +1,262 @@
+#include "shim/track/tracker.h"
+
+#include <algorithm>
+
+#include "common/base/hot.h"
+#include "shim/core/state.h"
+
+namespace gg {
+namespace {
+
+constexpr size_t kTimelinePoints = 4096;
+
+void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
+    uint64_t cur = a.load(std::memory_order_relaxed);
+    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+}
+
+}  // namespace
+
+GG_HOT Tracker &tracker() {
+    // Never destroyed: frees can arrive during exit. Not a C++ static: a fork() in another thread
+    // while it is made would leave the child waiting on its guard forever (see shim/core/state.cpp).
+    static std::atomic<Tracker *> t{nullptr};
+    Tracker *p = t.load(std::memory_order_acquire);
+    if (p) return *p;
+    Tracker *mine = new Tracker();
+    if (t.compare_exchange_strong(p, mine, std::memory_order_acq_rel)) return *mine;
+    delete mine;
+    return *p;
+}
+
+GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
+    Key k{key, kind};
+    Shard &s = shard_of(k);
+    uint64_t replaced = 0;
+    bool had_stale = false;
+    {
+        std::lock_guard<FutexLock> lock(s.mu);
+        Allocation old;
+        if (!s.live.put(key, kind, a, &old, &had_stale)) return false;
+        if (had_stale) {
+            // The driver handed out a key we still hold: our entry is stale (its free escaped us,
+            // e.g. a context destroyed with its memory). The new allocation replaced it.
+            Held &h = held_for(s, old.stack);
+            h.bytes -= std::min(h.bytes, old.bytes);
+            h.count -= h.count ? 1 : 0;
+            ApiCounts &oc = s.counts[(int)old.api];
+            oc.live_bytes -= std::min(oc.live_bytes, old.bytes);
+            oc.live_count -= oc.live_count ? 1 : 0;
+            replaced = old.bytes;
+        }
+        Held &h = held_for(s, a.stack);
+        h.bytes += a.bytes;
+        h.count++;
+        ApiCounts &c = s.counts[(int)a.api];
+        c.allocs++;
+        c.live_bytes += a.bytes;
+        c.live_count++;
+    }
+    if (had_stale) {
+        live_bytes_.fetch_sub(replaced, std::memory_order_relaxed);
+        live_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    live_count_.fetch_add(1, std::memory_order_relaxed);
+    after_change(live_bytes_.fetch_add(a.bytes, std::memory_order_relaxed) + a.bytes, a.t_ns);
+    return true;
+}
+
+GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns) {
+    Key k{key, kind};
+    Shard &s = shard_of(k);
+    {
+        std::lock_guard<FutexLock> lock(s.mu);
+        if (!s.live.take(key, kind, out)) return false;
+        Held &h = held_for(s, out->stack);
+        h.bytes -= std::min(h.bytes, out->bytes);
+        h.count -= h.count ? 1 : 0;
+        ApiCounts &c = s.counts[(int)out->api];
+        c.frees++;
+        c.live_bytes -= std::min(c.live_bytes, out->bytes);
+        c.live_count -= c.live_count ? 1 : 0;
+    }
+    live_count_.fetch_sub(1, std::memory_order_relaxed);
+    after_change(live_bytes_.fetch_sub(out->bytes, std::memory_order_relaxed) - out->bytes, now_ns);
+    return true;
+}
+
+void Tracker::restore(KeyKind kind, uint64_t key, const Allocation &a) {
+    if (!insert(kind, key, a)) return;  // cannot happen: take() just made room
+    Key k{key, kind};
+    Shard &s = shard_of(k);
+    std::lock_guard<FutexLock> lock(s.mu);
+    // The free never happened: undo the counts insert() and take() made.
+    s.counts[(int)a.api].allocs--;
+    s.counts[(int)a.api].frees--;
+}
+
+void Tracker::count_failure(Api api) {
+    std::lock_guard<FutexLock> lock(shards_[0].mu);
+    shards_[0].counts[(int)api].failures++;
+}
+
+GG_HOT void Tracker::after_change(uint64_t live, uint64_t now) {
+    uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);
+    if (live > peak) {
+        raise_to(peak_bytes_, live);
+        peak_t_ns_.store(now, std::memory_order_relaxed);
+        // Copying bytes-by-stack at every new peak would cost O(stacks) per allocation while usage
+        // climbs; copy when the peak has grown by 1/64 since the last copy (and at report time when
+        // usage is at its peak), so the peak's breakdown is within 1.6% of the true one.
+        uint64_t copied = peak_snapshot_bytes_.load(std::memory_order_relaxed);
+        if (live - copied > copied / 64) copy_peak_breakdown(live);
+    }
+    note_timeline(now, live);
+}
+
+void Tracker::copy_peak_breakdown(uint64_t peak) {
+    std::unique_lock<FutexLock> guard(peak_mu_, std::try_to_lock);
+    if (!guard.owns_lock() || peak <= peak_snapshot_bytes_.load(std::memory_order_relaxed)) return;  // another thread is copying
+    ByStack merged;
+    for (Shard &s : shards_) {
+        std::lock_guard<FutexLock> lock(s.mu);
+        add_held(merged, s);
+    }
+    peak_by_stack_.swap(merged);
+    peak_snapshot_bytes_.store(peak, std::memory_order_relaxed);
+}
+
+GG_HOT void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
+    // One point per step, holding the step's highest usage, so that no peak is lost from the chart.
+    uint64_t start = step_start_ns_.load(std::memory_order_relaxed);
+    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
+        raise_to(step_max_, bytes);
+        return;
+    }
+    std::lock_guard<FutexLock> lock(timeline_mu_);
+    start = step_start_ns_.load(std::memory_order_relaxed);
+    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
+        raise_to(step_max_, bytes);
+        return;
+    }
+    if (start) timeline_.push_back({start, step_max_.load(std::memory_order_relaxed)});
+    step_start_ns_.store(now, std::memory_order_relaxed);
+    step_max_.store(bytes, std::memory_order_relaxed);
+    if (timeline_.size() >= kTimelinePoints) {
+        // Thin: keep the higher of each pair of points, and double the step.
+        std::vector<std::pair<uint64_t, uint64_t>> kept;
+        kept.reserve(kTimelinePoints / 2 + 1);
+        for (size_t i = 0; i + 1 < timeline_.size(); i += 2)
+            kept.push_back(timeline_[i].second >= timeline_[i + 1].second ? timeline_[i] : timeline_[i + 1]);
+        if (timeline_.size() % 2) kept.push_back(timeline_.back());
+        timeline_.swap(kept);
+        timeline_step_ns_.store(timeline_step_ns_.load(std::memory_order_relaxed) * 2, std::memory_order_relaxed);
+    }
+}
+
+void Tracker::add_held(ByStack &into, const Shard &s) {
+    auto add = [&into](stacks::StackId id, const Held &h) {
+        if (!h.bytes) return;
+        Held &m = into[id];
+        m.bytes += h.bytes;
+        m.count += h.count;
+    };
+    add(0, s.unstacked);
+    for (const auto &[id, h] : s.by_stack) add(id, h);
+}
+
+Tracker::ByStack Tracker::merged_by_stack() const {
+    ByStack merged;
+    for (const Shard &s : shards_) add_held(merged, s);
+    return merged;
+}
+
+Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
+    Snapshot s;
+    auto flatten = [](const ByStack &m) {
+        std::vector<StackBytes> v;
+        v.reserve(m.size());
+        for (const auto &[id, h] : m)
+            if (h.bytes) v.push_back({id, h.bytes, h.count});
+        std::sort(v.begin(), v.end(), [](const StackBytes &a, const StackBytes &b) { return a.bytes > b.bytes; });
+        return v;
+    };
+    // The largest allocations: a bounded min-heap over all shards, taken with every shard locked so
+    // that the totals, the table and bytes by stack agree with each other.
+    auto smaller = [](const std::pair<uint64_t, Allocation> &a, const std::pair<uint64_t, Allocation> &b) {
+        return a.second.bytes > b.second.bytes;
+    };
+    std::vector<std::pair<uint64_t, Allocation>> heap;
+    ApiCounts counts[(int)Api::kCount];
+    {
+        std::lock_guard<FutexLock> peak_lock(peak_mu_);
+        for (const Shard &sh : shards_) sh.mu.lock();
+        for (const Shard &sh : shards_) {
+            if (top_n > 0) sh.live.for_each([&](uint64_t key, KeyKind, const Allocation &a) {
+                if (heap.size() < top_n) {
+                    heap.push_back({key, a});
+                    std::push_heap(heap.begin(), heap.end(), smaller);
+                } else if (a.bytes > heap.front().second.bytes) {
+                    std::pop_heap(heap.begin(), heap.end(), smaller);
+                    heap.back() = {key, a};
+                    std::push_heap(heap.begin(), heap.end(), smaller);
+                }
+            });
+            for (int i = 0; i < (int)Api::kCount; i++) {
+                counts[i].allocs += sh.counts[i].allocs;
+                counts[i].frees += sh.counts[i].frees;
+                counts[i].failures += sh.counts[i].failures;
+                counts[i].live_bytes += sh.counts[i].live_bytes;
+                counts[i].live_count += sh.counts[i].live_count;
+            }
+        }
+        s.by_stack = flatten(merged_by_stack());
+        s.live_bytes = live_bytes_.load();
+        s.live_count = live_count_.load();
+        s.peak_bytes = peak_bytes_.load();
+        s.peak_t_ns = peak_t_ns_.load();
+        s.peak_by_stack = s.live_bytes == s.peak_bytes ? s.by_stack : flatten(peak_by_stack_);
+        for (int i = kShards - 1; i >= 0; i--) shards_[i].mu.unlock();
+    }
+    std::sort(heap.begin(), heap.end(), [](const auto &a, const auto &b) { return a.second.bytes > b.second.bytes; });
+    s.top = std::move(heap);
+    {
+        std::lock_guard<FutexLock> lock(timeline_mu_);
+        s.timeline = timeline_;
+        if (uint64_t start = step_start_ns_.load()) s.timeline.push_back({start, step_max_.load()});
+    }
+    for (int i = 1; i < (int)Api::kCount; i++)
+        if (counts[i].allocs || counts[i].frees || counts[i].failures) s.counts.push_back({(Api)i, counts[i]});
+    return s;
+}
+
+void Tracker::lock_for_fork() {
+    peak_mu_.lock();
+    timeline_mu_.lock();
+    for (Shard &sh : shards_) sh.mu.lock();
+}
+
+void Tracker::unlock_after_fork() {
+    for (int i = kShards - 1; i >= 0; i--) shards_[i].mu.unlock();
+    timeline_mu_.unlock();
+    peak_mu_.unlock();
+}
+
+void Tracker::clear_after_fork() {
+    // Device memory does not cross fork: the child starts with nothing.
+    for (Shard &sh : shards_) {
+        sh.live.clear();
+        sh.by_stack.clear();
+        sh.unstacked = Held();
+        for (auto &c : sh.counts) c = ApiCounts();
+    }
+    peak_by_stack_.clear();
+    timeline_.clear();
+    live_bytes_ = live_count_ = peak_bytes_ = peak_t_ns_ = 0;
+    step_start_ns_ = step_max_ = 0;
+    peak_snapshot_bytes_ = 0;
+    timeline_step_ns_ = 1000000;
+}
+
+}  // namespace gg
