@@ -4,7 +4,7 @@
 # Sources are picked up by folder, so adding a file needs no edit here:
 #   common/**/*.cpp         -> build/libgpuguard_common.a   (shared by the shim and the command)
 #   shim/**/*.cpp, *.S      -> build/libgpuguard.so          (the preload library; shim/hooks/ holds its entry points)
-#   tools/*.cpp             -> build/gpuguard                (the command)
+#   tools/**/*.cpp          -> build/gpuguard                (the command)
 #   tests/unit/*.cpp        -> build/tests/unit              (doctest; links common + the shim's core)
 #   tests/fake/fake_X.cpp   -> build/fake/<soname of X>      (test doubles of libcuda, cuDNN, NVML, cudart)
 #   tests/integration/*.c*  -> build/tests/bin/<name>        (programs run under the shim)
@@ -62,7 +62,7 @@ COMMON_SRC := $(sort $(shell find common -name '*.cpp'))
 # from its core so that unit tests can link the core without interposing anything in the test process.
 SHIM_ENTRY := $(wildcard shim/hooks/*.cpp shim/hooks/*.S)
 SHIM_CORE  := $(filter-out $(SHIM_ENTRY),$(sort $(shell find shim -name '*.cpp')))
-TOOL_SRC   := $(wildcard tools/*.cpp)
+TOOL_SRC   := $(sort $(shell find tools -name '*.cpp'))
 UNIT_SRC   := $(wildcard tests/unit/*.cpp)
 INTEG_SRC  := $(wildcard tests/integration/*.c tests/integration/*.cpp)
 
@@ -120,11 +120,11 @@ $(UNWIND_SO): $(UNWIND_SRC) | deps-check
 $(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o
 	$(CXX) -o $@ $^ $(LDFLAGS) -ldl -pthread
 
-# The HTML viewer's page, script and style live in tools/web/ as real files and are embedded here.
-WEB_FILES := $(wildcard tools/web/*)
-$(BUILD)/tools/embedded.o: $(WEB_FILES) tools/embed.sh
+# The HTML viewer's page, script and style live in tools/report/web/ as real files and are embedded here.
+WEB_FILES := $(wildcard tools/report/web/*)
+$(BUILD)/tools/embedded.o: $(WEB_FILES) tools/report/embed.sh
 	@mkdir -p $(dir $@)
-	tools/embed.sh $(BUILD)/tools/embedded.cpp $(WEB_FILES)
+	tools/report/embed.sh $(BUILD)/tools/embedded.cpp $(WEB_FILES)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $(BUILD)/tools/embedded.cpp -o $@
 
 # Test doubles: each is a shared library with the soname of the library it stands in for.
@@ -226,17 +226,17 @@ FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
 # What each target links besides itself: the code it fuzzes and what that code calls.
 FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp
-FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp tools/settings.cpp
+FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp tools/cli/settings.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
-FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(wildcard tools/report_*.cpp) $(FUZZ_BUILD)/tools/embedded.cpp
+FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) $(FUZZ_BUILD)/tools/embedded.cpp
 FUZZ_DEPS_fuzz_cfi       := shim/stacks/cfi_walker.cpp
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(CPPFLAGS) -Itools $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
-$(FUZZ_BUILD)/tools/embedded.cpp: $(WEB_FILES) tools/embed.sh
+	$(FUZZ_CXX) $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+$(FUZZ_BUILD)/tools/embedded.cpp: $(WEB_FILES) tools/report/embed.sh
 	@mkdir -p $(dir $@)
-	tools/embed.sh $@ $(WEB_FILES)
+	tools/report/embed.sh $@ $(WEB_FILES)
 .SECONDEXPANSION:
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $$(call fuzz_obj,tests/fuzz/$$*.cpp $$(FUZZ_DEPS_$$*))
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $^ -ldl

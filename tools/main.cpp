@@ -1,6 +1,6 @@
 // gpuguard: the command. Each subcommand lives in its own file (tools/cmd_<name>.cpp) and registers
 // itself here through the table below.
-#include "commands.h"
+#include "tools/commands/commands.h"
 
 #include <cstdio>
 #include <cstring>

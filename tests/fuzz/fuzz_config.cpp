@@ -1,6 +1,6 @@
 // Fuzz target: every environment variable the shim and the command read. The input is an
 // environment, one NAME=VALUE per line. The shim's parser (shim/core/config.cpp) sees it through a lookup;
-// the command's (tools/settings.cpp: `gpuguard run` and `doctor`) reads the real environment, so the
+// the command's (tools/cli/settings.cpp: `gpuguard run` and `doctor`) reads the real environment, so the
 // gpuguard variables of the input are also set there for the duration of one run.
 //
 // Promises checked beyond "no crash, no undefined behaviour":
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "shim/core/config.h"
-#include "settings.h"
+#include "tools/cli/settings.h"
 #include "common/units/size_spec.h"
 #include "fuzz_require.h"
 

@@ -1,4 +1,4 @@
-// Fuzz target: the report reader of `gpuguard report` (tools/report_model.cpp) and every renderer
+// Fuzz target: the report reader of `gpuguard report` (tools/report/model.cpp) and every renderer
 // behind it. Reports are files people pass around and edit; a report from another version, a cut-down
 // fixture or a hostile file must give a one-line refusal or a rendering, never a crash, a hang or an
 // uncaught exception (which would end `gpuguard report` with std::terminate). So every input that
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "report_render.h"
+#include "tools/report/render.h"
 #include "fuzz_require.h"
 
 using namespace gg::report;

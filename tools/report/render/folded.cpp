@@ -1,6 +1,6 @@
 // Folded stacks, the input of Brendan Gregg's flamegraph.pl (also read by speedscope and inferno):
 // one line per stack, "outer;...;inner bytes", outermost frame first. The weight is live bytes.
-#include "report_render.h"
+#include "tools/report/render.h"
 
 namespace gg::report {
 

@@ -1,5 +1,5 @@
-// The diagnosis and the advice of a report: see report_analysis.h.
-#include "report_analysis.h"
+// The diagnosis and the advice of a report: see tools/report/analysis.h.
+#include "tools/report/analysis.h"
 
 #include <algorithm>
 

@@ -27,11 +27,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
+#include "tools/commands/commands.h"
 #include "common/ledger/ledger.h"
 #include "common/nvidia/nvml_min.h"
-#include "process.h"
-#include "settings.h"
+#include "tools/cli/process.h"
+#include "tools/cli/settings.h"
 #include "common/units/size_spec.h"
 
 extern char **environ;

@@ -1,10 +1,10 @@
-// The HTML viewer: tools/web/report.html with report.css and report.js inlined and the data embedded
+// The HTML viewer: tools/report/web/report.html with tools/report/web/report.css and tools/report/web/report.js inlined and the data embedded
 // as JSON, so the page is one file that opens offline (no CDN, no fetch). The page's logic lives in
-// report.js; this file only prepares the data it draws: the report itself, the analysis, and each
+// tools/report/web/report.js; this file only prepares the data it draws: the report itself, the analysis, and each
 // stack's frames already labelled (so the text summary and the page name frames the same way).
-#include "report_render.h"
+#include "tools/report/render.h"
 
-#include "commands.h"
+#include "tools/commands/commands.h"
 
 namespace gg::report {
 

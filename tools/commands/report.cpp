@@ -1,8 +1,8 @@
 // `gpuguard report`: the offline report viewer. Parses options, loads the report(s), and hands them
-// to the renderers (report_render.h). Exit codes: 0 done, 1 an output file could not be written,
+// to the renderers (tools/report/render.h). Exit codes: 0 done, 1 an output file could not be written,
 // 2 bad usage or an input file that is not a readable gpuguard report.
-#include "commands.h"
-#include "report_render.h"
+#include "tools/commands/commands.h"
+#include "tools/report/render.h"
 
 #include <unistd.h>
 

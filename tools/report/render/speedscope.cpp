@@ -1,9 +1,9 @@
 // speedscope's file format (https://www.speedscope.app/file-format-schema.json): frames shared by
 // all profiles, and "sampled" profiles whose samples are stacks of frame indices, outermost first,
 // each weighted by its live bytes. One profile for now, one for the peak when the report has it.
-#include "report_render.h"
+#include "tools/report/render.h"
 
-#include "commands.h"
+#include "tools/commands/commands.h"
 
 #include <unordered_map>
 

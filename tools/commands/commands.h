@@ -1,6 +1,6 @@
 // The table of subcommands. A subcommand is one file, tools/cmd_<name>.cpp, defining
 // `int cmd_<name>(int argc, char **argv)` (argv[0] is the subcommand's name); add it to the
-// list in commands.cpp.
+// list in tools/commands/commands.cpp.
 #pragma once
 
 #define GPUGUARD_VERSION "0.1.0"

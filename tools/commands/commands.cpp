@@ -1,5 +1,5 @@
 // The subcommands of `gpuguard`, in the order `gpuguard --help` lists them.
-#include "commands.h"
+#include "tools/commands/commands.h"
 
 int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);

@@ -13,7 +13,7 @@
 // pointer lives there; below 2^53 so JavaScript numbers keep it exact), whose innermost frame says so.
 // device_traces holds one "oom" event when the report is a failure; the shim records no per-allocation
 // event history, so the "Active Memory Timeline" view shows the live allocations as one flat step.
-#include "report_render.h"
+#include "tools/report/render.h"
 
 #include <cstring>
 #include <map>

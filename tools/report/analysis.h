@@ -5,7 +5,7 @@
 // normal outcome, not a gap.
 #pragma once
 
-#include "report_model.h"
+#include "tools/report/model.h"
 
 #include <string>
 #include <vector>

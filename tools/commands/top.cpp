@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ledger/ledger.h"
-#include "settings.h"
+#include "tools/cli/settings.h"
 #include "common/units/size_spec.h"
 
 namespace {

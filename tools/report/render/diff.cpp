@@ -1,7 +1,7 @@
 // `gpuguard report diff A B`: what grew from A to B. Stacks are matched by their frames' content
 // (files, functions, lines, modules and symbols, never addresses or the report's own "s17" ids), so
 // two runs of the same program line up even though ASLR moved everything.
-#include "report_render.h"
+#include "tools/report/render.h"
 
 #include <algorithm>
 #include <cstdint>

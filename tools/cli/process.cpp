@@ -1,4 +1,4 @@
-#include "process.h"
+#include "tools/cli/process.h"
 
 #include <cerrno>
 #include <csignal>

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "common/ledger/ledger.h"
-#include "process.h"
-#include "settings.h"
+#include "tools/cli/process.h"
+#include "tools/cli/settings.h"
 #include "common/units/size_spec.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "settings.h"
+#include "tools/cli/settings.h"
 
 #include <cerrno>
 #include <climits>

@@ -1,7 +1,7 @@
 // Reading a report file into gg::report::Report, and the formatting helpers every renderer shares.
-#include "report_model.h"
+#include "tools/report/model.h"
 
-#include "commands.h"
+#include "tools/commands/commands.h"
 #include "common/report/schema.h"
 
 #include <algorithm>

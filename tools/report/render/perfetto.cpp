@@ -2,9 +2,9 @@
 // the timeline as a counter track ("ph":"C"), the limit as a second one, and the peak and the report
 // (the failure, when there was one) as instant events ("ph":"i"). Timestamps are microseconds since
 // the process's first hooked call, the timeline's origin.
-#include "report_render.h"
+#include "tools/report/render.h"
 
-#include "commands.h"
+#include "tools/commands/commands.h"
 
 namespace gg::report {
 

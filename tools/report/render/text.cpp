@@ -1,6 +1,6 @@
 // The default output of `gpuguard report`: what failed and why, the numbers, the failed request's
 // stack, who holds the memory, and what to do about it. Written to be read in ten seconds, top down.
-#include "report_render.h"
+#include "tools/report/render.h"
 
 #include <algorithm>
 #include <cctype>

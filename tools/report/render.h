@@ -1,15 +1,15 @@
 // The renderers of `gpuguard report`, one file each:
-//   report_text.cpp        the summary a person reads in ten seconds (the default)
-//   report_html.cpp        one self-contained HTML page (page, script and style from tools/web/)
-//   report_folded.cpp      Brendan Gregg's folded stacks (flamegraph.pl, speedscope, inferno)
-//   report_speedscope.cpp  speedscope's own file format
-//   report_perfetto.cpp    Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
-//   report_memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz)
-//   report_diff.cpp        what grew between two reports
+//   tools/report/render/text.cpp        the summary a person reads in ten seconds (the default)
+//   tools/report/render/html.cpp        one self-contained HTML page (page, script and style from tools/report/web/)
+//   tools/report/render/folded.cpp      Brendan Gregg's folded stacks (flamegraph.pl, speedscope, inferno)
+//   tools/report/render/speedscope.cpp  speedscope's own file format
+//   tools/report/render/perfetto.cpp    Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
+//   tools/report/render/memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz)
+//   tools/report/render/diff.cpp        what grew between two reports
 #pragma once
 
-#include "report_analysis.h"
-#include "report_model.h"
+#include "tools/report/analysis.h"
+#include "tools/report/model.h"
 
 #include <cstddef>
 #include <ostream>
@@ -55,6 +55,6 @@ std::string wrap(const std::string &text, size_t width, const std::string &inden
 }  // namespace gg::report
 
 namespace gg::tool {
-// A file of tools/web/ by base name, embedded at build time by tools/embed.sh ("" when absent).
+// A file of tools/report/web/ by base name, embedded at build time by tools/report/embed.sh ("" when absent).
 std::string_view web_asset(const char *name);
 }  // namespace gg::tool
