@@ -102,7 +102,7 @@ $(CORE_LIB): $(call obj,$(SHIM_CORE))
 	@rm -f $@; ar rcs $@ $^
 
 # The shim never links libcuda, cuDNN, NVML or libunwind: it finds them at run time, so that it
-# loads in any container (FACTS.md: a preload library with a missing DT_NEEDED is silently skipped).
+# loads in any container (docs/platform-facts.md: a preload library with a missing DT_NEEDED is silently skipped).
 # -Bsymbolic binds the shim's own calls to its own definitions; -z nodelete keeps it mapped even if
 # a program dlcloses it while a hook is on some thread's stack. shim/hooks/exports.map exports the hooks and
 # the API only: the static libstdc++ and libgcc, and templates instantiated here, stay private.
@@ -112,7 +112,7 @@ $(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/hooks/exports.m
 	  -Wl,--version-script=shim/hooks/exports.map -ldl -pthread
 
 # libunwind is shipped beside the shim, where shim/stacks/unwind.cpp dlopens it first: the GPU
-# machine and many container images have none installed (FACTS.md). libgcc's unwinder is the fallback.
+# machine and many container images have none installed (docs/platform-facts.md). libgcc's unwinder is the fallback.
 $(UNWIND_SO): $(UNWIND_SRC) | deps-check
 	@mkdir -p $(dir $@)
 	cp -L $< $@
@@ -226,9 +226,9 @@ FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
 # What each target links besides itself: the code it fuzzes and what that code calls.
 FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp
-FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp tools/cli/settings.cpp
+FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
-FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) $(FUZZ_BUILD)/tools/embedded.cpp
+FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) tools/cli/text.cpp $(FUZZ_BUILD)/tools/embedded.cpp
 FUZZ_DEPS_fuzz_cfi       := shim/stacks/cfi_walker.cpp
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check

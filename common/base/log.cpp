@@ -1,5 +1,7 @@
 #include "common/base/log.h"
 
+#include "common/settings/settings.h"
+
 #include <atomic>
 
 #include <cstdio>
@@ -36,8 +38,7 @@ bool debug_enabled() {
     static std::atomic<int> known{0};  // 0: not read yet, 1: off, 2: on
     int k = known.load(std::memory_order_relaxed);
     if (k == 0) {
-        const char *v = getenv("GPUGUARD_DEBUG");
-        k = v && *v && strcmp(v, "0") != 0 ? 2 : 1;
+        k = settings::read_flag(settings::process_env(), settings::Id::kDebug) ? 2 : 1;
         known.store(k, std::memory_order_relaxed);
     }
     return k == 2;

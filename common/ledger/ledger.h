@@ -1,7 +1,7 @@
 // The shared per-container ledger: one small file, mapped by every process of a container that names
 // the same GPUGUARD_LEDGER path, holding per-device limits and per-process byte counts.
 //
-// Why it is shaped this way (the peers' failures, FACTS.md): a process-shared lock plus an owner pid
+// Why it is shaped this way (the peers' failures, docs/platform-facts.md): a process-shared lock plus an owner pid
 // hangs everyone when its holder is SIGKILLed; a single "used" counter updated beside a per-process
 // one leaks or goes negative when a process dies between the two updates; compacting slots leaves
 // other processes with stale pointers. So:

@@ -1,5 +1,5 @@
 // The few NVML declarations gpuguard needs, since no nvml.h is installed on the build machine
-// (FACTS.md). Names, values and layouts follow NVIDIA's public nvml.h; only the explicitly versioned
+// (docs/platform-facts.md). Names, values and layouts follow NVIDIA's public nvml.h; only the explicitly versioned
 // entry points are declared (nvml.h maps e.g. nvmlInit to nvmlInit_v2 with macros, which this header
 // leaves out so that a dlsym name is always the exact symbol). Used by the shim and the fake NVML.
 #pragma once

@@ -1,12 +1,13 @@
-// Every environment variable the shim reads, read once at the first hooked call and parsed into one
-// struct. A malformed value is reported with the variable's name and value; for the memory limit the
-// shim then fails closed (every device allocation is refused) so that a typo is seen at once instead
-// of a run going unlimited.
+// The shim's configuration: every setting it reads (common/settings/settings.def), read once at the
+// first hooked call into one struct. A malformed value is reported with the variable's name and
+// value; for the memory limit the shim then fails closed (every device allocation is refused) so
+// that a typo is seen at once instead of a run going unlimited.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <vector>
 
+#include "common/settings/settings.h"
 #include "common/units/size_spec.h"
 
 namespace gg {
@@ -36,25 +37,23 @@ struct Config {
     bool python_stacks = true;
     bool stack_reuse = true;  // reuse a Python call site's stack (shim/stacks/reuse.h)
 
-    // cuDNN workspace cap: kCapAuto (remaining quota), kCapOff, or bytes.
-    enum CudnnCap { kCapAuto, kCapOff, kCapBytes } cudnn_cap = kCapAuto;
-    uint64_t cudnn_cap_bytes = 0;
+    settings::CudnnCap cudnn_cap;  // GPUGUARD_CUDNN_WORKSPACE_LIMIT
 
     std::string real_libcuda;  // GPUGUARD_REAL_LIBCUDA, "" for libcuda.so.1
     bool debug = false;
+
+    // One line for each malformed value, as the shim prints it: "NAME=VALUE is PROBLEM; WHAT_IT_DOES".
+    std::vector<std::string> problems;
 };
 
-// Parses an environment given as a lookup (a name -> its value, or null when unset), so that the
-// fuzz target (tests/fuzz/fuzz_config.cpp) can feed it any environment without touching the real
-// one. Errors are printed (one line each) as they are found. GPUGUARD_DEBUG is the exception: it is
-// read once per process by common/base/log.cpp, whatever the lookup says.
-using EnvLookup = std::function<const char *(const char *name)>;
-Config parse_config(const EnvLookup &getenv);
+// Parses an environment given as a lookup, so that the fuzz target (tests/fuzz/fuzz_config.cpp)
+// can feed it any environment without touching the real one; what is malformed goes into
+// `problems`, printed by config(). GPUGUARD_DEBUG is the exception: it is read once per process by
+// log.cpp, whatever the lookup says.
+Config parse_config(const settings::Lookup &env);
 
-// parse_config of the process's environment.
-Config load_config();
-
-// The one configuration of this process, loaded on first use.
+// The one configuration of this process, read from its environment on first use; its problems are
+// printed then, one line each.
 const Config &config();
 
 }  // namespace gg

@@ -11,13 +11,13 @@ namespace gg::cudnn {
 Cap current_cap() {
     const Config &c = *state().cfg;
     Cap cap;
-    switch (c.cudnn_cap) {
-        case Config::kCapOff: return cap;
-        case Config::kCapBytes:
+    switch (c.cudnn_cap.mode) {
+        case settings::CudnnCap::kOff: return cap;
+        case settings::CudnnCap::kBytes:
             cap.on = true;
-            cap.bytes = c.cudnn_cap_bytes;
+            cap.bytes = c.cudnn_cap.bytes;
             break;
-        case Config::kCapAuto: {
+        case settings::CudnnCap::kAuto: {
             // The same view cuMemGetInfo gives the program: what the container may still allocate.
             guard::QuotaView q = guard::quota_of(current_ordinal());
             if (!q.limited) return cap;

@@ -52,10 +52,10 @@ void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
 }
 
 const char *cap_mode() {
-    switch (state().cfg->cudnn_cap) {
-        case Config::kCapOff: return "off";
-        case Config::kCapBytes: return "bytes";
-        case Config::kCapAuto: return "auto";
+    switch (state().cfg->cudnn_cap.mode) {
+        case settings::CudnnCap::kOff: return "off";
+        case settings::CudnnCap::kBytes: return "bytes";
+        case settings::CudnnCap::kAuto: return "auto";
     }
     return "auto";
 }
@@ -73,7 +73,7 @@ void section(json &r) {
     std::sort(sites.begin(), sites.end(), [](const Site &a, const Site &b) { return a.largest > b.largest; });
     uint64_t cap = g_cap.load();
     const Config &cfg = *state().cfg;
-    if (cfg.cudnn_cap == Config::kCapBytes) cap = cfg.cudnn_cap_bytes;
+    if (cfg.cudnn_cap.mode == settings::CudnnCap::kBytes) cap = cfg.cudnn_cap.bytes;
     c["workspace_cap"] = cap_mode();
     c["workspace_cap_bytes"] = cap == kNoCap ? json(nullptr) : json(cap);
     c["largest_workspace_requested_bytes"] = g_largest.load();

@@ -11,7 +11,7 @@
 #include "common/nvidia/nvml_min.h"
 
 // cuda.h maps the name to cuGetProcAddress_v2; the driver still exports the legacy 4-argument
-// function under the plain name, and cudart asks for it with cudaVersion below 12000 (FACTS.md).
+// function under the plain name, and cudart asks for it with cudaVersion below 12000 (docs/platform-facts.md).
 #undef cuGetProcAddress
 
 extern "C" {

@@ -251,7 +251,7 @@ GG_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
 }
 
 // ---- cuGetProcAddress: cudart asks for "cuGetProcAddress" itself first and resolves everything
-// else through the pointer it gets (FACTS.md), so our answer for every hooked name, that one
+// else through the pointer it gets (docs/platform-facts.md), so our answer for every hooked name, that one
 // included, must be our hook, chosen by the driver's own rules for cudaVersion and flags. ----
 
 GG_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags) {

@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "common/base/log.h"
+#include "common/settings/settings.h"
 #include "shim/python/layout.h"
 #include "shim/python/line_table.h"
 #include "shim/python/strings.h"
@@ -34,9 +36,12 @@ struct Runtime {
     char version[16] = "";
 };
 
+// GPUGUARD_PYTHON_STACKS=0, read through the table of settings (a malformed value keeps Python
+// frames on; the shim's configuration says so once). Read here, not from the shim's Config, because
+// the Python-frame tests load this module into an interpreter without the rest of the shim.
 bool env_off() {
-    const char *v = std::getenv("GPUGUARD_PYTHON_STACKS");
-    return v && (!std::strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") || !strcasecmp(v, "no"));
+    std::string ignored;
+    return !settings::read_switch(settings::process_env(), settings::Id::kPythonStacks, &ignored);
 }
 
 // The running version: Py_Version (3.11+, a constant in the data segment), else the start of

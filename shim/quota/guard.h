@@ -1,4 +1,4 @@
-// The decision core, on the way of every allocation (DESIGN.md):
+// The decision core, on the way of every allocation (docs/architecture.md):
 //   hook -> admit (charge the ledger or refuse) -> real driver call (no lock of ours held)
 //        -> commit (track) | failed (un-charge; an out-of-memory starts or joins an episode)
 //   free -> take (untrack) -> real free -> release (un-charge) | restore when the free failed

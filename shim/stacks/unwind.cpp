@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/base/log.h"
+#include "common/settings/settings.h"
 #include "shim/stacks/cfi_walker.h"
 
 // libgcc's unwinder is linked statically into the shim (-static-libgcc) and dynamically into other
@@ -198,11 +199,12 @@ const Backend *load(const char *which) {
 const Backend *active() {
     const Backend *b = g_active.load(std::memory_order_acquire);
     if (b) return b;
-    const char *want = getenv("GPUGUARD_UNWINDER");
-    bool unknown = want && *want && strcmp(want, "cfi") != 0 && strcmp(want, "libunwind") != 0 &&
-                   strcmp(want, "libgcc") != 0 && strcmp(want, "none") != 0;
-    if (unknown) want = nullptr;
-    if (want && *want) b = load(want);
+    // Read here, on first use, through the table of settings (not from the shim's Config: the tests
+    // of the stacks module run it without the rest of the shim).
+    std::string problem;
+    std::string chosen = settings::read_unwinder(settings::process_env(), &problem);
+    const char *want = chosen.empty() ? nullptr : chosen.c_str();
+    if (want) b = load(want);
     if (!b) b = load("cfi");
     if (!b && kPreferLibgcc) b = load("libgcc");
     if (!b) b = load("libunwind");
@@ -211,7 +213,7 @@ const Backend *active() {
     const Backend *first = nullptr;
     if (!g_active.compare_exchange_strong(first, b, std::memory_order_acq_rel)) return first;
     // Said once, by the caller whose choice stands.
-    if (unknown) log_error("GPUGUARD_UNWINDER=%s not understood (cfi, libunwind, libgcc or none); using the default order", getenv("GPUGUARD_UNWINDER"));
+    if (!problem.empty()) log_error("%s", problem.c_str());
     if (b == &kNone && !(want && strcmp(want, "none") == 0))
         log_error("no unwinder found (the caching walker, libunwind.so.8, libgcc): reports will have no native stacks");
     return b;

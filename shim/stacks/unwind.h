@@ -5,7 +5,7 @@
 //      walk to the next one that loads;
 //   2. "libunwind": libunwind.so.8 beside libgpuguard.so (the build ships a copy there), else through
 //      the loader's search path. Never linked: a preload library with a missing DT_NEEDED is silently
-//      not loaded (FACTS.md), and the GPU machine has no libunwind installed;
+//      not loaded (docs/platform-facts.md), and the GPU machine has no libunwind installed;
 //   3. "libgcc": _Unwind_Backtrace (linked statically into the shim; libgcc_s.so.1 otherwise).
 // GPUGUARD_UNWINDER=cfi|libunwind|libgcc|none, read once, puts one first (a diagnostics knob; "none"
 // turns native stacks off). ThreadSanitizer builds put libgcc before libunwind (see shim/stacks/unwind.cpp).

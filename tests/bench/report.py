@@ -258,7 +258,7 @@ def cpu(args):
         o.append(f"The test driver's own cost per pair (no shim): {fmt_ns(med(list(f.get('mmap', {}).values())))} ns "
                  f"with an mmap+munmap per allocation, {fmt_ns(med(list(f.get('bench', {}).values())))} ns with "
                  "FAKE_CUDA_BENCH=1 (used above). For scale, a real cuMemAlloc+cuMemFree of 2 MiB on the H200 "
-                 "takes about 80 µs (FACTS.md).")
+                 "takes about 80 µs (docs/platform-facts.md).")
     print("\n".join(o))
 
 

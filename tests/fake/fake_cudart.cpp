@@ -1,5 +1,5 @@
 // Test double of the CUDA runtime (libcudart.so.13). What matters is HOW it reaches the driver, which
-// is exactly how the real cudart 13 does (FACTS.md): dlopen("libcuda.so.1"), dlsym only
+// is exactly how the real cudart 13 does (docs/platform-facts.md): dlopen("libcuda.so.1"), dlsym only
 // "cuGetProcAddress_v2", ask that for "cuGetProcAddress" itself (the self-lookup, cudaVersion 12000),
 // and resolve every other driver function through the pointer it returned. A shim that misses any of
 // these steps misses every allocation of a PyTorch program; this library lets CI prove it does not.

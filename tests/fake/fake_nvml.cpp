@@ -12,7 +12,7 @@
 #pragma GCC visibility push(default)
 #include "common/nvidia/nvml_min.h"
 extern "C" {
-// The unversioned entry points of old NVML, still dlsym'd by libraries today (FACTS.md).
+// The unversioned entry points of old NVML, still dlsym'd by libraries today (docs/platform-facts.md).
 nvmlReturn_t nvmlInit(void);
 nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount);
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device);

@@ -1,7 +1,6 @@
 // Fuzz target: every environment variable the shim and the command read. The input is an
-// environment, one NAME=VALUE per line. The shim's parser (shim/core/config.cpp) sees it through a lookup;
-// the command's (tools/cli/settings.cpp: `gpuguard run` and `doctor`) reads the real environment, so the
-// gpuguard variables of the input are also set there for the duration of one run.
+// environment, one NAME=VALUE per line, given to the shim's parser (shim/core/config.cpp) through a
+// lookup.
 //
 // Promises checked beyond "no crash, no undefined behaviour":
 //   - a malformed or set-but-empty limit sets fail_closed, a good one never does (README: a typo is
@@ -9,8 +8,8 @@
 //   - every number lands in its documented range, a bad value keeps the default;
 //   - a numeric GPUGUARD_LEDGER_GROUP is that group or refused, never another one (a gid that
 //     wrapped around int would share the ledger with a group nobody named);
-//   - the command agrees with the shim on the limit, the ledger and the group, and `doctor` flags a
-//     problem whenever the shim fails closed.
+//   - the shim complains about a variable exactly when `doctor`'s check of it (settings::problem)
+//     finds a problem, so `doctor` flags whatever the shim will refuse or ignore.
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -19,32 +18,13 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <vector>
 
-#include "shim/core/config.h"
-#include "tools/cli/settings.h"
+#include "common/settings/settings.h"
 #include "common/units/size_spec.h"
 #include "fuzz_require.h"
-
-extern char **environ;
+#include "shim/core/config.h"
 
 namespace {
-
-bool read_by_gpuguard(const std::string &name) {
-    return name.compare(0, 9, "GPUGUARD_") == 0 || name.compare(0, 19, "CUDA_DEVICE_MEMORY_") == 0;
-}
-
-// Unsets every variable gpuguard reads, so that each run starts from the fuzzer's own environment
-// without them (and a GPUGUARD_LEDGER of the shell that started the fuzzer changes nothing).
-void clear_gpuguard_env() {
-    std::vector<std::string> names;
-    for (char **e = environ; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        std::string name = eq ? std::string(*e, size_t(eq - *e)) : std::string(*e);
-        if (read_by_gpuguard(name)) names.push_back(name);
-    }
-    for (const std::string &n : names) unsetenv(n.c_str());
-}
 
 // The expected fail_closed, computed from the documented rules rather than from the code's helpers.
 bool expect_fail_closed(const std::map<std::string, std::string> &env) {
@@ -71,11 +51,6 @@ bool expect_fail_closed(const std::map<std::string, std::string> &env) {
 }
 
 }  // namespace
-
-extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-    clear_gpuguard_env();
-    return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // The environment cannot hold a NUL: a line ends at one, as getenv would see it.
@@ -114,24 +89,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (*end == '\0' && errno == 0) FUZZ_REQUIRE(n == c.ledger_group);
     }
 
-    // The command's view of the same environment.
-    for (const auto &[name, value] : env)
-        if (read_by_gpuguard(name)) setenv(name.c_str(), value.c_str(), 1);
-    gg::tool::LimitSetting limit = gg::tool::limit_from_env();
-    FUZZ_REQUIRE(limit.text == c.limit_text);
-    FUZZ_REQUIRE(limit.set_but_empty == (env.count("GPUGUARD_MEM_LIMIT") && env["GPUGUARD_MEM_LIMIT"].empty()));
-    FUZZ_REQUIRE(gg::tool::ledger_path_from_env() == c.ledger_path);
-    int gid = -2;
-    std::string why;
-    if (gg::tool::ledger_group_from_env(&gid, &why)) FUZZ_REQUIRE(gid == c.ledger_group);
-    else FUZZ_REQUIRE(c.ledger_group == -1 && !why.empty());
-    bool doctor_objects = false;
-    for (const gg::tool::Variable &v : gg::tool::variables_in_effect())
-        if (!v.problem.empty() && !v.warning) doctor_objects = true;
-    if (c.fail_closed) FUZZ_REQUIRE(doctor_objects);
-    std::string cudnn_why;
-    if (const char *v = getenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT"); v && *v)
-        FUZZ_REQUIRE(gg::tool::valid_cudnn_workspace(v, &cudnn_why) == (c.cudnn_cap != gg::Config::kCapAuto || !strcasecmp(v, "auto")));
-    clear_gpuguard_env();
+    // The shim's complaints and doctor's checks come from one table: each set variable of the table
+    // that Config reads is complained about exactly when its check finds a problem.
+    for (const gg::settings::Row &r : gg::settings::rows()) {
+        auto it = env.find(r.name);
+        if (it == env.end() || it->second.empty()) continue;  // unset (an empty limit: fail_closed above)
+        // Not read by Config: the driver's path is tried by dlopen, the library by the command, the
+        // unwinder by the stacks module.
+        if (r.type == gg::settings::Type::kDriverPath || r.type == gg::settings::Type::kLibraryPath ||
+            r.id == gg::settings::Id::kUnwinder)
+            continue;
+        bool complained = false;
+        for (const std::string &p : c.problems)
+            if (p.compare(0, strlen(r.name) + 1, std::string(r.name) + "=") == 0) complained = true;
+        std::string problem = gg::settings::problem(r.id, it->second);
+        // GPUGUARD_MEM_LIMIT wins over HAMi-core's names, so its check alone decides fail_closed.
+        if (r.id == gg::settings::Id::kMemLimit)
+            FUZZ_REQUIRE(problem.empty() == !c.fail_closed);
+        else
+            FUZZ_REQUIRE(problem.empty() == !complained);
+    }
     return 0;
 }

@@ -50,6 +50,30 @@ flags_bad_variables() {
 }
 check "malformed GPUGUARD_* values are FAIL lines with a fix; an unknown name is a warning" flags_bad_variables
 
+# The shim and doctor read every variable through one table (common/settings/): doctor once rejected
+# GPUGUARD_UNWINDER=cfi, the shim's default, because it kept a list of its own.
+unwinder_values() {
+  local out
+  out=$(GPUGUARD_UNWINDER=cfi doctor 2>&1)
+  expect_contains "$out" "ok    variable      GPUGUARD_UNWINDER=cfi" "doctor on the default walker" || return 1
+  out=$(GPUGUARD_UNWINDER=bogus doctor 2>&1)
+  expect_contains "$out" "FAIL  variable      GPUGUARD_UNWINDER=bogus: not cfi, libunwind, libgcc or none" "doctor on a typo"
+}
+check "doctor accepts GPUGUARD_UNWINDER=cfi (the shim's default) and flags a typo" unwinder_values
+
+same_words_as_the_shim() {
+  local out err
+  out=$(GPUGUARD_MAX_REPORTS=many GPUGUARD_UNWINDER=bogus doctor 2>&1)
+  GPUGUARD_LEDGER=none GPUGUARD_MAX_REPORTS=many GPUGUARD_UNWINDER=bogus \
+    shimmed "$BIN/drv_linked" linked alloc 4096 >/dev/null 2>"$TMP/err"
+  err=$(cat "$TMP/err")
+  expect_contains "$out" "GPUGUARD_MAX_REPORTS=many: not a whole number from 0 to 100000" "doctor's line" &&
+    expect_contains "$err" "gpuguard: GPUGUARD_MAX_REPORTS=many is not a whole number from 0 to 100000; using 8" "the shim's line" &&
+    expect_contains "$err" "gpuguard: GPUGUARD_UNWINDER=bogus is not cfi, libunwind, libgcc or none; using the default order" \
+      "the shim's line"
+}
+check "a malformed value: doctor and the shim name the same problem" same_words_as_the_shim
+
 limit_resolved() {
   local out
   out=$(GPUGUARD_MEM_LIMIT=25% doctor 2>&1)

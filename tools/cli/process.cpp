@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/settings/settings.h"
+
 extern char **environ;
 
 namespace gg::tool {
@@ -51,7 +53,7 @@ int locate_command(const std::string &name, std::string *path, std::string *why)
         if (rc == 0) *path = name;
         return rc;
     }
-    const char *env_path = getenv("PATH");
+    const char *env_path = settings::env("PATH");
     std::string dirs = env_path ? env_path : "/usr/local/bin:/usr/bin:/bin";
     int first = 127;
     std::string first_why;

@@ -1,10 +1,9 @@
-// The table of subcommands. A subcommand is one file, tools/cmd_<name>.cpp, defining
-// `int cmd_<name>(int argc, char **argv)` (argv[0] is the subcommand's name); add it to the
-// list in tools/commands/commands.cpp.
+// The table of subcommands. A subcommand is one file (or folder), tools/commands/<name>.cpp, defining
+// `int cmd_<name>(int argc, char **argv)` (argv[0] is the subcommand's name); add it to the list in
+// tools/commands/commands.cpp.
 #pragma once
 
-#define GPUGUARD_VERSION "0.1.0"
-
+#include <cstdio>
 #include <vector>
 
 namespace gg::tool {
@@ -16,5 +15,7 @@ struct Command {
 };
 
 const std::vector<Command> &commands();
+// The top-level usage: every command with its summary.
+void print_usage(FILE *out);
 
 }  // namespace gg::tool

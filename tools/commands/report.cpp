@@ -4,6 +4,9 @@
 #include "tools/commands/commands.h"
 #include "tools/report/render.h"
 
+#include "common/settings/settings.h"
+#include "tools/cli/args.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +19,7 @@
 #include <vector>
 
 using namespace gg::report;
+using gg::tool::Args;
 
 namespace {
 
@@ -55,36 +59,13 @@ const char kDiffUsage[] =
     "  --no-color   plain text\n"
     "  -h, --help   this help\n";
 
-int usage_error(const std::string &msg, bool diff) {
-    fprintf(stderr, "gpuguard: report%s: %s (try 'gpuguard report%s --help')\n", diff ? " diff" : "", msg.c_str(),
-            diff ? " diff" : "");
-    return 2;
-}
-
 bool colour_wanted(bool no_color) {
     if (no_color) return false;
-    const char *nc = getenv("NO_COLOR");
+    const char *nc = gg::settings::env("NO_COLOR");
     if (nc && *nc) return false;
-    const char *term = getenv("TERM");
+    const char *term = gg::settings::env("TERM");
     if (term && !strcmp(term, "dumb")) return false;
     return isatty(STDOUT_FILENO);
-}
-
-// Reads "--name VALUE" or "--name=VALUE". Returns true when argv[i] is that option.
-bool option_value(int argc, char **argv, int &i, const char *name, std::string &value, bool &missing) {
-    size_t n = strlen(name);
-    if (strncmp(argv[i], name, n) != 0) return false;
-    if (argv[i][n] == '=') {
-        value = argv[i] + n + 1;
-        return true;
-    }
-    if (argv[i][n] != '\0') return false;
-    if (i + 1 >= argc) {
-        missing = true;
-        return true;
-    }
-    value = argv[++i];
-    return true;
 }
 
 bool parse_top(const std::string &s, size_t &top) {
@@ -126,30 +107,29 @@ int run_diff(int argc, char **argv) {
     TextOptions opt;
     bool no_color = false, as_json = false;
     std::vector<std::string> files;
-    for (int i = 1; i < argc; ++i) {
+    Args a("report diff", argc, argv);
+    while (!a.done()) {
         std::string v;
-        bool missing = false;
-        std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
+        if (a.flag("-h") || a.flag("--help")) {
             fputs(kDiffUsage, stdout);
             return 0;
-        } else if (a == "--no-color" || a == "--no-colour") {
+        } else if (a.flag("--no-color") || a.flag("--no-colour")) {
             no_color = true;
-        } else if (a == "--json") {
+        } else if (a.flag("--json")) {
             as_json = true;
-        } else if (option_value(argc, argv, i, "--top", v, missing)) {
-            if (missing) return usage_error("--top needs a number", true);
-            if (!parse_top(v, opt.top)) return usage_error("--top wants a number, not '" + v + "'", true);
-        } else if (a.size() > 1 && a[0] == '-') {
-            return usage_error("unknown option '" + a + "'", true);
+        } else if (a.option("--top", "a number", &v)) {
+            if (a.failed()) return a.usage_error();
+            if (!parse_top(v, opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
+        } else if (a.next().size() > 1 && a.next()[0] == '-') {
+            return a.usage_error("unknown option '" + a.next() + "'");
         } else {
-            files.push_back(a);
+            files.push_back(a.take());
         }
     }
-    if (files.size() != 2) return usage_error("needs two reports, A and B", true);
-    Report a, b;
-    if (!load_or_say(files[0], a) || !load_or_say(files[1], b)) return 2;
-    json d = diff(a, b);
+    if (files.size() != 2) return a.usage_error("needs two reports, A and B");
+    Report before, after;
+    if (!load_or_say(files[0], before) || !load_or_say(files[1], after)) return 2;
+    json d = diff(before, after);
     if (as_json) {
         std::cout << d.dump(2) << "\n";
         return std::cout ? 0 : 1;
@@ -168,44 +148,43 @@ int cmd_report(int argc, char **argv) {
     bool no_color = false, as_json = false, also_text = false, at_peak = false;
     std::string html, folded, speedscope, perfetto, memory_viz;
     std::vector<std::string> files;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i], v;
-        bool missing = false;
-        if (a == "-h" || a == "--help") {
+    Args a("report", argc, argv);
+    const char *file_name = "a file name (or '-' for standard output)";
+    while (!a.done()) {
+        std::string v;
+        if (a.flag("-h") || a.flag("--help")) {
             fputs(kUsage, stdout);
             return 0;
-        } else if (a == "--no-color" || a == "--no-colour") {
+        } else if (a.flag("--no-color") || a.flag("--no-colour")) {
             no_color = true;
-        } else if (a == "--json") {
+        } else if (a.flag("--json")) {
             as_json = true;
-        } else if (a == "--text") {
+        } else if (a.flag("--text")) {
             also_text = true;
-        } else if (a == "--peak") {
+        } else if (a.flag("--peak")) {
             at_peak = true;
-        } else if (option_value(argc, argv, i, "--top", v, missing)) {
-            if (missing) return usage_error("--top needs a number", false);
-            if (!parse_top(v, opt.top)) return usage_error("--top wants a number, not '" + v + "'", false);
-        } else if (option_value(argc, argv, i, "--html", html, missing) ||
-                   option_value(argc, argv, i, "--folded", folded, missing) ||
-                   option_value(argc, argv, i, "--speedscope", speedscope, missing) ||
-                   option_value(argc, argv, i, "--perfetto", perfetto, missing) ||
-                   option_value(argc, argv, i, "--memory-viz", memory_viz, missing)) {
-            if (missing) return usage_error(a + " needs a file name (or '-' for standard output)", false);
-        } else if (a == "-") {
-            files.push_back(a);
-        } else if (a.size() > 1 && a[0] == '-') {
-            return usage_error("unknown option '" + a + "'", false);
+        } else if (a.option("--top", "a number", &v)) {
+            if (a.failed()) return a.usage_error();
+            if (!parse_top(v, opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
+        } else if (a.option("--html", file_name, &html) || a.option("--folded", file_name, &folded) ||
+                   a.option("--speedscope", file_name, &speedscope) || a.option("--perfetto", file_name, &perfetto) ||
+                   a.option("--memory-viz", file_name, &memory_viz)) {
+            if (a.failed()) return a.usage_error();
+        } else if (a.next() == "-") {
+            files.push_back(a.take());
+        } else if (a.next().size() > 1 && a.next()[0] == '-') {
+            return a.usage_error("unknown option '" + a.next() + "'");
         } else {
-            files.push_back(a);
+            files.push_back(a.take());
         }
     }
-    if (files.empty()) return usage_error("no report file given", false);
-    if (files.size() > 1) return usage_error("one report at a time ('gpuguard report diff A B' compares two)", false);
+    if (files.empty()) return a.usage_error("no report file given");
+    if (files.size() > 1) return a.usage_error("one report at a time ('gpuguard report diff A B' compares two)");
     int to_stdout = 0;
     for (const std::string *o : {&html, &folded, &speedscope, &perfetto, &memory_viz}) to_stdout += *o == "-";
-    if (to_stdout > 1) return usage_error("only one output can go to standard output", false);
+    if (to_stdout > 1) return a.usage_error("only one output can go to standard output");
     bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
-    if (at_peak && folded.empty()) return usage_error("--peak applies to --folded", false);
+    if (at_peak && folded.empty()) return a.usage_error("--peak applies to --folded");
 
     Report r;
     if (!load_or_say(files[0], r)) return 2;

@@ -13,60 +13,49 @@
 #include <unistd.h>
 
 #include "common/ledger/ledger.h"
-#include "tools/cli/process.h"
-#include "tools/cli/settings.h"
+#include "common/settings/settings.h"
 #include "common/units/size_spec.h"
+#include "tools/cli/args.h"
+#include "tools/cli/files.h"
+#include "tools/cli/preload.h"
+#include "tools/cli/process.h"
+#include "tools/cli/text.h"
 
 namespace {
 
-const char kUsage[] =
-    "usage: gpuguard run [options] [--] COMMAND [ARGS...]\n"
-    "\n"
-    "Runs COMMAND with libgpuguard.so preloaded and the GPU memory quota in force for it and every\n"
-    "process it starts. Meant as a container's entrypoint: ENTRYPOINT [\"gpuguard\", \"run\", \"--\"].\n"
-    "\n"
-    "options (each falls back to its variable, so `docker run -e GPUGUARD_MEM_LIMIT=8GiB` works):\n"
-    "  --limit SPEC            quota: 8GiB, 50%, 0=8GiB,1=4GiB ...       (GPUGUARD_MEM_LIMIT)\n"
-    "  --ledger PATH|none      the ledger shared by the container's processes, or none for a\n"
-    "                          per-process quota (default /dev/shm/gpuguard-<uid>.ledger) (GPUGUARD_LEDGER)\n"
-    "  --report-dir DIR        where OOM reports go; created if missing (default: the working\n"
-    "                          directory of the process that fails)            (GPUGUARD_REPORT_DIR)\n"
-    "  --cudnn-workspace SPEC  cap on cuDNN workspaces: a size, auto or off  (GPUGUARD_CUDNN_WORKSPACE_LIMIT)\n"
-    "  --init                  supervise COMMAND as PID 1 does (forward signals, reap zombies) even\n"
-    "                          when not PID 1; as PID 1 this is automatic\n"
-    "  -h, --help              this help\n"
-    "\n"
-    "The library is GPUGUARD_LIBRARY, else libgpuguard.so beside this program, else ../lib/.\n"
-    "\n"
-    "A ledger that live processes already use keeps its limit: a different --limit is reported\n"
-    "with a warning and has no effect until they have all exited (the next run then sets it).\n"
-    "\n"
-    "Exit status: COMMAND's own status (128+N when it was killed by signal N); 2 bad usage or a bad\n"
-    "option value, an unusable report directory or ledger; 126 COMMAND cannot be executed; 127 COMMAND\n"
-    "or libgpuguard.so not found.\n";
+using gg::settings::Id;
+using gg::tool::Args;
+using gg::tool::fail;
 
-int fail(int code, const std::string &msg) {
-    fprintf(stderr, "gpuguard: %s\n", msg.c_str());
-    return code;
-}
-
-int usage_error(const std::string &msg) { return fail(2, "run: " + msg + " (try 'gpuguard run --help')"); }
-
-// "--name VALUE" or "--name=VALUE". True when argv[i] is that option; *missing when VALUE is absent.
-bool option_value(int argc, char **argv, int &i, const char *name, std::string *value, bool *missing) {
-    size_t n = strlen(name);
-    if (strncmp(argv[i], name, n) != 0) return false;
-    if (argv[i][n] == '=') {
-        *value = argv[i] + n + 1;
-        return true;
+// The options and their variables come from the table of settings (common/settings/settings.def).
+std::string usage() {
+    std::string u =
+        "usage: gpuguard run [options] [--] COMMAND [ARGS...]\n"
+        "\n"
+        "Runs COMMAND with libgpuguard.so preloaded and the GPU memory quota in force for it and every\n"
+        "process it starts. Meant as a container's entrypoint: ENTRYPOINT [\"gpuguard\", \"run\", \"--\"].\n"
+        "\n"
+        "options (each falls back to its variable, so `docker run -e GPUGUARD_MEM_LIMIT=8GiB` works):\n";
+    for (const gg::settings::Row &r : gg::settings::rows()) {
+        if (!*r.run_option) continue;
+        std::string text = gg::tool::plain_text(r.help) + " (" + r.name + "; default: " + gg::tool::plain_text(r.default_text) + ")";
+        u += "  " + gg::tool::pad_right(r.run_option, 22) + "  " + gg::tool::wrap_hanging(text, 100, 26) + "\n";
     }
-    if (argv[i][n] != '\0') return false;
-    if (i + 1 >= argc) {
-        *missing = true;
-        return true;
-    }
-    *value = argv[++i];
-    return true;
+    u +=
+        "  --init                  supervise COMMAND as PID 1 does (forward signals, reap zombies) even\n"
+        "                          when not PID 1; as PID 1 this is automatic\n"
+        "  -h, --help              this help\n"
+        "\n"
+        "The library is GPUGUARD_LIBRARY, else libgpuguard.so beside this program, else ../lib/.\n"
+        "Every variable: gpuguard help variables.\n"
+        "\n"
+        "A ledger that live processes already use keeps its limit: a different --limit is reported\n"
+        "with a warning and has no effect until they have all exited (the next run then sets it).\n"
+        "\n"
+        "Exit status: COMMAND's own status (128+N when it was killed by signal N); 2 bad usage or a bad\n"
+        "option value, an unusable report directory or ledger; 126 COMMAND cannot be executed; 127 COMMAND\n"
+        "or libgpuguard.so not found.\n";
+    return u;
 }
 
 // The child's side of a failed exec: the same one line and status a shell would give.
@@ -135,36 +124,31 @@ int supervise(char **cmd) {
 int cmd_run(int argc, char **argv) {
     std::string limit, ledger_opt, report_dir, cudnn;
     bool have_limit = false, have_ledger = false, have_report = false, have_cudnn = false, init = false;
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        bool missing = false;
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        }
-        if (a[0] != '-') break;  // the command: options after it are its own
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(kUsage, stdout);
+    Args a("run", argc, argv);
+    while (!a.done()) {
+        if (a.flag("--")) break;
+        if (a.next()[0] != '-') break;  // the command: options after it are its own
+        if (a.flag("-h") || a.flag("--help")) {
+            fputs(usage().c_str(), stdout);
             return 0;
         }
-        if (!strcmp(a, "--init")) {
+        if (a.flag("--init")) {
             init = true;
-        } else if (option_value(argc, argv, i, "--limit", &limit, &missing)) {
+        } else if (a.option("--limit", "a value", &limit)) {
             have_limit = true;
-        } else if (option_value(argc, argv, i, "--ledger", &ledger_opt, &missing)) {
+        } else if (a.option("--ledger", "a value", &ledger_opt)) {
             have_ledger = true;
-        } else if (option_value(argc, argv, i, "--report-dir", &report_dir, &missing)) {
+        } else if (a.option("--report-dir", "a value", &report_dir)) {
             have_report = true;
-        } else if (option_value(argc, argv, i, "--cudnn-workspace", &cudnn, &missing)) {
+        } else if (a.option("--cudnn-workspace", "a value", &cudnn)) {
             have_cudnn = true;
         } else {
-            return usage_error(std::string("unknown option '") + a + "'");
+            return a.usage_error("unknown option '" + a.next() + "'");
         }
-        if (missing) return usage_error(std::string(a) + " needs a value");
+        if (a.failed()) return a.usage_error();
     }
-    if (i >= argc) return usage_error("no command given");
-    char **cmd = argv + i;
+    if (a.done()) return a.usage_error("no command given");
+    char **cmd = a.rest();
 
     std::string why;
     std::string lib = gg::tool::find_library(&why);
@@ -177,12 +161,12 @@ int cmd_run(int argc, char **argv) {
     std::string limit_text;
     if (have_limit) {
         gg::LimitSpec spec;
-        if (limit.empty()) return usage_error("--limit is empty (leave it out for no limit)");
+        if (limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
         if (!gg::parse_limit_spec(limit, &spec, &why)) return fail(2, "--limit " + limit + " is not a valid limit: " + why);
         setenv("GPUGUARD_MEM_LIMIT", limit.c_str(), 1);
         limit_text = limit;
     } else {
-        gg::tool::LimitSetting s = gg::tool::limit_from_env();
+        gg::settings::LimitSetting s = gg::settings::read_limit(gg::settings::process_env());
         gg::LimitSpec spec;
         if (s.set_but_empty) return fail(2, "GPUGUARD_MEM_LIMIT is set but empty (unset it for no limit)");
         if (!s.text.empty() && !gg::parse_limit_spec(s.text, &spec, &why))
@@ -190,21 +174,23 @@ int cmd_run(int argc, char **argv) {
         limit_text = s.text;
     }
 
-    if (have_cudnn || getenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT")) {
-        std::string v = have_cudnn ? cudnn : getenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT");
+    const gg::settings::Lookup env = gg::settings::process_env();
+    if (const char *set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
+        std::string v = have_cudnn ? cudnn : set;
         const char *what = have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
-        if (!v.empty() && !gg::tool::valid_cudnn_workspace(v, &why)) return fail(2, what + v + " is " + why);
+        std::string problem = v.empty() ? "" : gg::settings::problem(Id::kCudnnWorkspaceLimit, v);
+        if (!problem.empty()) return fail(2, what + v + " is " + problem);
         if (have_cudnn) setenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT", v.c_str(), 1);
     }
 
     // Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
     // since the command may change its working directory before it runs out of memory.
-    if (!have_report && getenv("GPUGUARD_REPORT_DIR") && *getenv("GPUGUARD_REPORT_DIR")) {
-        report_dir = getenv("GPUGUARD_REPORT_DIR");
+    if (const char *set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
+        report_dir = set;
         have_report = true;
     }
     if (have_report) {
-        if (report_dir.empty()) return usage_error("--report-dir is empty");
+        if (report_dir.empty()) return a.usage_error("--report-dir is empty");
         report_dir = gg::tool::absolute_path(report_dir);
         if (!gg::tool::make_dirs(report_dir, &why) || !gg::tool::dir_writable(report_dir, &why))
             return fail(2, "report directory: " + why);
@@ -220,19 +206,20 @@ int cmd_run(int argc, char **argv) {
     // the default depends on the user id, which a command that drops privileges would change.
     std::string ledger_path;
     if (have_ledger) {
-        if (ledger_opt.empty()) return usage_error("--ledger is empty (use --ledger none for a per-process quota)");
-        ledger_path = gg::tool::is_per_process_ledger(ledger_opt) ? "" : gg::tool::absolute_path(ledger_opt);
+        if (ledger_opt.empty()) return a.usage_error("--ledger is empty (use --ledger none for a per-process quota)");
+        ledger_path = gg::settings::is_per_process_ledger(ledger_opt) ? "" : gg::tool::absolute_path(ledger_opt);
         setenv("GPUGUARD_LEDGER", ledger_path.empty() ? "none" : ledger_path.c_str(), 1);
     } else {
-        ledger_path = gg::tool::ledger_path_from_env();
+        ledger_path = gg::settings::read_ledger_path(env);
         if (!ledger_path.empty()) {
             ledger_path = gg::tool::absolute_path(ledger_path);
             setenv("GPUGUARD_LEDGER", ledger_path.c_str(), 1);
         }
     }
     if (!ledger_path.empty()) {
-        int group = -1;
-        if (!gg::tool::ledger_group_from_env(&group, &why)) return fail(2, why);
+        std::string problem;
+        int group = gg::settings::read_ledger_group(env, &problem);
+        if (!problem.empty()) return fail(2, problem);
         size_t slash = ledger_path.rfind('/');
         if (slash != std::string::npos && slash > 0 && !gg::tool::make_dirs(ledger_path.substr(0, slash), &why))
             return fail(2, "ledger: " + why);
@@ -250,7 +237,7 @@ int cmd_run(int argc, char **argv) {
         delete l;  // the file stays; the command's processes map it
     }
 
-    setenv("LD_PRELOAD", gg::tool::preload_with(lib, getenv("LD_PRELOAD")).c_str(), 1);
+    setenv("LD_PRELOAD", gg::tool::preload_with(lib, gg::settings::env("LD_PRELOAD")).c_str(), 1);
 
     if (init || getpid() == 1) return supervise(cmd);
     exec_or_die(cmd);

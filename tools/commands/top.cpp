@@ -20,12 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ledger/ledger.h"
-#include "tools/cli/settings.h"
+#include "common/settings/settings.h"
+#include "tools/cli/args.h"
 #include "common/units/size_spec.h"
 
 namespace {
 
 using gg::ledger::Ledger;
+using gg::tool::Args;
 
 const char kUsage[] =
     "usage: gpuguard top [--ledger PATH] [--once] [--json] [--interval SEC]\n"
@@ -54,11 +56,6 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 shown; 1 no ledger at that path (or it cannot be read); 2 bad usage or a file\n"
     "that is not a valid ledger.\n";
-
-int usage_error(const std::string &msg) {
-    fprintf(stderr, "gpuguard: top: %s (try 'gpuguard top --help')\n", msg.c_str());
-    return 2;
-}
 
 struct Snapshot {
     std::string path, limit_spec;
@@ -312,49 +309,36 @@ int cmd_top(int argc, char **argv) {
     std::string path;
     bool once = false, as_json = false, have_path = false;
     double interval = 1.0;
-    for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
-        auto value = [&](const char *name, std::string *out) {
-            size_t n = strlen(name);
-            if (a.compare(0, n, name) != 0) return false;
-            if (a.size() > n && a[n] == '=') {
-                *out = a.substr(n + 1);
-                return true;
-            }
-            if (a.size() != n) return false;
-            if (i + 1 >= argc) {
-                *out = "\x01";  // missing
-                return true;
-            }
-            *out = argv[++i];
-            return true;
-        };
+    Args a("top", argc, argv);
+    while (!a.done()) {
         std::string v;
-        if (a == "-h" || a == "--help") {
+        if (a.flag("-h") || a.flag("--help")) {
             fputs(kUsage, stdout);
             return 0;
-        } else if (a == "--once") {
+        } else if (a.flag("--once")) {
             once = true;
-        } else if (a == "--json") {
+        } else if (a.flag("--json")) {
             as_json = true;
-        } else if (value("--ledger", &v)) {
-            if (v == "\x01" || v.empty()) return usage_error("--ledger needs a path");
+        } else if (a.option("--ledger", "a path", &v)) {
+            if (a.failed() || v.empty()) return a.usage_error("--ledger needs a path");
             path = v;
             have_path = true;
-        } else if (value("--interval", &v)) {
+        } else if (a.option("--interval", "a number", &v)) {
             char *end = nullptr;
             interval = strtod(v.c_str(), &end);
-            if (v == "\x01" || v.empty() || *end || !(interval >= 0.1) || interval > 86400)
-                return usage_error("--interval needs a number of seconds from 0.1 to 86400");
+            if (a.failed() || v.empty() || *end || !(interval >= 0.1) || interval > 86400)
+                return a.usage_error("--interval needs a number of seconds from 0.1 to 86400");
         } else {
-            return usage_error("unknown argument '" + a + "'");
+            return a.usage_error("unknown argument '" + a.next() + "'");
         }
     }
     if (!have_path) {
-        path = gg::tool::ledger_path_from_env();
-        if (path.empty())
-            return usage_error("GPUGUARD_LEDGER=" + std::string(getenv("GPUGUARD_LEDGER") ? getenv("GPUGUARD_LEDGER") : "none") +
-                               " means a per-process quota with no shared ledger to show; pass --ledger PATH");
+        path = gg::settings::read_ledger_path(gg::settings::process_env());
+        if (path.empty()) {
+            const char *set = gg::settings::value(gg::settings::process_env(), gg::settings::Id::kLedger);
+            return a.usage_error("GPUGUARD_LEDGER=" + std::string(set ? set : "none") +
+                                 " means a per-process quota with no shared ledger to show; pass --ledger PATH");
+        }
     }
 
     std::string error;

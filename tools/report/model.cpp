@@ -1,4 +1,5 @@
 // Reading a report file into gg::report::Report, and the formatting helpers every renderer shares.
+#include "common/base/version.h"
 #include "tools/report/model.h"
 
 #include "tools/commands/commands.h"
@@ -358,7 +359,7 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
     }
     if (version->get<int64_t>() != gg::schema::kVersion) {
         err.message = name + ": gpuguard report version " + version->dump() + " is not supported (this gpuguard " +
-                      GPUGUARD_VERSION + " reads version " + std::to_string(gg::schema::kVersion) + ")";
+                      GPUGUARD_VERSION_STRING + " reads version " + std::to_string(gg::schema::kVersion) + ")";
         return false;
     }
     try {

@@ -49,8 +49,6 @@ struct Style {
 
 // A horizontal bar of `width` cells, filled to part/whole with eighth blocks.
 std::string text_bar(uint64_t part, uint64_t whole, int width);
-// Words of `text` wrapped at `width` columns, every line after the first starting with `indent`.
-std::string wrap(const std::string &text, size_t width, const std::string &indent);
 
 }  // namespace gg::report
 

@@ -2,6 +2,7 @@
 // as JSON, so the page is one file that opens offline (no CDN, no fetch). The page's logic lives in
 // tools/report/web/report.js; this file only prepares the data it draws: the report itself, the analysis, and each
 // stack's frames already labelled (so the text summary and the page name frames the same way).
+#include "common/base/version.h"
 #include "tools/report/render.h"
 
 #include "tools/commands/commands.h"
@@ -48,7 +49,7 @@ json view_of(const Report &r, const Analysis &a) {
     json v = {{"name", r.name},
               {"command", r.command_line()},
               {"stacks", stacks},
-              {"gpuguard", std::string("gpuguard ") + GPUGUARD_VERSION},
+              {"gpuguard", std::string("gpuguard ") + GPUGUARD_VERSION_STRING},
               {"live_bytes", r.live_bytes()}};
     Bytes pk = r.peak();
     v["peak_bytes"] = pk ? json(*pk) : json(nullptr);

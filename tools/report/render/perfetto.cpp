@@ -2,6 +2,7 @@
 // the timeline as a counter track ("ph":"C"), the limit as a second one, and the peak and the report
 // (the failure, when there was one) as instant events ("ph":"i"). Timestamps are microseconds since
 // the process's first hooked call, the timeline's origin.
+#include "common/base/version.h"
 #include "tools/report/render.h"
 
 #include "tools/commands/commands.h"
@@ -59,7 +60,7 @@ json render_perfetto(const Report &r, const Analysis &a) {
 
     return {{"traceEvents", ev},
             {"displayTimeUnit", "ms"},
-            {"otherData", {{"exporter", std::string("gpuguard ") + GPUGUARD_VERSION}, {"report", r.name}}}};
+            {"otherData", {{"exporter", std::string("gpuguard ") + GPUGUARD_VERSION_STRING}, {"report", r.name}}}};
 }
 
 }  // namespace gg::report

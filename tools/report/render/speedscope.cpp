@@ -1,6 +1,7 @@
 // speedscope's file format (https://www.speedscope.app/file-format-schema.json): frames shared by
 // all profiles, and "sampled" profiles whose samples are stacks of frame indices, outermost first,
 // each weighted by its live bytes. One profile for now, one for the peak when the report has it.
+#include "common/base/version.h"
 #include "tools/report/render.h"
 
 #include "tools/commands/commands.h"
@@ -65,7 +66,7 @@ json render_speedscope(const Report &r) {
         profiles.push_back(profile(r, r.peak_by_stack, "GPU memory at the peak: " + who, table));
     return {{"$schema", "https://www.speedscope.app/file-format-schema.json"},
             {"name", "gpuguard: " + who},
-            {"exporter", std::string("gpuguard ") + GPUGUARD_VERSION},
+            {"exporter", std::string("gpuguard ") + GPUGUARD_VERSION_STRING},
             {"activeProfileIndex", 0},
             {"shared", {{"frames", table.frames}}},
             {"profiles", profiles}};

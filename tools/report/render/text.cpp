@@ -2,6 +2,8 @@
 // stack, who holds the memory, and what to do about it. Written to be read in ten seconds, top down.
 #include "tools/report/render.h"
 
+#include "tools/cli/text.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -9,38 +11,15 @@
 
 namespace gg::report {
 
+using gg::tool::clip;
+using gg::tool::display_width;
+using gg::tool::pad_left;
+using gg::tool::pad_right;
+using gg::tool::wrap;
+
 namespace {
 
 constexpr size_t kWidth = 100;
-
-size_t display_width(const std::string &s) {
-    size_t n = 0;
-    for (unsigned char c : s)
-        if ((c & 0xC0) != 0x80) ++n;  // count code points, not bytes
-    return n;
-}
-
-std::string pad_right(const std::string &s, size_t width) {
-    size_t w = display_width(s);
-    return w >= width ? s : s + std::string(width - w, ' ');
-}
-std::string pad_left(const std::string &s, size_t width) {
-    size_t w = display_width(s);
-    return w >= width ? s : std::string(width - w, ' ') + s;
-}
-
-// Cut to `width` code points, marking the cut with "…".
-std::string clip(const std::string &s, size_t width) {
-    if (display_width(s) <= width) return s;
-    std::string out;
-    size_t n = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        if ((c & 0xC0) != 0x80 && ++n > width - 1) break;
-        out += s[i];
-    }
-    return out + "…";
-}
 
 const char *cuda_result_name(int64_t r) {
     switch (r) {
@@ -141,39 +120,6 @@ std::string text_bar(uint64_t part, uint64_t whole, int width) {
     }
     for (; cells < width; ++cells) s += ' ';
     return s;
-}
-
-std::string wrap(const std::string &text, size_t width, const std::string &indent) {
-    // Words, with a size's unit kept on the number's line ("4.50 GiB" never splits).
-    std::vector<std::string> tokens;
-    {
-        std::istringstream in(text);
-        std::string w;
-        while (in >> w) {
-            bool unit = false;
-            for (const char *u : {"B", "KiB", "MiB", "GiB", "TiB", "PiB"})
-                if (w.rfind(u, 0) == 0 && (w.size() == strlen(u) || !isalnum(static_cast<unsigned char>(w[strlen(u)]))))
-                    unit = true;
-            if (unit && !tokens.empty() && !tokens.back().empty() && isdigit(static_cast<unsigned char>(tokens.back().back())))
-                tokens.back() += " " + w;
-            else
-                tokens.push_back(w);
-        }
-    }
-    std::string out, line;
-    size_t indent_w = display_width(indent);
-    bool first = true;
-    for (const std::string &word : tokens) {
-        size_t limit = first ? width : width - indent_w;
-        if (!line.empty() && display_width(line) + 1 + display_width(word) > limit) {
-            out += (first ? "" : indent) + line + "\n";
-            first = false;
-            line.clear();
-        }
-        line += (line.empty() ? "" : " ") + word;
-    }
-    if (!line.empty()) out += (first ? "" : indent) + line;
-    return out;
 }
 
 void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out) {

@@ -1,0 +1,122 @@
+// The settings of gpuguard: the table of every variable (settings.def), the one place the process
+// environment is read, and the readers that turn a value into what the shim and the command use.
+// Both sides read through here, so they cannot disagree about a name, an alias, a range or a
+// default.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/units/size_spec.h"
+
+namespace gg::settings {
+
+enum class Id {
+#define SETTING(id, ...) id,
+#include "common/settings/settings.def"
+    kCount
+};
+
+enum class Type {
+    kLimit,         // a limit spec (common/units/size_spec.h)
+    kLedgerPath,    // a path, or none/off/process for a per-process ledger
+    kGroup,         // a group name or gid
+    kFolder,        // a folder (anything: checked where it is used)
+    kCount,         // a whole number in [min, max]
+    kSwitch,        // 1/0, true/false, yes/no, on/off
+    kSignal,        // USR1, USR2, HUP, QUIT, PWR or a real-time signal number
+    kFraction,      // 0 < f <= 1, as 0.9 or 90%
+    kSize,          // a size (parse_size)
+    kCudnnCap,      // a size, auto, or off/none
+    kDriverPath,    // a library path, or a name the loader looks up
+    kUnwinderName,  // cfi, libunwind, libgcc or none
+    kFlag,          // on unless 0 (GPUGUARD_DEBUG)
+    kLibraryPath,   // an existing file
+};
+
+struct Row {
+    Id id;
+    const char *name;
+    Type type;
+    long min, max;
+    long default_value;
+    const char *default_text;
+    const char *aliases;
+    const char *run_option;
+    const char *help;
+    const char *when_bad;
+};
+
+// The table, constant-initialised (no guard: the shim reads it on a hook's path, and a fork while
+// another thread held a guard would leave the child waiting on it forever).
+struct Rows {
+    const Row *first;
+    size_t count;
+    const Row *begin() const { return first; }
+    const Row *end() const { return first + count; }
+};
+Rows rows();
+const Row &row(Id id);
+const Row *find(const std::string &name);  // null for a name no setting has
+
+// ---- the environment ----------------------------------------------------------------------------
+
+// A name -> its value, or null when unset. The process's own environment, or one a test or fuzz
+// target makes up.
+using Lookup = std::function<const char *(const char *name)>;
+// The process's environment: the one place in gpuguard that reads it (tests/integration/t_lint.sh).
+Lookup process_env();
+// One variable of the process's environment, for the few that are not gpuguard's own (NO_COLOR,
+// PATH, LD_PRELOAD): null when unset.
+const char *env(const char *name);
+// The setting's value: null when unset or empty.
+const char *value(const Lookup &env, Id id);
+
+// ---- checks and typed readers -------------------------------------------------------------------
+
+// What is wrong with `value` for the setting: "" when nothing is, else the problem, as in
+// "not a whole number from 0 to 128". The same words for the shim's message and `doctor`.
+std::string problem(Id id, const std::string &value);
+
+// The typed value of a setting, or its default when it is unset. A malformed value gives the
+// default too, and *problem gets the message the shim prints: "NAME=VALUE is PROBLEM; WHEN_BAD".
+long read_count(const Lookup &env, Id id, std::string *problem);
+bool read_switch(const Lookup &env, Id id, std::string *problem);
+int read_signal(const Lookup &env, Id id, std::string *problem);     // 0 when unset or malformed
+double read_fraction(const Lookup &env, Id id, std::string *problem);  // 0 when unset or malformed
+uint64_t read_size(const Lookup &env, Id id, std::string *problem);  // 0 when unset or malformed
+bool read_flag(const Lookup &env, Id id);
+
+// The cuDNN workspace cap: auto (the default), off, or bytes.
+struct CudnnCap {
+    enum Mode { kAuto, kOff, kBytes } mode = kAuto;
+    uint64_t bytes = 0;
+};
+CudnnCap read_cudnn_cap(const Lookup &env, std::string *problem);
+
+// GPUGUARD_UNWINDER: "cfi", "libunwind", "libgcc", "none", or "" for the default order.
+std::string read_unwinder(const Lookup &env, std::string *problem);
+
+// The limit: GPUGUARD_MEM_LIMIT, else HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and
+// CUDA_DEVICE_MEMORY_LIMIT_<i> folded into one spec (the default first, then the per-device entries).
+// `source` names the variable(s); text and source are empty when no limit is set.
+struct LimitSetting {
+    std::string text, source;
+    bool set_but_empty = false;  // GPUGUARD_MEM_LIMIT= : a mistake, not "no limit"
+};
+LimitSetting read_limit(const Lookup &env);
+
+// The ledger: GPUGUARD_LEDGER, else CUDA_DEVICE_MEMORY_SHARED_CACHE, else the default path; "" for a
+// per-process ledger (none, off or process).
+std::string read_ledger_path(const Lookup &env);
+bool is_per_process_ledger(const std::string &value);
+
+// GPUGUARD_LEDGER_GROUP as a gid, -1 when unset or when it names no group (then *problem says so).
+int read_ledger_group(const Lookup &env, std::string *problem);
+
+// ---- for people ---------------------------------------------------------------------------------
+
+// The README's table of variables, in Markdown (`gpuguard help variables --markdown`).
+std::string markdown_table();
+
+}  // namespace gg::settings

@@ -1,0 +1,21 @@
+# Rules of the source tree that a compiler does not check.
+
+# Every variable goes through the table of settings (common/settings/): a getenv elsewhere would read
+# a variable that doctor does not check and the README does not list. The test doubles are exempt:
+# they read their own FAKE_* variables.
+getenv_only_in_settings() {
+  local hits
+  hits=$(cd "$ROOT" && grep -rnE '\b(secure_)?getenv *\(' common shim tools include \
+           --include='*.cpp' --include='*.h' --include='*.c' | grep -v '^common/settings/env.cpp:')
+  expect_eq "$hits" "" "getenv calls outside common/settings/env.cpp"
+}
+check "no getenv outside common/settings/env.cpp (every variable is a row of settings.def)" getenv_only_in_settings
+
+# Facts the code relies on are in docs/ (a reader has no ../shared): no citation of a file outside
+# the repository.
+no_citations_outside_the_repository() {
+  local hits
+  hits=$(cd "$ROOT" && git grep -nE '\b(FACTS|DESIGN)\.md\b' -- ':!BENCHMARKS.md' ':!tests/integration/t_lint.sh' 2>/dev/null)
+  expect_eq "$hits" "" "citations of FACTS.md or DESIGN.md"
+}
+check "no citation of FACTS.md or DESIGN.md (the facts are in docs/)" no_citations_outside_the_repository
