@@ -225,7 +225,7 @@ FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BIN     := $(patsubst tests/fuzz/%.cpp,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 fuzz_obj      = $(patsubst %,$(FUZZ_BUILD)/obj/%.o,$(1))
 # What each target links besides itself: the code it fuzzes and what that code calls.
-FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp
+FUZZ_DEPS_fuzz_size_spec := common/units/size_spec.cpp common/units/human.cpp
 FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) tools/cli/text.cpp $(FUZZ_BUILD)/tools/embedded.cpp

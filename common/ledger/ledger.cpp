@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base/atomic_max.h"
 #include "common/base/hot.h"
 #include "common/base/log.h"
 
@@ -330,8 +331,6 @@ Ledger::~Ledger() {
     if (remembered_ && rescue_.load() == kIntact) munmap(remembered_, sizeof(Header));
 }
 
-static void raise_to(std::atomic<uint64_t> &peak, uint64_t v);
-
 // What remember() keeps of a device entry (the copy is read field by field: other threads update
 // the entries' atomics meanwhile).
 namespace {
@@ -520,12 +519,6 @@ GG_HOT uint64_t Ledger::sum(int dev) const {
     uint32_t high = header_->slot_high.load();
     for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) total += header_->slots[i].bytes[dev].load();
     return total;
-}
-
-static void raise_to(std::atomic<uint64_t> &peak, uint64_t v) {
-    uint64_t cur = peak.load(std::memory_order_relaxed);
-    while (v > cur && !peak.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
 }
 
 GG_HOT bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {

@@ -1,5 +1,7 @@
-// The name and version of the report format (docs/report-schema.md). The shim writes them and
-// `gpuguard report` refuses any other: both sides include this header so they cannot drift.
+// The report format (docs/report-schema.md): its name, its version and every key, shared by the
+// writer in the shim (shim/report/, shim/stacks/, shim/cudnn/) and the reader in the command
+// (tools/report/model.cpp), so that a key renamed on one side is renamed on the other. The unit test
+// test_report.cpp builds a report with the shim's writer and reads it back with the command's reader.
 #pragma once
 
 namespace gg::schema {
@@ -7,5 +9,120 @@ namespace gg::schema {
 constexpr const char *kName = "gpuguard.report";
 // Raised only when a field is removed or changes meaning; additions keep it.
 constexpr int kVersion = 1;
+
+// Values of fields that readers compare against.
+namespace value {
+constexpr const char kNative[] = "native";  // frames[].kind
+constexpr const char kPython[] = "python";
+constexpr const char kCudnnWorkspace[] = "cudnn_workspace";  // top_allocations[].tag
+}  // namespace value
+
+// Every key of the format, named as it is spelled in the file.
+namespace key {
+constexpr const char address[] = "address";
+constexpr const char age_ns[] = "age_ns";
+constexpr const char algorithms_rejected[] = "algorithms_rejected";
+constexpr const char alive[] = "alive";
+constexpr const char allocs[] = "allocs";
+constexpr const char api[] = "api";
+constexpr const char build_id[] = "build_id";
+constexpr const char by_stack[] = "by_stack";
+constexpr const char bytes[] = "bytes";
+constexpr const char capture[] = "capture";
+constexpr const char changes[] = "changes";
+constexpr const char checks[] = "checks";
+constexpr const char command[] = "command";
+constexpr const char container_bytes[] = "container_bytes";
+constexpr const char count[] = "count";
+constexpr const char counts_by_api[] = "counts_by_api";
+constexpr const char cudnn[] = "cudnn";
+constexpr const char device[] = "device";
+constexpr const char devices[] = "devices";
+constexpr const char driver_api[] = "driver_api";
+constexpr const char driver_result[] = "driver_result";
+constexpr const char env[] = "env";
+constexpr const char episode[] = "episode";
+constexpr const char exe[] = "exe";
+constexpr const char failed_calls[] = "failed_calls";
+constexpr const char failed_request[] = "failed_request";
+constexpr const char failures[] = "failures";
+constexpr const char fallbacks[] = "fallbacks";
+constexpr const char file[] = "file";
+constexpr const char first_unix_ns[] = "first_unix_ns";
+constexpr const char frames[] = "frames";
+constexpr const char free_bytes[] = "free_bytes";
+constexpr const char frees[] = "frees";
+constexpr const char function[] = "function";
+constexpr const char gpuguard_version[] = "gpuguard_version";
+constexpr const char hostname[] = "hostname";
+constexpr const char id[] = "id";
+constexpr const char ip[] = "ip";
+constexpr const char kind[] = "kind";
+constexpr const char largest_bytes[] = "largest_bytes";
+constexpr const char largest_rejected_bytes[] = "largest_rejected_bytes";
+constexpr const char largest_workspace_requested_bytes[] = "largest_workspace_requested_bytes";
+constexpr const char ledger[] = "ledger";
+constexpr const char library[] = "library";
+constexpr const char limit[] = "limit";
+constexpr const char limit_bytes[] = "limit_bytes";
+constexpr const char line[] = "line";
+constexpr const char live_allocations[] = "live_allocations";
+constexpr const char live_bytes[] = "live_bytes";
+constexpr const char live_count[] = "live_count";
+constexpr const char message[] = "message";
+constexpr const char module[] = "module";
+constexpr const char name[] = "name";
+constexpr const char offset[] = "offset";
+constexpr const char on[] = "on";
+constexpr const char ordinal[] = "ordinal";
+constexpr const char path[] = "path";
+constexpr const char peak[] = "peak";
+constexpr const char peak_bytes[] = "peak_bytes";
+constexpr const char pid[] = "pid";
+constexpr const char plans_rejected[] = "plans_rejected";
+constexpr const char points[] = "points";
+constexpr const char ppid[] = "ppid";
+constexpr const char process[] = "process";
+constexpr const char process_bytes[] = "process_bytes";
+constexpr const char process_peak_bytes[] = "process_peak_bytes";
+constexpr const char processes[] = "processes";
+constexpr const char python[] = "python";
+constexpr const char reason[] = "reason";
+constexpr const char requests_by_stack[] = "requests_by_stack";
+constexpr const char reused[] = "reused";
+constexpr const char rules_learned[] = "rules_learned";
+constexpr const char schema[] = "schema";
+constexpr const char scope[] = "scope";
+constexpr const char self[] = "self";
+constexpr const char source[] = "source";
+constexpr const char spec[] = "spec";
+constexpr const char stack[] = "stack";
+constexpr const char stack_depth[] = "stack_depth";
+constexpr const char stack_reuse[] = "stack_reuse";
+constexpr const char stacks[] = "stacks";
+constexpr const char start_unix_ns[] = "start_unix_ns";
+constexpr const char symbol[] = "symbol";
+constexpr const char t0_unix_ns[] = "t0_unix_ns";
+constexpr const char tag[] = "tag";
+constexpr const char thread[] = "thread";
+constexpr const char time_unix_ns[] = "time_unix_ns";
+constexpr const char timeline[] = "timeline";
+constexpr const char top_allocations[] = "top_allocations";
+constexpr const char total_bytes[] = "total_bytes";
+constexpr const char uid[] = "uid";
+constexpr const char unstable_sites[] = "unstable_sites";
+constexpr const char unwinder[] = "unwinder";
+constexpr const char unwound[] = "unwound";
+constexpr const char usage[] = "usage";
+constexpr const char used_bytes[] = "used_bytes";
+constexpr const char uuid[] = "uuid";
+constexpr const char version[] = "version";
+constexpr const char walker[] = "walker";
+constexpr const char walks[] = "walks";
+constexpr const char workspace_cap[] = "workspace_cap";
+constexpr const char workspace_cap_bytes[] = "workspace_cap_bytes";
+constexpr const char workspace_in_use_bytes[] = "workspace_in_use_bytes";
+constexpr const char workspace_in_use_peak_bytes[] = "workspace_in_use_peak_bytes";
+}  // namespace key
 
 }  // namespace gg::schema

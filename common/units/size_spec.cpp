@@ -1,5 +1,7 @@
 #include "common/units/size_spec.h"
 
+#include "common/units/human.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -184,23 +186,6 @@ Limit LimitSpec::for_device(int ordinal, const std::string &uuid) const {
         }
     }
     return all;
-}
-
-std::string human_bytes(uint64_t b) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    char buf[48];
-    if (b < 1024) {
-        snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
-        return buf;
-    }
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-    return buf;
 }
 
 }  // namespace gg

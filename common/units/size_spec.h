@@ -1,6 +1,7 @@
 // Parsing of sizes and limits, as users write them in GPUGUARD_MEM_LIMIT, `gpuguard run --limit`,
 // HAMi-core's CUDA_DEVICE_MEMORY_LIMIT and GPUGUARD_CUDNN_WORKSPACE_LIMIT.
 #pragma once
+// (Sizes for people: common/units/human.h.)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,7 +41,5 @@ struct LimitSpec {
 bool parse_limit(const std::string &text, Limit *out, std::string *why);
 bool parse_limit_spec(const std::string &text, LimitSpec *out, std::string *why);
 
-// "1.50 GiB" style, for messages and reports.
-std::string human_bytes(uint64_t bytes);
 
 }  // namespace gg

@@ -10,12 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "shim/core/config.h"
+#include "common/base/atomic_max.h"
+#include "common/report/schema.h"
 #include "shim/base/race_once.h"
 #include "shim/report/report.h"
 #include "shim/stacks/stacks.h"
 #include "shim/core/state.h"
 
 namespace gg::cudnn {
+
+namespace key = schema::key;
+namespace value = schema::value;
 namespace {
 
 using nlohmann::json;
@@ -45,12 +50,6 @@ std::atomic<uint64_t> g_largest{0}, g_in_use{0}, g_in_use_peak{0};
 std::atomic<uint64_t> g_plans_rejected{0}, g_algorithms_rejected{0}, g_largest_rejected{0};
 std::atomic<uint64_t> g_cap{kNoCap};
 
-void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
-    uint64_t cur = a.load(std::memory_order_relaxed);
-    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
-}
-
 const char *cap_mode() {
     switch (state().cfg->cudnn_cap.mode) {
         case settings::CudnnCap::kOff: return "off";
@@ -67,31 +66,31 @@ void section(json &r) {
     json c;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        c["library"] = record().library;
+        c[key::library] = record().library;
         for (const auto &kv : record().sites) sites.push_back(kv.second);
     }
     std::sort(sites.begin(), sites.end(), [](const Site &a, const Site &b) { return a.largest > b.largest; });
     uint64_t cap = g_cap.load();
     const Config &cfg = *state().cfg;
     if (cfg.cudnn_cap.mode == settings::CudnnCap::kBytes) cap = cfg.cudnn_cap.bytes;
-    c["workspace_cap"] = cap_mode();
-    c["workspace_cap_bytes"] = cap == kNoCap ? json(nullptr) : json(cap);
-    c["largest_workspace_requested_bytes"] = g_largest.load();
-    c["workspace_in_use_bytes"] = g_in_use.load();
-    c["workspace_in_use_peak_bytes"] = g_in_use_peak.load();
-    c["plans_rejected"] = g_plans_rejected.load();
-    c["algorithms_rejected"] = g_algorithms_rejected.load();
-    c["largest_rejected_bytes"] = g_largest_rejected.load();
+    c[key::workspace_cap] = cap_mode();
+    c[key::workspace_cap_bytes] = cap == kNoCap ? json(nullptr) : json(cap);
+    c[key::largest_workspace_requested_bytes] = g_largest.load();
+    c[key::workspace_in_use_bytes] = g_in_use.load();
+    c[key::workspace_in_use_peak_bytes] = g_in_use_peak.load();
+    c[key::plans_rejected] = g_plans_rejected.load();
+    c[key::algorithms_rejected] = g_algorithms_rejected.load();
+    c[key::largest_rejected_bytes] = g_largest_rejected.load();
     json by_stack = json::array();
-    if (!r.contains("stacks") || !r["stacks"].is_object()) r["stacks"] = json::object();
+    if (!r.contains(key::stacks) || !r[key::stacks].is_object()) r[key::stacks] = json::object();
     for (size_t i = 0; i < sites.size() && i < kSitesInReport; i++) {
         const Site &s = sites[i];
         std::string key = "s" + std::to_string(s.stack);
-        by_stack.push_back({{"stack", s.stack ? json(key) : json(nullptr)}, {"largest_bytes", s.largest}, {"count", s.count}});
-        if (s.stack && !r["stacks"].contains(key)) r["stacks"][key] = {{"frames", stacks::frames_json(s.stack)}};
+        by_stack.push_back({{key::stack, s.stack ? json(key) : json(nullptr)}, {key::largest_bytes, s.largest}, {key::count, s.count}});
+        if (s.stack && !r[key::stacks].contains(key)) r[key::stacks][key] = {{key::frames, stacks::frames_json(s.stack)}};
     }
-    c["requests_by_stack"] = by_stack;
-    r["cudnn"] = c;
+    c[key::requests_by_stack] = by_stack;
+    r[key::cudnn] = c;
 }
 
 }  // namespace

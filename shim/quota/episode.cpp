@@ -7,6 +7,7 @@
 #include "common/base/log.h"
 #include "shim/track/tracker.h"
 #include "shim/report/report.h"
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "shim/stacks/stacks.h"
 #include "shim/core/state.h"

@@ -23,6 +23,9 @@
 #include "shim/track/tracker.h"
 
 namespace gg::report {
+
+namespace key = schema::key;
+namespace value = schema::value;
 namespace {
 
 using nlohmann::json;
@@ -61,9 +64,9 @@ std::string read_small_file(const char *path) {
 
 json process_section() {
     json p;
-    p["pid"] = getpid();
-    p["ppid"] = getppid();
-    p["uid"] = getuid();
+    p[key::pid] = getpid();
+    p[key::ppid] = getppid();
+    p[key::uid] = getuid();
     json cmd = json::array();
     std::string raw = read_small_file("/proc/self/cmdline");
     for (size_t i = 0; i < raw.size();) {
@@ -72,14 +75,14 @@ json process_section() {
         cmd.push_back(raw.substr(i, end - i));
         i = end + 1;
     }
-    p["command"] = cmd;
+    p[key::command] = cmd;
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    p["exe"] = n > 0 ? std::string(exe, (size_t)n) : "";
+    p[key::exe] = n > 0 ? std::string(exe, (size_t)n) : "";
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    p["hostname"] = host;
-    p["start_unix_ns"] = state().start_unix_ns;
+    p[key::hostname] = host;
+    p[key::start_unix_ns] = state().start_unix_ns;
     json env = json::object();
     for (char **e = environ; e && *e; e++) {
         const char *eq = strchr(*e, '=');
@@ -87,22 +90,22 @@ json process_section() {
         std::string name(*e, (size_t)(eq - *e));
         if (allowed_env(name.c_str())) env[name] = eq + 1;
     }
-    p["env"] = env;
+    p[key::env] = env;
     return p;
 }
 
 json device_section(int ordinal) {
     json d;
     const DeviceInfo *dev = device_info(ordinal);
-    d["ordinal"] = ordinal;
-    d["uuid"] = dev ? dev->uuid : "";
-    d["name"] = dev ? dev->name : "";
-    d["total_bytes"] = dev ? (int64_t)dev->physical_total : -1;
+    d[key::ordinal] = ordinal;
+    d[key::uuid] = dev ? dev->uuid : "";
+    d[key::name] = dev ? dev->name : "";
+    d[key::total_bytes] = dev ? (int64_t)dev->physical_total : -1;
     // One cheap query through the real table (never the hooks); it needs the caller's context.
     size_t free_b = 0, total_b = 0;
     const RealDriver &r = real_driver();
     bool ok = r.cuMemGetInfo_v2 && current_ordinal() == ordinal && r.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS;
-    d["free_bytes"] = ok ? (int64_t)free_b : -1;
+    d[key::free_bytes] = ok ? (int64_t)free_b : -1;
     return d;
 }
 
@@ -112,7 +115,7 @@ json stack_ref(stacks::StackId id) { return id ? json(stack_key(id)) : json(null
 json by_stack_json(const std::vector<StackBytes> &v, std::set<stacks::StackId> &used, size_t max) {
     json out = json::array();
     for (size_t i = 0; i < v.size() && i < max; i++) {
-        out.push_back({{"stack", stack_ref(v[i].stack)}, {"bytes", v[i].bytes}, {"count", v[i].count}});
+        out.push_back({{key::stack, stack_ref(v[i].stack)}, {key::bytes, v[i].bytes}, {key::count, v[i].count}});
         if (v[i].stack) used.insert(v[i].stack);
     }
     return out;
@@ -208,105 +211,105 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     std::set<stacks::StackId> used;
 
     json r;
-    r["schema"] = schema::kName;
-    r["version"] = schema::kVersion;
-    r["reason"] = reason_name(reason);
-    r["message"] = message;
-    r["time_unix_ns"] = unix_ns();
-    r["gpuguard_version"] = GPUGUARD_VERSION_STRING;
-    r["process"] = process_section();
+    r[key::schema] = schema::kName;
+    r[key::version] = schema::kVersion;
+    r[key::reason] = reason_name(reason);
+    r[key::message] = message;
+    r[key::time_unix_ns] = unix_ns();
+    r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
+    r[key::process] = process_section();
     stacks::ReuseCounts reuse = stacks::reuse_counts();
     stacks::WalkerCounts walker = stacks::walker_counts();
-    r["capture"] = {{"unwinder", stacks::unwinder()},
-                    {"walker", {{"walks", walker.walks},
-                                {"rules_learned", walker.rules_learned},
-                                {"fallbacks", walker.fallbacks}}},
-                    {"python", py::version()},
-                    {"stack_depth", c.stack_depth},
-                    {"stack_reuse", {{"on", c.stack_reuse},
-                                     {"reused", reuse.reused},
-                                     {"unwound", reuse.unwound},
-                                     {"checks", reuse.checks},
-                                     {"changes", reuse.changes},
-                                     {"unstable_sites", reuse.unstable_sites}}}};
-    r["device"] = device_section(ordinal);
+    r[key::capture] = {{key::unwinder, stacks::unwinder()},
+                    {key::walker, {{key::walks, walker.walks},
+                                {key::rules_learned, walker.rules_learned},
+                                {key::fallbacks, walker.fallbacks}}},
+                    {key::python, py::version()},
+                    {key::stack_depth, c.stack_depth},
+                    {key::stack_reuse, {{key::on, c.stack_reuse},
+                                     {key::reused, reuse.reused},
+                                     {key::unwound, reuse.unwound},
+                                     {key::checks, reuse.checks},
+                                     {key::changes, reuse.changes},
+                                     {key::unstable_sites, reuse.unstable_sites}}}};
+    r[key::device] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);
     if (dev && has_limit(*dev)) {
-        r["limit"] = {{"bytes", dev->limit},
-                      {"spec", s.ledger->limit_spec()},
-                      {"source", c.limit_source.empty() ? "ledger" : c.limit_source},
-                      {"scope", s.ledger->shared() ? "container" : "process"}};
+        r[key::limit] = {{key::bytes, dev->limit},
+                      {key::spec, s.ledger->limit_spec()},
+                      {key::source, c.limit_source.empty() ? "ledger" : c.limit_source},
+                      {key::scope, s.ledger->shared() ? "container" : "process"}};
     } else {
-        r["limit"] = nullptr;
+        r[key::limit] = nullptr;
     }
     int ldev = dev ? dev->ledger_index : -1;
-    r["usage"] = {{"process_bytes", ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
-                  {"process_peak_bytes", ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
-                  {"container_bytes", ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
-                  {"live_allocations", snap.live_count}};
+    r[key::usage] = {{key::process_bytes, ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
+                  {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
+                  {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
+                  {key::live_allocations, snap.live_count}};
 
     if (failure) {
-        r["failed_request"] = {{"api", api_name(failure->api)},     {"driver_api", api_name(failure->driver_api)},
-                               {"bytes", failure->bytes},            {"device", failure->ordinal},
-                               {"thread", failure->thread},          {"driver_result", failure->result},
-                               {"stack", stack_ref(failure->stack)}};
+        r[key::failed_request] = {{key::api, api_name(failure->api)},     {key::driver_api, api_name(failure->driver_api)},
+                               {key::bytes, failure->bytes},            {key::device, failure->ordinal},
+                               {key::thread, failure->thread},          {key::driver_result, failure->result},
+                               {key::stack, stack_ref(failure->stack)}};
         if (failure->stack) used.insert(failure->stack);
     } else {
-        r["failed_request"] = nullptr;
+        r[key::failed_request] = nullptr;
     }
     // A failure's report is about its own episode, even if a later one began while it was written.
     int episode = failure ? failure->episode : g_episode.load();
     if (episode)
-        r["episode"] = {{"id", episode},
-                        {"failed_calls", episode == g_episode.load() ? g_episode_calls.load() : 1},
-                        {"first_unix_ns", failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
+        r[key::episode] = {{key::id, episode},
+                        {key::failed_calls, episode == g_episode.load() ? g_episode_calls.load() : 1},
+                        {key::first_unix_ns, failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
     else
-        r["episode"] = nullptr;
+        r[key::episode] = nullptr;
 
     json counts = json::object();
     for (const auto &[api, n] : snap.counts)
-        counts[api_name(api)] = {{"allocs", n.allocs}, {"frees", n.frees}, {"failures", n.failures},
-                                 {"live_bytes", n.live_bytes}, {"live_count", n.live_count}};
-    r["counts_by_api"] = counts;
+        counts[api_name(api)] = {{key::allocs, n.allocs}, {key::frees, n.frees}, {key::failures, n.failures},
+                                 {key::live_bytes, n.live_bytes}, {key::live_count, n.live_count}};
+    r[key::counts_by_api] = counts;
 
     json top = json::array();
     for (const auto &[key, a] : snap.top) {
-        top.push_back({{"address", hex(key)},
-                       {"bytes", a.bytes},
-                       {"api", api_name(a.api)},
-                       {"device", a.ordinal},
-                       {"age_ns", now_mono - a.t_ns},
-                       {"thread", a.thread},
-                       {"stack", stack_ref(a.stack)},
-                       {"tag", a.workspace ? json("cudnn_workspace") : json(nullptr)}});
+        top.push_back({{key::address, hex(key)},
+                       {key::bytes, a.bytes},
+                       {key::api, api_name(a.api)},
+                       {key::device, a.ordinal},
+                       {key::age_ns, now_mono - a.t_ns},
+                       {key::thread, a.thread},
+                       {key::stack, stack_ref(a.stack)},
+                       {key::tag, a.workspace ? json(value::kCudnnWorkspace) : json(nullptr)}});
         if (a.stack) used.insert(a.stack);
     }
-    r["top_allocations"] = top;
+    r[key::top_allocations] = top;
     constexpr size_t kMaxStacksListed = 500;
-    r["by_stack"] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
-    r["peak"] = {{"bytes", snap.peak_bytes},
-                 {"time_unix_ns", snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
-                 {"by_stack", by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+    r[key::by_stack] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
+    r[key::peak] = {{key::bytes, snap.peak_bytes},
+                 {key::time_unix_ns, snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
+                 {key::by_stack, by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
     json points = json::array();
     for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
-    r["timeline"] = {{"t0_unix_ns", s.start_unix_ns}, {"points", points}};
+    r[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
 
     json stacks_json = json::object();
-    for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{"frames", stacks::frames_json(id)}};
-    r["stacks"] = stacks_json;
+    for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{key::frames, stacks::frames_json(id)}};
+    r[key::stacks] = stacks_json;
 
     if (s.ledger->shared()) {
         json devices = json::array(), procs = json::array();
         for (const auto &d : s.ledger->devices())
-            devices.push_back({{"uuid", d.uuid}, {"limit_bytes", d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
-                               {"used_bytes", d.used}, {"peak_bytes", d.peak}});
+            devices.push_back({{key::uuid, d.uuid}, {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
+                               {key::used_bytes, d.used}, {key::peak_bytes, d.peak}});
         for (const auto &p : s.ledger->processes()) {
             uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
-            procs.push_back({{"pid", p.pid}, {"command", p.command}, {"bytes", bytes}, {"peak_bytes", peak},
-                             {"alive", p.alive}, {"self", p.self}});
+            procs.push_back({{key::pid, p.pid}, {key::command, p.command}, {key::bytes, bytes}, {key::peak_bytes, peak},
+                             {key::alive, p.alive}, {key::self, p.self}});
         }
-        r["ledger"] = {{"path", s.ledger->path()}, {"devices", devices}, {"processes", procs}};
+        r[key::ledger] = {{key::path, s.ledger->path()}, {key::devices, devices}, {key::processes, procs}};
     }
     std::vector<SectionFn> sections;
     {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/report/schema.h"
 #include "common/base/log.h"
 #include "shim/base/per_thread.h"
 #include "shim/base/profile.h"
@@ -23,6 +24,9 @@
 #include "shim/stacks/unwind.h"
 
 namespace gg::stacks {
+
+namespace key = schema::key;
+namespace value = schema::value;
 namespace {
 
 constexpr int kMaxDepth = 128;
@@ -162,16 +166,16 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
 }
 
 nlohmann::json native_json(uintptr_t ip, const symbols::Native &s) {
-    return {{"kind", "native"}, {"ip", hex_addr(ip)}, {"module", s.module},
-            {"offset", hex_addr(s.module.empty() ? 0 : ip - s.base)}, {"build_id", s.build_id},
-            {"symbol", s.symbol}};
+    return {{key::kind, value::kNative}, {key::ip, hex_addr(ip)}, {key::module, s.module},
+            {key::offset, hex_addr(s.module.empty() ? 0 : ip - s.base)}, {key::build_id, s.build_id},
+            {key::symbol, s.symbol}};
 }
 
 nlohmann::json python_json(const uintptr_t *w) {
     const char *file = reinterpret_cast<const char *>(w[0]);
     const char *function = reinterpret_cast<const char *>(w[1]);
-    return {{"kind", "python"}, {"file", file ? file : ""}, {"function", function ? function : ""},
-            {"line", int(uint32_t(w[2] >> 1))}};
+    return {{key::kind, value::kPython}, {key::file, file ? file : ""}, {key::function, function ? function : ""},
+            {key::line, int(uint32_t(w[2] >> 1))}};
 }
 
 }  // namespace

@@ -2,32 +2,24 @@
 
 #include <algorithm>
 
+#include "common/base/atomic_max.h"
 #include "common/base/hot.h"
+#include "shim/base/race_once.h"
 #include "shim/core/state.h"
 
 namespace gg {
 namespace {
 
 constexpr size_t kTimelinePoints = 4096;
-
-void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
-    uint64_t cur = a.load(std::memory_order_relaxed);
-    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
-}
+std::atomic<Tracker *> g_tracker{nullptr};
 
 }  // namespace
 
 GG_HOT Tracker &tracker() {
     // Never destroyed: frees can arrive during exit. Not a C++ static: a fork() in another thread
-    // while it is made would leave the child waiting on its guard forever (see shim/core/state.cpp).
-    static std::atomic<Tracker *> t{nullptr};
-    Tracker *p = t.load(std::memory_order_acquire);
-    if (p) return *p;
-    Tracker *mine = new Tracker();
-    if (t.compare_exchange_strong(p, mine, std::memory_order_acq_rel)) return *mine;
-    delete mine;
-    return *p;
+    // while it is made would leave the child waiting on its guard forever (shim/base/race_once.h).
+    Tracker *p = g_tracker.load(std::memory_order_acquire);
+    return p ? *p : never_destroyed(g_tracker);
 }
 
 GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "fuzz_require.h"
 

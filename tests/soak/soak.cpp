@@ -31,6 +31,7 @@
 #include "../fake/fake_truth.h"
 #include "journal.h"
 #include "common/ledger/ledger.h"
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 
 extern char **environ;

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 
 using namespace gg;

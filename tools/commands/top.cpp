@@ -22,6 +22,7 @@
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 #include "tools/cli/args.h"
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 
 namespace {

@@ -18,6 +18,8 @@
 
 namespace gg::report {
 
+namespace key = gg::schema::key;
+
 namespace {
 
 // ---- lenient field access: a missing or mistyped field is unknown, never an error ----
@@ -33,20 +35,20 @@ Bytes double_to_u64(double d) {
     return static_cast<uint64_t>(d);
 }
 
-const json *field(const json &obj, const char *key) {
+const json *field(const json &obj, const char *name) {
     if (!obj.is_object()) return nullptr;
-    auto it = obj.find(key);
+    auto it = obj.find(name);
     if (it == obj.end() || it->is_null()) return nullptr;
     return &*it;
 }
 
-std::string str(const json &obj, const char *key) {
-    const json *v = field(obj, key);
+std::string str(const json &obj, const char *name) {
+    const json *v = field(obj, name);
     return v && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-std::optional<int64_t> i64(const json &obj, const char *key) {
-    const json *v = field(obj, key);
+std::optional<int64_t> i64(const json &obj, const char *name) {
+    const json *v = field(obj, name);
     if (!v) return std::nullopt;
     if (v->is_number_unsigned()) {
         uint64_t u = v->get<uint64_t>();
@@ -59,8 +61,8 @@ std::optional<int64_t> i64(const json &obj, const char *key) {
 }
 
 // Sizes: negative means unknown (the schema uses -1 for "the driver did not say").
-Bytes u64(const json &obj, const char *key) {
-    const json *v = field(obj, key);
+Bytes u64(const json &obj, const char *name) {
+    const json *v = field(obj, name);
     if (!v) return std::nullopt;
     if (v->is_number_unsigned()) return v->get<uint64_t>();
     if (v->is_number_integer()) {
@@ -75,20 +77,20 @@ Bytes u64(const json &obj, const char *key) {
 // renderers subtract and add them, and two such values can neither overflow a sum nor a difference
 // (a report with time_unix_ns -2^63 overflowed the text summary's sparkline: found by fuzz_report).
 constexpr int64_t kMaxTimeNs = int64_t(1) << 62;
-std::optional<int64_t> time_ns(const json &obj, const char *key) {
-    auto v = i64(obj, key);
+std::optional<int64_t> time_ns(const json &obj, const char *name) {
+    auto v = i64(obj, name);
     if (!v || *v < 0 || *v >= kMaxTimeNs) return std::nullopt;
     return v;
 }
 
-std::optional<int> i32(const json &obj, const char *key) {
-    auto v = i64(obj, key);
+std::optional<int> i32(const json &obj, const char *name) {
+    auto v = i64(obj, name);
     if (!v || *v < INT32_MIN || *v > INT32_MAX) return std::nullopt;  // never device 0 for 2^32
     return static_cast<int>(*v);
 }
 
-bool boolean(const json &obj, const char *key, bool fallback) {
-    const json *v = field(obj, key);
+bool boolean(const json &obj, const char *name, bool fallback) {
+    const json *v = field(obj, name);
     return v && v->is_boolean() ? v->get<bool>() : fallback;
 }
 
@@ -96,13 +98,13 @@ const json &empty_object() {
     static const json e = json::object();
     return e;
 }
-const json &obj(const json &parent, const char *key) {
-    const json *v = field(parent, key);
+const json &obj(const json &parent, const char *name) {
+    const json *v = field(parent, name);
     return v && v->is_object() ? *v : empty_object();
 }
-const json &arr(const json &parent, const char *key) {
+const json &arr(const json &parent, const char *name) {
     static const json e = json::array();
-    const json *v = field(parent, key);
+    const json *v = field(parent, name);
     return v && v->is_array() ? *v : e;
 }
 
@@ -111,9 +113,9 @@ std::vector<StackBytes> read_stack_bytes(const json &list) {
     for (const json &e : list) {
         if (!e.is_object()) continue;
         StackBytes sb;
-        sb.stack = str(e, "stack");
-        sb.bytes = u64(e, "bytes").value_or(0);
-        sb.count = u64(e, "count").value_or(0);
+        sb.stack = str(e, key::stack);
+        sb.bytes = u64(e, key::bytes).value_or(0);
+        sb.count = u64(e, key::count).value_or(0);
         out.push_back(sb);
     }
     // The schema says largest first; sort anyway so a hand-edited file cannot mislead.
@@ -123,112 +125,112 @@ std::vector<StackBytes> read_stack_bytes(const json &list) {
 
 Frame read_frame(const json &f) {
     Frame fr;
-    fr.python = str(f, "kind") == "python";
+    fr.python = str(f, key::kind) == schema::value::kPython;
     if (fr.python) {
-        fr.file = str(f, "file");
-        fr.function = str(f, "function");
-        fr.line = i64(f, "line");
+        fr.file = str(f, key::file);
+        fr.function = str(f, key::function);
+        fr.line = i64(f, key::line);
     } else {
-        fr.module = str(f, "module");
-        fr.symbol = str(f, "symbol");
-        fr.offset = str(f, "offset");
-        fr.ip = str(f, "ip");
-        fr.build_id = str(f, "build_id");
+        fr.module = str(f, key::module);
+        fr.symbol = str(f, key::symbol);
+        fr.offset = str(f, key::offset);
+        fr.ip = str(f, key::ip);
+        fr.build_id = str(f, key::build_id);
     }
     return fr;
 }
 
 void read_body(const json &d, Report &r) {
-    r.reason = str(d, "reason");
-    r.message = str(d, "message");
-    r.gpuguard_version = str(d, "gpuguard_version");
-    r.time_unix_ns = time_ns(d, "time_unix_ns");
+    r.reason = str(d, key::reason);
+    r.message = str(d, key::message);
+    r.gpuguard_version = str(d, key::gpuguard_version);
+    r.time_unix_ns = time_ns(d, key::time_unix_ns);
 
-    const json &p = obj(d, "process");
-    r.pid = i64(p, "pid");
-    r.ppid = i64(p, "ppid");
-    r.uid = i64(p, "uid");
-    r.start_unix_ns = time_ns(p, "start_unix_ns");
-    for (const json &a : arr(p, "command"))
+    const json &p = obj(d, key::process);
+    r.pid = i64(p, key::pid);
+    r.ppid = i64(p, key::ppid);
+    r.uid = i64(p, key::uid);
+    r.start_unix_ns = time_ns(p, key::start_unix_ns);
+    for (const json &a : arr(p, key::command))
         if (a.is_string()) r.command.push_back(a.get<std::string>());
-    r.exe = str(p, "exe");
-    r.hostname = str(p, "hostname");
-    for (auto &[k, v] : obj(p, "env").items())
+    r.exe = str(p, key::exe);
+    r.hostname = str(p, key::hostname);
+    for (auto &[k, v] : obj(p, key::env).items())
         if (v.is_string()) r.env[k] = v.get<std::string>();
 
-    const json &dev = obj(d, "device");
-    r.device_ordinal = i32(dev, "ordinal");
-    r.device_uuid = str(dev, "uuid");
-    r.device_name = str(dev, "name");
-    r.device_total = u64(dev, "total_bytes");
-    r.device_free = u64(dev, "free_bytes");
+    const json &dev = obj(d, key::device);
+    r.device_ordinal = i32(dev, key::ordinal);
+    r.device_uuid = str(dev, key::uuid);
+    r.device_name = str(dev, key::name);
+    r.device_total = u64(dev, key::total_bytes);
+    r.device_free = u64(dev, key::free_bytes);
 
-    if (const json *l = field(d, "limit"); l && l->is_object()) {
-        r.limit_bytes = u64(*l, "bytes");
-        r.limit_spec = str(*l, "spec");
-        r.limit_source = str(*l, "source");
-        r.limit_scope = str(*l, "scope");
+    if (const json *l = field(d, key::limit); l && l->is_object()) {
+        r.limit_bytes = u64(*l, key::bytes);
+        r.limit_spec = str(*l, key::spec);
+        r.limit_source = str(*l, key::source);
+        r.limit_scope = str(*l, key::scope);
     }
 
-    const json &u = obj(d, "usage");
-    r.process_bytes = u64(u, "process_bytes");
-    r.process_peak_bytes = u64(u, "process_peak_bytes");
-    r.container_bytes = u64(u, "container_bytes");
-    r.live_allocations = u64(u, "live_allocations");
+    const json &u = obj(d, key::usage);
+    r.process_bytes = u64(u, key::process_bytes);
+    r.process_peak_bytes = u64(u, key::process_peak_bytes);
+    r.container_bytes = u64(u, key::container_bytes);
+    r.live_allocations = u64(u, key::live_allocations);
 
-    if (const json *f = field(d, "failed_request"); f && f->is_object()) {
+    if (const json *f = field(d, key::failed_request); f && f->is_object()) {
         FailedRequest fr;
-        fr.api = str(*f, "api");
-        fr.driver_api = str(*f, "driver_api");
-        fr.stack = str(*f, "stack");
-        fr.bytes = u64(*f, "bytes");
-        fr.device = i32(*f, "device");
-        fr.thread = i64(*f, "thread");
-        fr.driver_result = i64(*f, "driver_result");
+        fr.api = str(*f, key::api);
+        fr.driver_api = str(*f, key::driver_api);
+        fr.stack = str(*f, key::stack);
+        fr.bytes = u64(*f, key::bytes);
+        fr.device = i32(*f, key::device);
+        fr.thread = i64(*f, key::thread);
+        fr.driver_result = i64(*f, key::driver_result);
         r.failed = fr;
     }
 
-    const json &ep = obj(d, "episode");
-    r.episode_id = i64(ep, "id");
-    r.episode_failed_calls = i64(ep, "failed_calls");
+    const json &ep = obj(d, key::episode);
+    r.episode_id = i64(ep, key::id);
+    r.episode_failed_calls = i64(ep, key::failed_calls);
 
-    for (auto &[api, c] : obj(d, "counts_by_api").items()) {
+    for (auto &[api, c] : obj(d, key::counts_by_api).items()) {
         ApiCounts ac;
         ac.api = api;
-        ac.allocs = u64(c, "allocs").value_or(0);
-        ac.frees = u64(c, "frees").value_or(0);
-        ac.failures = u64(c, "failures").value_or(0);
-        ac.live_bytes = u64(c, "live_bytes").value_or(0);
-        ac.live_count = u64(c, "live_count").value_or(0);
+        ac.allocs = u64(c, key::allocs).value_or(0);
+        ac.frees = u64(c, key::frees).value_or(0);
+        ac.failures = u64(c, key::failures).value_or(0);
+        ac.live_bytes = u64(c, key::live_bytes).value_or(0);
+        ac.live_count = u64(c, key::live_count).value_or(0);
         r.counts_by_api.push_back(ac);
     }
 
-    for (const json &a : arr(d, "top_allocations")) {
+    for (const json &a : arr(d, key::top_allocations)) {
         if (!a.is_object()) continue;
         Allocation al;
-        al.address = str(a, "address");
-        al.api = str(a, "api");
-        al.stack = str(a, "stack");
-        al.tag = str(a, "tag");
-        al.bytes = u64(a, "bytes").value_or(0);
-        al.device = i32(a, "device");
-        al.age_ns = time_ns(a, "age_ns");
-        al.thread = i64(a, "thread");
+        al.address = str(a, key::address);
+        al.api = str(a, key::api);
+        al.stack = str(a, key::stack);
+        al.tag = str(a, key::tag);
+        al.bytes = u64(a, key::bytes).value_or(0);
+        al.device = i32(a, key::device);
+        al.age_ns = time_ns(a, key::age_ns);
+        al.thread = i64(a, key::thread);
         r.top_allocations.push_back(al);
     }
     std::stable_sort(r.top_allocations.begin(), r.top_allocations.end(),
                      [](const Allocation &a, const Allocation &b) { return a.bytes > b.bytes; });
 
-    r.by_stack = read_stack_bytes(arr(d, "by_stack"));
+    r.by_stack = read_stack_bytes(arr(d, key::by_stack));
 
-    const json &pk = obj(d, "peak");
-    r.peak_bytes = u64(pk, "bytes");
-    r.peak_time_unix_ns = time_ns(pk, "time_unix_ns");
-    r.peak_by_stack = read_stack_bytes(arr(pk, "by_stack"));
+    const json &pk = obj(d, key::peak);
+    r.peak_bytes = u64(pk, key::bytes);
+    r.peak_time_unix_ns = time_ns(pk, key::time_unix_ns);
+    r.peak_by_stack = read_stack_bytes(arr(pk, key::by_stack));
 
-    const json &tl = obj(d, "timeline");
-    r.timeline_t0_unix_ns = time_ns(tl, "t0_unix_ns");
-    for (const json &pt : arr(tl, "points")) {
+    const json &tl = obj(d, key::timeline);
+    r.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
+    for (const json &pt : arr(tl, key::points)) {
         if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number()) continue;
         auto t = double_to_i64(pt[0].get<double>());
         double b = pt[1].get<double>();
@@ -238,51 +240,51 @@ void read_body(const json &d, Report &r) {
     std::stable_sort(r.timeline.begin(), r.timeline.end(),
                      [](const auto &a, const auto &b) { return a.first < b.first; });
 
-    for (auto &[id, s] : obj(d, "stacks").items()) {
+    for (auto &[id, s] : obj(d, key::stacks).items()) {
         Stack st;
         st.id = id;
-        for (const json &f : arr(s, "frames"))
+        for (const json &f : arr(s, key::frames))
             if (f.is_object()) st.frames.push_back(read_frame(f));
         r.stacks[id] = std::move(st);
     }
 
-    if (const json *l = field(d, "ledger"); l && l->is_object()) {
+    if (const json *l = field(d, key::ledger); l && l->is_object()) {
         r.has_ledger = true;
-        r.ledger_path = str(*l, "path");
-        for (const json &dv : arr(*l, "devices")) {
+        r.ledger_path = str(*l, key::path);
+        for (const json &dv : arr(*l, key::devices)) {
             LedgerDevice ld;
-            ld.uuid = str(dv, "uuid");
-            ld.limit_bytes = u64(dv, "limit_bytes");
-            ld.used_bytes = u64(dv, "used_bytes");
-            ld.peak_bytes = u64(dv, "peak_bytes");
+            ld.uuid = str(dv, key::uuid);
+            ld.limit_bytes = u64(dv, key::limit_bytes);
+            ld.used_bytes = u64(dv, key::used_bytes);
+            ld.peak_bytes = u64(dv, key::peak_bytes);
             r.ledger_devices.push_back(ld);
         }
-        for (const json &pr : arr(*l, "processes")) {
+        for (const json &pr : arr(*l, key::processes)) {
             if (!pr.is_object()) continue;
             LedgerProcess lp;
-            lp.pid = i64(pr, "pid").value_or(0);
-            lp.command = str(pr, "command");
-            lp.bytes = u64(pr, "bytes").value_or(0);
-            lp.peak_bytes = u64(pr, "peak_bytes");
-            lp.alive = boolean(pr, "alive", true);
-            lp.self = boolean(pr, "self", r.pid && lp.pid == *r.pid);
+            lp.pid = i64(pr, key::pid).value_or(0);
+            lp.command = str(pr, key::command);
+            lp.bytes = u64(pr, key::bytes).value_or(0);
+            lp.peak_bytes = u64(pr, key::peak_bytes);
+            lp.alive = boolean(pr, key::alive, true);
+            lp.self = boolean(pr, key::self, r.pid && lp.pid == *r.pid);
             r.ledger_processes.push_back(lp);
         }
         std::stable_sort(r.ledger_processes.begin(), r.ledger_processes.end(),
                          [](const LedgerProcess &a, const LedgerProcess &b) { return a.bytes > b.bytes; });
     }
 
-    if (const json *c = field(d, "cudnn"); c && c->is_object()) {
+    if (const json *c = field(d, key::cudnn); c && c->is_object()) {
         Cudnn cd;
-        cd.workspace_cap_bytes = u64(*c, "workspace_cap_bytes");
-        cd.largest_workspace_requested_bytes = u64(*c, "largest_workspace_requested_bytes");
-        cd.workspace_in_use_bytes = u64(*c, "workspace_in_use_bytes");
-        cd.plans_rejected = u64(*c, "plans_rejected");
-        for (const json &e : arr(*c, "requests_by_stack")) {
+        cd.workspace_cap_bytes = u64(*c, key::workspace_cap_bytes);
+        cd.largest_workspace_requested_bytes = u64(*c, key::largest_workspace_requested_bytes);
+        cd.workspace_in_use_bytes = u64(*c, key::workspace_in_use_bytes);
+        cd.plans_rejected = u64(*c, key::plans_rejected);
+        for (const json &e : arr(*c, key::requests_by_stack)) {
             CudnnStack cs;
-            cs.stack = str(e, "stack");
-            cs.largest_bytes = u64(e, "largest_bytes").value_or(0);
-            cs.count = u64(e, "count").value_or(0);
+            cs.stack = str(e, key::stack);
+            cs.largest_bytes = u64(e, key::largest_bytes).value_or(0);
+            cs.count = u64(e, key::count).value_or(0);
             cd.requests_by_stack.push_back(cs);
         }
         std::stable_sort(cd.requests_by_stack.begin(), cd.requests_by_stack.end(),
@@ -342,7 +344,7 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
         err.message = name + ": not a gpuguard report (the JSON is not an object)";
         return false;
     }
-    auto schema = d.find("schema");
+    auto schema = d.find(key::schema);
     if (schema == d.end()) {
         err.message = name + ": not a gpuguard report (no 'schema' field)";
         return false;
@@ -352,7 +354,7 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
                       gg::schema::kName + "')";
         return false;
     }
-    auto version = d.find("version");
+    auto version = d.find(key::version);
     if (version == d.end() || !version->is_number_integer()) {
         err.message = name + ": gpuguard report without a valid 'version'";
         return false;
@@ -401,56 +403,8 @@ std::string Report::command_line() const {
 
 // ---- formatting ------------------------------------------------------------------------------
 
-std::string human_bytes(uint64_t bytes) {
-    static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < 1024) return std::to_string(bytes) + " B";
-    double v = static_cast<double>(bytes) / 1024.0;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        ++u;
-    }
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-    return buf;
-}
-
 std::string human_bytes(const Bytes &bytes, const char *unknown) {
     return bytes ? human_bytes(*bytes) : std::string(unknown);
-}
-
-std::string human_delta(int64_t delta) {
-    if (delta == 0) return "0 B";
-    uint64_t mag = delta < 0 ? static_cast<uint64_t>(-(delta + 1)) + 1 : static_cast<uint64_t>(delta);
-    return (delta < 0 ? "-" : "+") + human_bytes(mag);
-}
-
-std::string human_duration_ns(int64_t ns) {
-    char buf[48];
-    double s = static_cast<double>(ns) / 1e9;
-    if (ns < 0) return "-" + human_duration_ns(ns == INT64_MIN ? INT64_MAX : -ns);  // -INT64_MIN overflows
-    if (ns < 1000000) snprintf(buf, sizeof buf, "%.0f us", static_cast<double>(ns) / 1e3);
-    else if (ns < 1000000000) snprintf(buf, sizeof buf, "%.0f ms", static_cast<double>(ns) / 1e6);
-    else if (s < 120) snprintf(buf, sizeof buf, "%.1f s", s);
-    else if (s < 7200) snprintf(buf, sizeof buf, "%d min %d s", static_cast<int>(s / 60), static_cast<int>(s) % 60);
-    else snprintf(buf, sizeof buf, "%d h %d min", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
-    return buf;
-}
-
-std::string human_time_unix_ns(int64_t ns) {
-    time_t t = static_cast<time_t>(ns / 1000000000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char buf[64];
-    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    return buf;
-}
-
-int percent(uint64_t part, uint64_t whole) {
-    if (whole == 0) return 0;
-    // Saturated: a forged or odd report (18 EiB used of a 1-byte limit) must not overflow the cast.
-    long double p = (static_cast<long double>(part) * 100.0L) / whole + 0.5L;
-    return p >= static_cast<long double>(INT_MAX) ? INT_MAX : static_cast<int>(p);
 }
 
 std::string base_name(const std::string &path) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/units/human.h"
+
 namespace gg::report {
 
 using json = nlohmann::json;
@@ -156,16 +158,13 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
 
 // ---- shared vocabulary -----------------------------------------------------------------------
 
-// "812 B", "1.50 KiB", "512.00 MiB", "1.50 GiB".
-std::string human_bytes(uint64_t bytes);
+// The numbers of common/units/human.h, and a size that may be unknown.
+using ::gg::human_bytes;
+using ::gg::human_delta;
+using ::gg::human_duration_ns;
+using ::gg::human_time_unix_ns;
+using ::gg::percent;
 std::string human_bytes(const Bytes &bytes, const char *unknown = "unknown");
-// "+1.50 GiB" / "-12.00 MiB" / "0 B".
-std::string human_delta(int64_t delta);
-// "1.2 s", "340 ms", "2 min 3 s".
-std::string human_duration_ns(int64_t ns);
-// "2025-12-02 13:20:00 UTC"
-std::string human_time_unix_ns(int64_t ns);
-int percent(uint64_t part, uint64_t whole);
 
 // Module base name: "/usr/lib/libtorch_cuda.so" -> "libtorch_cuda.so".
 std::string base_name(const std::string &path);

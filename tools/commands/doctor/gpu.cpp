@@ -4,6 +4,7 @@
 #include "common/ledger/ledger.h"
 #include "common/nvidia/nvml_min.h"
 #include "common/settings/settings.h"
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "tools/commands/doctor/checks.h"
 

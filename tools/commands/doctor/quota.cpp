@@ -6,6 +6,7 @@
 
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
+#include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "tools/cli/files.h"
 #include "tools/commands/doctor/checks.h"
