@@ -154,9 +154,11 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic -ldl -pthread
 	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
 
-$(UNIT): $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB)
+# The unit tests also link the command's report reader, to read back what the shim's writer wrote.
+UNIT_TOOLS := tools/report/model.cpp
+$(UNIT): $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $(call obj,$(UNIT_SRC)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic
+	$(CXX) -o $@ $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic
 
 # The Python-frame tests (t_pyframes.sh) load this into a real interpreter through ctypes, which
 # releases the GIL around the call as PyTorch does around an allocation.

@@ -2,100 +2,23 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <ctime>
-#include <pthread.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim/cudnn/plans.h"
-#include "shim/cudnn/record.h"
-#include "shim/quota/device.h"
-#include "shim/quota/episode.h"
-#include "common/base/hot.h"
 #include "common/base/log.h"
-#include "shim/python/frames.h"
-#include "shim/report/report.h"
+#include "shim/base/clock.h"
 #include "shim/core/sigbus_rescue.h"
-#include "shim/stacks/stacks.h"
-#include "shim/stacks/symbols.h"
-#include "shim/stacks/table.h"
-#include "shim/stacks/unwind.h"
-#include "shim/track/tracker.h"
 #include "shim/report/triggers.h"
+#include "shim/stacks/stacks.h"
+#include "shim/track/tracker.h"
 
 namespace gg {
 namespace {
-
-__attribute__((tls_model("initial-exec"))) thread_local int t_tid = 0;  // initial-exec: see shim/quota/guard.cpp
 
 std::atomic<State *> g_state{nullptr};
 // The pid of the process one of whose threads is building the state (0: nobody). A fork() in another
 // thread while build() runs leaves the child a builder that does not exist there: the child then
 // builds its own state (a C++ static would leave it waiting forever on a guard nobody releases).
 std::atomic<int> g_builder{0};
-// Whether this fork's prepare handler took the locks (forks are serialised by glibc's atfork lock).
-bool g_fork_locked = false;
-
-// fork() copies only the calling thread: a lock another thread holds at that moment would stay held
-// forever in the child, whose next allocation (or report, or exit) would then hang. Every lock of the
-// shim that guards data is taken here before fork and released on both sides, in one order. Each is
-// held only for a few operations on its own data and never while waiting for another of these or for
-// the driver, so taking them in this order cannot deadlock. Locks held across a driver call (device
-// lookup) or that the child must not reuse (the ledger's join) are re-made in the child instead.
-void before_fork() {
-    // First, and whether or not the state exists: waiting for unwinds in flight must not happen
-    // with our locks held (an unwinding thread may be about to take one of them to intern its stack).
-    stacks::unwind::before_fork();
-    g_fork_locked = g_state.load(std::memory_order_acquire) != nullptr;
-    if (!g_fork_locked) return;  // nothing of ours is in use yet
-    episode::lock_for_fork();
-    report::lock_for_fork();
-    cudnn::lock_for_fork();
-    cudnn::plans::lock_for_fork();
-    py::lock_for_fork();
-    stacks::table::lock_for_fork();
-    stacks::symbols::lock_for_fork();
-    tracker().lock_for_fork();
-}
-
-void unlock_all_after_fork() {
-    tracker().unlock_after_fork();
-    stacks::symbols::unlock_after_fork();
-    stacks::table::unlock_after_fork();
-    py::unlock_after_fork();
-    cudnn::plans::unlock_after_fork();
-    cudnn::unlock_after_fork();
-    report::unlock_after_fork();
-    episode::unlock_after_fork();
-}
-
-void after_fork_in_parent() {
-    if (g_fork_locked) unlock_all_after_fork();
-    stacks::unwind::after_fork(false);
-}
-
-void after_fork_in_child() {
-    stacks::unwind::after_fork(true);
-    if (!g_fork_locked) return;
-    unlock_all_after_fork();
-    tracker().clear_after_fork();
-    episode::reset_after_fork();
-    report::reset_after_fork();
-    reset_device_lookups_after_fork();
-    t_tid = 0;  // the forking thread has a new id in the child
-    // The child has its own address space but the parent's ledger slot pointer: it must claim a slot
-    // of its own before it charges anything (join() checks the pid).
-    if (State *s = g_state.load(std::memory_order_relaxed); s && s->ledger) s->ledger->on_fork_child();
-}
-
-// Registered when the library is loaded, before any thread could be inside the shim: registered by
-// the first hooked call instead, they could miss a fork() that another thread makes meanwhile. They
-// do nothing until the state exists. (The only thing the shim does at load: it cannot fail in any
-// way a program would notice.)
-__attribute__((constructor)) void register_fork_handlers() {
-    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-}
-
 State *build() {
     State *s = new State();  // never freed: hooks may run during exit, after static destructors
     s->cfg = &config();
@@ -202,24 +125,11 @@ State &state_slow() {
 
 void state_recheck() { detail::g_ready.store(nullptr); }
 
-GG_HOT uint64_t mono_ns() {
-    // The coarse clock (a few ms of resolution, no system call even where the vDSO clock source
-    // falls back to one) is enough for ages, episodes and a timeline of 1 ms steps, and it is on
-    // the path of every allocation.
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+State *built_state() { return g_state.load(std::memory_order_acquire); }
 
-uint64_t unix_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-GG_HOT int thread_id() {
-    if (!t_tid) t_tid = (int)syscall(SYS_gettid);
-    return t_tid;
+void install_state_for_test(State *s) {
+    g_state.store(s, std::memory_order_release);
+    detail::g_ready.store(s, std::memory_order_release);
 }
 
 }  // namespace gg

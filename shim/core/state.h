@@ -6,6 +6,7 @@
 
 #include "shim/core/config.h"
 #include "common/ledger/ledger.h"
+#include "shim/base/clock.h"
 
 namespace gg {
 
@@ -40,8 +41,11 @@ inline State &state() {
 // Async-signal-safe.
 void state_recheck();
 
-uint64_t mono_ns();  // CLOCK_MONOTONIC
-uint64_t unix_ns();  // CLOCK_REALTIME
-int thread_id();     // gettid, cached per thread
+// The state if it is built, else null: the fork handlers (shim/core/fork.cpp) do nothing before.
+State *built_state();
+
+// For unit tests of the core (tests/unit): `s` is the state from now on, as if the first hooked
+// call had built it (with a private ledger, say). The caller owns it and keeps it alive.
+void install_state_for_test(State *s);
 
 }  // namespace gg

@@ -9,7 +9,7 @@
 
 #include "shim/cudnn/record.h"
 #include "common/base/log.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 
 namespace gg::cudnn {
 namespace {

@@ -14,6 +14,18 @@ enum class Api : uint8_t {
     kCount
 };
 
-const char *api_name(Api api);
+// The API's name as the program calls it ("cuMemAlloc_v2", "cudaMalloc"), for reports.
+inline const char *api_name(Api api) {
+    static constexpr const char *kNames[] = {
+        "none",
+#define DRIVER_HOOK(symbol, family, since, pts) #symbol,
+#define RUNTIME_HOOK(symbol) #symbol,
+#define NVML_HOOK(symbol) #symbol,
+#define CUDNN_HOOK(symbol) #symbol,
+#include "shim/hooks/hooks.def"
+    };
+    unsigned i = (unsigned)api;
+    return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
 
 }  // namespace gg

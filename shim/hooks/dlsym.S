@@ -1,4 +1,4 @@
-/* Our dlsym: asks gg_dlsym_answer (shim/resolve/resolve.cpp) whether the symbol is one we stand in front of; if
+/* Our dlsym: asks gg_dlsym_answer (shim/hooks/dlsym.cpp) whether the symbol is one we stand in front of; if
  * not, it JUMPS to glibc's dlsym with the caller's arguments and return address intact. glibc reads
  * the return address to decide what RTLD_NEXT means, so a plain C wrapper would make every
  * dlsym(RTLD_NEXT, ...) in the program mean "next after gpuguard" (a known bug of peer shims that

@@ -2,7 +2,8 @@
 #include "shim/hooks/export.h"
 #include "shim/quota/guard.h"
 #include "shim/base/profile.h"
-#include "shim/resolve/resolve.h"
+#include "shim/hooks/hook_table.h"
+#include "shim/resolve/real.h"
 
 using namespace gg;
 using gg::guard::DriverCall;
@@ -256,13 +257,13 @@ GG_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
 
 GG_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags) {
     CUresult r = real_call(R().cuGetProcAddress, symbol, pfn, cuda_version, flags);
-    if (r == CUDA_SUCCESS && pfn) *pfn = procaddress_answer(symbol, cuda_version, flags, *pfn);
+    if (r == CUDA_SUCCESS && pfn) *pfn = procaddress_answer(hook_table(), symbol, cuda_version, flags, *pfn);
     return r;
 }
 
 GG_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                                               CUdriverProcAddressQueryResult *status) {
     CUresult r = real_call(R().cuGetProcAddress_v2, symbol, pfn, cuda_version, flags, status);
-    if (r == CUDA_SUCCESS && pfn) *pfn = procaddress_answer(symbol, cuda_version, flags, *pfn);
+    if (r == CUDA_SUCCESS && pfn) *pfn = procaddress_answer(hook_table(), symbol, cuda_version, flags, *pfn);
     return r;
 }

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "shim/hooks/export.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 #include "shim/core/state.h"
 
 using namespace gg;
@@ -19,9 +19,7 @@ struct QuotaOfUuid {
 // NVML numbers devices physically, CUDA by CUDA_VISIBLE_DEVICES: the UUID is the common key.
 QuotaOfUuid quota_of_uuid(nvmlDevice_t device) {
     QuotaOfUuid q;
-    static std::atomic<decltype(&::nvmlDeviceGetUUID)> get_uuid{nullptr};
-    auto fn = get_uuid.load();
-    if (!fn) get_uuid.store(fn = reinterpret_cast<decltype(&::nvmlDeviceGetUUID)>(real_nvml_fn("nvmlDeviceGetUUID")));
+    auto fn = real_nvml().nvmlDeviceGetUUID.get(real_nvml_fn);
     char uuid[96] = {};
     if (!fn || fn(device, uuid, sizeof uuid - 1) != NVML_SUCCESS) return q;
     State &s = state();
@@ -60,9 +58,7 @@ void apply(nvmlDevice_t device, Mem *m) {
 }  // namespace
 
 GG_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
-    static std::atomic<decltype(&::nvmlDeviceGetMemoryInfo)> cache{nullptr};
-    auto fn = cache.load();
-    if (!fn) cache.store(fn = reinterpret_cast<decltype(&::nvmlDeviceGetMemoryInfo)>(real_nvml_fn("nvmlDeviceGetMemoryInfo")));
+    auto fn = real_nvml().nvmlDeviceGetMemoryInfo.get(real_nvml_fn);
     if (!fn) return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = fn(device, memory);
     if (r == NVML_SUCCESS && memory) apply(device, memory);
@@ -70,9 +66,7 @@ GG_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t
 }
 
 GG_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
-    static std::atomic<decltype(&::nvmlDeviceGetMemoryInfo_v2)> cache{nullptr};
-    auto fn = cache.load();
-    if (!fn) cache.store(fn = reinterpret_cast<decltype(&::nvmlDeviceGetMemoryInfo_v2)>(real_nvml_fn("nvmlDeviceGetMemoryInfo_v2")));
+    auto fn = real_nvml().nvmlDeviceGetMemoryInfo_v2.get(real_nvml_fn);
     if (!fn) return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = fn(device, memory);
     if (r == NVML_SUCCESS && memory) apply(device, memory);

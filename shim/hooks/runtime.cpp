@@ -1,35 +1,17 @@
 // cudart hooks. They count nothing themselves: the bytes are counted once, at the driver, where a
 // statically linked cudart arrives too. They only name the API the program called, so a report
 // says "cudaMalloc" rather than the driver call cudart made for it.
-#include <atomic>
-
 #include "shim/hooks/export.h"
 #include "shim/quota/guard.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 
 using namespace gg;
-
-namespace {
-
-// The real function, looked up where the program loaded cudart, on first use.
-template <typename Fn>
-Fn real_fn(std::atomic<Fn> &cache, const char *name) {
-    Fn fn = cache.load(std::memory_order_acquire);
-    if (!fn) {
-        fn = reinterpret_cast<Fn>(real_runtime_fn(name));
-        cache.store(fn, std::memory_order_release);
-    }
-    return fn;
-}
-
-}  // namespace
 
 // GG_RUNTIME(name, (parameters), (arguments)): one forwarding hook, typed by cuda_runtime_api.h.
 #define GG_RUNTIME(name, params, args)                                           \
     GG_EXPORT GG_HOT cudaError_t CUDARTAPI name params {                         \
-        static std::atomic<decltype(&::name)> cache{nullptr};                    \
         guard::RuntimeCall tag(Api::name);                                       \
-        decltype(&::name) fn = real_fn(cache, #name);                            \
+        decltype(&::name) fn = real_runtime().name.get(real_runtime_fn);         \
         return fn ? fn args : cudaErrorInitializationError;                      \
     }
 

@@ -9,7 +9,7 @@
 #include "common/base/hot.h"
 #include "common/ledger/ledger.h"
 #include "common/base/log.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 #include "shim/core/state.h"
 
 namespace gg {
@@ -100,6 +100,13 @@ GG_HOT const DeviceInfo *device_info(int ordinal) {
         }
     }
     return &c.info;
+}
+
+void preset_device_for_test(const DeviceInfo &info, int device_count) {
+    Cached &c = g_devices[info.ordinal];
+    c.info = info;
+    c.ready.store(true, std::memory_order_release);
+    g_device_count.store(device_count, std::memory_order_relaxed);
 }
 
 void reset_device_lookups_after_fork() {

@@ -31,6 +31,10 @@ const DeviceInfo *device_info(int ordinal);
 // fork: a driver that takes its own locks in a fork handler would otherwise deadlock against us.)
 void reset_device_lookups_after_fork();
 
+// For unit tests of the core (tests/unit): `info` is the description of its ordinal from now on, and
+// the process sees `device_count` devices (1: no driver call to ask which device is current).
+void preset_device_for_test(const DeviceInfo &info, int device_count);
+
 // Whether the device has a quota.
 inline bool has_limit(const DeviceInfo &d) { return d.limit != UINT64_MAX; }
 

@@ -7,7 +7,7 @@
 #include "common/base/hot.h"
 #include "common/base/log.h"
 #include "shim/base/profile.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 #include "common/units/size_spec.h"
 #include "shim/core/state.h"
 

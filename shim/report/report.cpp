@@ -18,7 +18,7 @@
 #include "common/base/version.h"
 #include "shim/python/frames.h"
 #include "shim/base/race_once.h"
-#include "shim/resolve/resolve.h"
+#include "shim/resolve/real.h"
 #include "shim/core/state.h"
 #include "shim/track/tracker.h"
 

@@ -2,7 +2,6 @@
 #include "common/base/version.h"
 #include "tools/report/model.h"
 
-#include "tools/commands/commands.h"
 #include "common/report/schema.h"
 
 #include <algorithm>

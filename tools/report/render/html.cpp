@@ -5,7 +5,6 @@
 #include "common/base/version.h"
 #include "tools/report/render.h"
 
-#include "tools/commands/commands.h"
 
 namespace gg::report {
 

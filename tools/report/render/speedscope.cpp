@@ -4,7 +4,6 @@
 #include "common/base/version.h"
 #include "tools/report/render.h"
 
-#include "tools/commands/commands.h"
 
 #include <unordered_map>
 

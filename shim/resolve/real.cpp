@@ -1,0 +1,116 @@
+#include "shim/resolve/real.h"
+
+#include <atomic>
+#include <cstring>
+#include <dlfcn.h>
+#include <link.h>
+
+#include "common/base/hot.h"
+#include "common/base/log.h"
+#include "shim/base/race_once.h"
+#include "shim/core/config.h"
+
+// The sanitizer runtimes resolve the functions they intercept with dlsym while they initialise,
+// before ASan's shadow memory (or TSan's state) exists; preloaded after them, the shim answers those
+// calls, so the code on that path must not be instrumented or it faults on its first memory access
+// (any program under `LD_PRELOAD=libasan.so libgpuguard.so` died at start: found by the soak test).
+#define GG_DLSYM_PATH __attribute__((no_sanitize("address", "thread", "undefined")))
+
+namespace gg {
+namespace {
+
+typedef void *(*DlsymFn)(void *, const char *);
+
+GG_DLSYM_PATH DlsymFn find_real_dlsym() {
+    // glibc 2.34 moved dlsym into libc under a new version; older glibc has only GLIBC_2.2.5.
+    // dlvsym is not interposed by us, so this finds glibc's dlsym and not our own.
+    void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return reinterpret_cast<DlsymFn>(p);
+}
+
+RealDriver load_driver() {
+    RealDriver d;
+    const std::string &path = config().real_libcuda;
+    if (!path.empty()) {
+        d.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!d.handle) log_error("GPUGUARD_REAL_LIBCUDA=%s cannot be loaded (%s); trying libcuda.so.1", path.c_str(), dlerror());
+    }
+    if (!d.handle) d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d.handle) {
+        log_error("cannot load the CUDA driver libcuda.so.1 (%s)", dlerror());
+        return d;
+    }
+#define GG_LOAD(symbol) d.symbol = reinterpret_cast<decltype(d.symbol)>(real_dlsym(d.handle, #symbol));
+#define DRIVER_HOOK(symbol, family, since, pts) GG_LOAD(symbol)
+#include "shim/hooks/hooks.def"
+    GG_LOAD(cuCtxGetDevice)
+    GG_LOAD(cuDeviceGetUuid_v2)
+    GG_LOAD(cuDeviceGetName)
+    GG_LOAD(cuDeviceGet)
+    GG_LOAD(cuDeviceGetCount)
+    GG_LOAD(cuDriverGetVersion)
+#undef GG_LOAD
+    if (!d.cuDeviceGetUuid_v2) d.cuDeviceGetUuid_v2 = reinterpret_cast<decltype(d.cuDeviceGetUuid_v2)>(real_dlsym(d.handle, "cuDeviceGetUuid"));
+    return d;
+}
+
+std::atomic<const RealDriver *> g_driver{nullptr};
+
+}  // namespace
+
+// Constant-initialised tables (shim/resolve/real.h, Lazy): usable by a hook before any constructor.
+RealRuntime g_real_runtime;
+RealNvml g_real_nvml;
+
+GG_DLSYM_PATH void *(*find_real_dlsym_fn())(void *, const char *) { return find_real_dlsym(); }
+
+// Neither is a C++ static: both take the loader's lock while they are found (shim/base/race_once.h).
+void *real_dlsym(void *handle, const char *symbol) {
+    static std::atomic<DlsymFn> fn{nullptr};
+    DlsymFn f = fn.load(std::memory_order_acquire);
+    if (!f) fn.store(f = find_real_dlsym(), std::memory_order_release);
+    return f ? f(handle, symbol) : nullptr;
+}
+
+GG_HOT const RealDriver &real_driver() { return race_once(g_driver, load_driver); }
+
+void install_real_driver_for_test(const RealDriver *d) { g_driver.store(d, std::memory_order_release); }
+
+void *find_in_loaded(const char *library_stem, const char *symbol) {
+    // A library loaded with RTLD_LOCAL (a Python extension's own cudart, say) is invisible to
+    // RTLD_NEXT, yet its users' calls land in our exported hooks: look among the loaded objects.
+    struct Search {
+        const char *stem, *symbol;
+        void *found;
+    } search{library_stem, symbol, nullptr};
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *info, size_t, void *data) -> int {
+            Search *s = static_cast<Search *>(data);
+            const char *name = info->dlpi_name;
+            if (!name || !*name || !strstr(name, s->stem)) return 0;
+            void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+            if (!h) return 0;
+            s->found = real_dlsym(h, s->symbol);
+            dlclose(h);
+            return s->found ? 1 : 0;
+        },
+        &search);
+    return search.found;
+}
+
+void *real_runtime_fn(const char *symbol) {
+    // RTLD_NEXT from the shim: the next definition after ours in the program's lookup order, which
+    // is the cudart the program loaded, whatever its version or path.
+    void *p = real_dlsym(RTLD_NEXT, symbol);
+    return p ? p : find_in_loaded("libcudart", symbol);
+}
+
+// real_cudnn_fn lives in shim/cudnn/resolve.cpp: cuDNN's dispatcher needs more than RTLD_NEXT.
+
+void *real_nvml_fn(const char *symbol) {
+    void *p = real_dlsym(RTLD_NEXT, symbol);
+    return p ? p : find_in_loaded("libnvidia-ml", symbol);
+}
+
+}  // namespace gg

@@ -1,0 +1,84 @@
+// One schema for the writer and the reader: a report built by the shim's writer (shim/report/) is
+// read back by the command's reader (tools/report/model.h) with every field the writer filled. A key
+// renamed on one side only (common/report/schema.h prevents it) or a value written in another shape
+// than the reader expects fails here.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core_fixture.h"
+#include "shim/quota/guard.h"
+#include "shim/report/report.h"
+#include "tools/report/model.h"
+
+using namespace gg;
+using gg::testing::Core;
+using gg::testing::kMiB;
+
+namespace {
+
+__attribute__((noinline)) void allocate(uint64_t key, uint64_t bytes, Api api) {
+    guard::Ticket t;
+    REQUIRE(guard::admit(api, -1, bytes, &t) == CUDA_SUCCESS);
+    guard::commit(t, KeyKind::kPointer, key, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("a report the shim writes reads back in the command with every field") {
+    Core core("1GiB", /*stack_depth=*/16);
+    guard::DriverCall scope;
+    allocate(0x10000, 300 * kMiB, Api::cuMemAlloc_v2);
+    allocate(0x20000, 200 * kMiB, Api::cuMemAllocAsync);
+    stacks::StackId failed_stack = stacks::capture(0);
+    report::Failure f{Api::cuMemAlloc_v2, Api::cuMemAlloc_v2, 900 * kMiB, 0, CUDA_ERROR_OUT_OF_MEMORY,
+                      failed_stack, 7, 1700000000000000000ull, 42};
+    std::string text = report::build(report::Reason::kQuota, "refused", &f, 0).dump();
+
+    gg::report::Report r;
+    gg::report::LoadError err;
+    REQUIRE_MESSAGE(gg::report::parse(text, "round-trip", r, err), err.message);
+    CHECK(r.reason == "quota");
+    CHECK(r.message == "refused");
+    CHECK(r.pid == (int64_t)getpid());
+    CHECK_FALSE(r.command.empty());
+    CHECK(r.device_ordinal == 0);
+    CHECK(r.device_uuid == core.device().uuid);
+    CHECK(r.device_name == "Unit GPU");
+    CHECK(r.limit_bytes == 1024 * kMiB);
+    CHECK(r.limit_spec == "1GiB");
+    CHECK(r.limit_scope == "process");
+    CHECK(r.process_bytes == 500 * kMiB);
+    CHECK(r.container_bytes == 500 * kMiB);
+    CHECK(r.live_allocations == 2u);
+    REQUIRE(r.failed);
+    CHECK(r.failed->api == "cuMemAlloc_v2");
+    CHECK(r.failed->bytes == 900 * kMiB);
+    CHECK(r.failed->device == 0);
+    CHECK(r.failed->thread == 42);
+    CHECK(r.failed->driver_result == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(r.episode_id == 7);
+    REQUIRE(r.top_allocations.size() == 2);
+    CHECK(r.top_allocations[0].bytes == 300 * kMiB);
+    CHECK(r.top_allocations[0].api == "cuMemAlloc_v2");
+    CHECK(r.top_allocations[0].address == "0x10000");
+    CHECK(r.top_allocations[1].api == "cuMemAllocAsync");
+    CHECK(r.top_allocations[1].device == 0);
+    uint64_t by_stack = 0;
+    for (const auto &s : r.by_stack) by_stack += s.bytes;
+    CHECK(by_stack == 500 * kMiB);
+    CHECK(r.peak() == 500 * kMiB);
+    CHECK_FALSE(r.timeline.empty());
+    bool counted = false;
+    for (const auto &c : r.counts_by_api)
+        if (c.api == "cuMemAlloc_v2") counted = c.allocs == 1 && c.live_bytes == 300 * kMiB;
+    CHECK(counted);
+    // Stacks: the allocations' and the failed request's, with native frames the reader understands.
+    REQUIRE_FALSE(r.failed->stack.empty());
+    const gg::report::Stack *s = r.stack(r.failed->stack);
+    REQUIRE(s);
+    REQUIRE_FALSE(s->frames.empty());
+    CHECK_FALSE(s->frames[0].python);
+    CHECK_FALSE(s->frames[0].ip.empty());
+    CHECK(r.stack(r.top_allocations[0].stack));
+}
