@@ -1,0 +1,62 @@
+// What `gpuguard top`, `doctor` and reports read of a ledger: its devices, its processes, its limit,
+// with every text field bounded and stripped of control bytes.
+#include "common/ledger/ledger.h"
+
+#include <cstdio>
+
+#include "common/ledger/internal.h"
+
+namespace gg::ledger {
+
+using namespace internal;
+
+std::string uuid_string(const uint8_t u[16]) {
+    char buf[48];
+    snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return buf;
+}
+
+
+// Bounded by the field, not by the terminator validate() saw: another process may have written over
+// it since.
+std::string Ledger::limit_spec() const {
+    if (!header_) return "";
+    return field_text(header_->limit_spec);
+}
+
+std::vector<Ledger::DeviceView> Ledger::devices() const {
+    std::vector<DeviceView> out;
+    for (int i = 0; i < kMaxDevices; i++) {
+        const DeviceEntry &d = header_->devices[i];
+        if (d.state.load() != kDeviceReady) continue;
+        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(),
+                       sum(i), d.peak.load(), d.physical_total.load()});
+    }
+    return out;
+}
+
+std::vector<Ledger::ProcessView> Ledger::processes() const {
+    std::vector<ProcessView> out;
+    uint32_t high = header_->slot_high.load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) {
+        const Slot &s = header_->slots[i];
+        uint32_t st = s.state.load();
+        if (st != kSlotLive && st != kSlotReclaimed) continue;
+        ProcessView v;
+        v.slot = (int)i;
+        v.pid = s.pid.load();
+        v.command = field_text(s.command);
+        for (int d = 0; d < kMaxDevices; d++) {
+            v.bytes.push_back(s.bytes[d].load());
+            v.peak.push_back(s.peak[d].load());
+        }
+        v.reclaimed = st == kSlotReclaimed;
+        v.alive = !v.reclaimed && process_alive(v.pid, s.start_ticks.load());
+        v.self = &s == slot_.load();
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+}  // namespace gg::ledger
