@@ -155,7 +155,7 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
 
 # The unit tests also link the command's report reader, to read back what the shim's writer wrote.
-UNIT_TOOLS := tools/report/model.cpp
+UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp
 $(UNIT): $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic

@@ -1,32 +1,26 @@
-// Capture (hot path: raw addresses, one hash, one short lock) and report-time rendering of stacks.
-// Pieces: stacks_unwind (which unwinder), stacks_table (dedup), stacks_symbols (names),
-// stacks_merge (where Python frames go).
+// Capture: the hot path of stacks (raw addresses, one hash, one short lock). Pieces: unwind.h (which
+// unwinder), reuse.h (a Python call site's stack unwound once), table.h (dedup), words.h (how a stack
+// is stored); render.cpp turns a stored stack into a report's frames.
 #include "shim/stacks/stacks.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "common/report/schema.h"
 #include "common/base/log.h"
 #include "shim/base/per_thread.h"
 #include "shim/base/profile.h"
 #include "shim/python/frames.h"
 #include "shim/stacks/cfi_walker.h"
-#include "shim/stacks/merge.h"
 #include "shim/stacks/reuse.h"
-#include "shim/stacks/symbols.h"
 #include "shim/stacks/table.h"
 #include "shim/stacks/unwind.h"
+#include "shim/stacks/words.h"
 
 namespace gg::stacks {
-
-namespace key = schema::key;
-namespace value = schema::value;
 namespace {
 
 constexpr int kMaxDepth = 128;
@@ -34,9 +28,6 @@ constexpr int kMaxPython = 128;
 // Frames between the unwinder and capture()'s caller (capture, its helpers, the unwinder's own
 // entry); they are found by return address, this only sizes the buffer.
 constexpr int kSlack = 16;
-// A Python frame is stored as three words: file, function (both interned, so pointers identify them)
-// and line << 1 | entry.
-constexpr int kPyWords = 3;
 static_assert(kMaxDepth + kPyWords * kMaxPython <= int(table::kMaxWords), "a stack must fit the table");
 
 std::atomic<int> g_depth{48};
@@ -47,12 +38,6 @@ std::atomic<bool> g_reuse{false};
 // malloc and captures, would otherwise recurse. initial-exec: no __tls_get_addr (which may allocate)
 // on the hot path; the shim is preloaded, so its TLS is in the static block.
 __attribute__((tls_model("initial-exec"))) thread_local bool t_busy = false;
-
-std::string hex_addr(uintptr_t v) {
-    char buf[24];
-    snprintf(buf, sizeof(buf), "0x%zx", size_t(v));
-    return buf;
-}
 
 bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
 
@@ -165,19 +150,6 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     return id;
 }
 
-nlohmann::json native_json(uintptr_t ip, const symbols::Native &s) {
-    return {{key::kind, value::kNative}, {key::ip, hex_addr(ip)}, {key::module, s.module},
-            {key::offset, hex_addr(s.module.empty() ? 0 : ip - s.base)}, {key::build_id, s.build_id},
-            {key::symbol, s.symbol}};
-}
-
-nlohmann::json python_json(const uintptr_t *w) {
-    const char *file = reinterpret_cast<const char *>(w[0]);
-    const char *function = reinterpret_cast<const char *>(w[1]);
-    return {{key::kind, value::kPython}, {key::file, file ? file : ""}, {key::function, function ? function : ""},
-            {key::line, int(uint32_t(w[2] >> 1))}};
-}
-
 }  // namespace
 
 void configure(int depth, bool python, bool reuse) {
@@ -202,34 +174,6 @@ __attribute__((noinline)) StackId capture(int skip) {
     StackId id = capture_unguarded(skip, __builtin_return_address(0), __builtin_frame_address(0));
     t_busy = false;
     return id;
-}
-
-nlohmann::json frames_json(StackId id) {
-    nlohmann::json out = nlohmann::json::array();
-    std::vector<uintptr_t> words;
-    uint32_t n_native = 0;
-    if (!table::get(id, &words, &n_native)) return out;
-    size_t n_py = (words.size() - n_native) / kPyWords;
-
-    std::vector<symbols::Native> natives;
-    std::vector<uintptr_t> ips;
-    for (uint32_t i = 0; i < n_native; ++i) {
-        symbols::Native s = symbols::resolve(words[i]);
-        // Leading frames inside libgpuguard.so (hooks the caller's `skip` did not cover): a report
-        // should start at the program's call.
-        if (ips.empty() && s.self) continue;
-        natives.push_back(std::move(s));
-        ips.push_back(words[i]);
-    }
-    std::vector<bool> is_eval(ips.size()), entry(n_py);
-    const uintptr_t *py = words.data() + n_native;
-    for (size_t j = 0; j < n_py; ++j) entry[j] = py[j * kPyWords + 2] & 1;
-    if (n_py)
-        for (size_t i = 0; i < ips.size(); ++i) is_eval[i] = py::is_eval_loop(ips[i]);
-
-    for (const Placed &p : merge_order(is_eval, entry))
-        out.push_back(p.python ? python_json(py + p.index * kPyWords) : native_json(ips[p.index], natives[p.index]));
-    return out;
 }
 
 size_t count() { return table::count(); }

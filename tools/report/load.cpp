@@ -1,0 +1,377 @@
+// Reading a report file into gg::report::Report (tools/report/model.h): strict about what the file is,
+// lenient about what it holds.
+#include "common/base/version.h"
+#include "tools/report/model.h"
+
+#include "common/report/schema.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace gg::report {
+
+namespace key = gg::schema::key;
+
+namespace {
+
+// ---- lenient field access: a missing or mistyped field is unknown, never an error ----
+
+// A JSON number with a fraction or an exponent ("1e300") converted to an integer type, or unknown
+// when it does not fit: the cast alone is undefined behaviour out of range (found by fuzz_report).
+std::optional<int64_t> double_to_i64(double d) {
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return std::nullopt;
+    return static_cast<int64_t>(d);
+}
+Bytes double_to_u64(double d) {
+    if (!(d >= 0 && d < 18446744073709551616.0)) return std::nullopt;
+    return static_cast<uint64_t>(d);
+}
+
+const json *field(const json &obj, const char *name) {
+    if (!obj.is_object()) return nullptr;
+    auto it = obj.find(name);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+std::string str(const json &obj, const char *name) {
+    const json *v = field(obj, name);
+    return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+std::optional<int64_t> i64(const json &obj, const char *name) {
+    const json *v = field(obj, name);
+    if (!v) return std::nullopt;
+    if (v->is_number_unsigned()) {
+        uint64_t u = v->get<uint64_t>();
+        if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+        return static_cast<int64_t>(u);
+    }
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_float()) return double_to_i64(v->get<double>());
+    return std::nullopt;
+}
+
+// Sizes: negative means unknown (the schema uses -1 for "the driver did not say").
+Bytes u64(const json &obj, const char *name) {
+    const json *v = field(obj, name);
+    if (!v) return std::nullopt;
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    if (v->is_number_integer()) {
+        int64_t s = v->get<int64_t>();
+        return s < 0 ? Bytes() : Bytes(static_cast<uint64_t>(s));
+    }
+    if (v->is_number_float()) return double_to_u64(v->get<double>());
+    return std::nullopt;
+}
+
+// Times (Unix ns, offsets and ages in ns) are kept within [0, 2^62), about the year 2116, or unknown:
+// renderers subtract and add them, and two such values can neither overflow a sum nor a difference
+// (a report with time_unix_ns -2^63 overflowed the text summary's sparkline: found by fuzz_report).
+constexpr int64_t kMaxTimeNs = int64_t(1) << 62;
+std::optional<int64_t> time_ns(const json &obj, const char *name) {
+    auto v = i64(obj, name);
+    if (!v || *v < 0 || *v >= kMaxTimeNs) return std::nullopt;
+    return v;
+}
+
+std::optional<int> i32(const json &obj, const char *name) {
+    auto v = i64(obj, name);
+    if (!v || *v < INT32_MIN || *v > INT32_MAX) return std::nullopt;  // never device 0 for 2^32
+    return static_cast<int>(*v);
+}
+
+bool boolean(const json &obj, const char *name, bool fallback) {
+    const json *v = field(obj, name);
+    return v && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+const json &empty_object() {
+    static const json e = json::object();
+    return e;
+}
+const json &obj(const json &parent, const char *name) {
+    const json *v = field(parent, name);
+    return v && v->is_object() ? *v : empty_object();
+}
+const json &arr(const json &parent, const char *name) {
+    static const json e = json::array();
+    const json *v = field(parent, name);
+    return v && v->is_array() ? *v : e;
+}
+
+std::vector<StackBytes> read_stack_bytes(const json &list) {
+    std::vector<StackBytes> out;
+    for (const json &e : list) {
+        if (!e.is_object()) continue;
+        StackBytes sb;
+        sb.stack = str(e, key::stack);
+        sb.bytes = u64(e, key::bytes).value_or(0);
+        sb.count = u64(e, key::count).value_or(0);
+        out.push_back(sb);
+    }
+    // The schema says largest first; sort anyway so a hand-edited file cannot mislead.
+    std::stable_sort(out.begin(), out.end(), [](const StackBytes &a, const StackBytes &b) { return a.bytes > b.bytes; });
+    return out;
+}
+
+Frame read_frame(const json &f) {
+    Frame fr;
+    fr.python = str(f, key::kind) == schema::value::kPython;
+    if (fr.python) {
+        fr.file = str(f, key::file);
+        fr.function = str(f, key::function);
+        fr.line = i64(f, key::line);
+    } else {
+        fr.module = str(f, key::module);
+        fr.symbol = str(f, key::symbol);
+        fr.offset = str(f, key::offset);
+        fr.ip = str(f, key::ip);
+        fr.build_id = str(f, key::build_id);
+    }
+    return fr;
+}
+
+void read_body(const json &d, Report &r) {
+    r.reason = str(d, key::reason);
+    r.message = str(d, key::message);
+    r.gpuguard_version = str(d, key::gpuguard_version);
+    r.time_unix_ns = time_ns(d, key::time_unix_ns);
+
+    const json &p = obj(d, key::process);
+    r.pid = i64(p, key::pid);
+    r.ppid = i64(p, key::ppid);
+    r.uid = i64(p, key::uid);
+    r.start_unix_ns = time_ns(p, key::start_unix_ns);
+    for (const json &a : arr(p, key::command))
+        if (a.is_string()) r.command.push_back(a.get<std::string>());
+    r.exe = str(p, key::exe);
+    r.hostname = str(p, key::hostname);
+    for (auto &[k, v] : obj(p, key::env).items())
+        if (v.is_string()) r.env[k] = v.get<std::string>();
+
+    const json &dev = obj(d, key::device);
+    r.device_ordinal = i32(dev, key::ordinal);
+    r.device_uuid = str(dev, key::uuid);
+    r.device_name = str(dev, key::name);
+    r.device_total = u64(dev, key::total_bytes);
+    r.device_free = u64(dev, key::free_bytes);
+
+    if (const json *l = field(d, key::limit); l && l->is_object()) {
+        r.limit_bytes = u64(*l, key::bytes);
+        r.limit_spec = str(*l, key::spec);
+        r.limit_source = str(*l, key::source);
+        r.limit_scope = str(*l, key::scope);
+    }
+
+    const json &u = obj(d, key::usage);
+    r.process_bytes = u64(u, key::process_bytes);
+    r.process_peak_bytes = u64(u, key::process_peak_bytes);
+    r.container_bytes = u64(u, key::container_bytes);
+    r.live_allocations = u64(u, key::live_allocations);
+
+    if (const json *f = field(d, key::failed_request); f && f->is_object()) {
+        FailedRequest fr;
+        fr.api = str(*f, key::api);
+        fr.driver_api = str(*f, key::driver_api);
+        fr.stack = str(*f, key::stack);
+        fr.bytes = u64(*f, key::bytes);
+        fr.device = i32(*f, key::device);
+        fr.thread = i64(*f, key::thread);
+        fr.driver_result = i64(*f, key::driver_result);
+        r.failed = fr;
+    }
+
+    const json &ep = obj(d, key::episode);
+    r.episode_id = i64(ep, key::id);
+    r.episode_failed_calls = i64(ep, key::failed_calls);
+
+    for (auto &[api, c] : obj(d, key::counts_by_api).items()) {
+        ApiCounts ac;
+        ac.api = api;
+        ac.allocs = u64(c, key::allocs).value_or(0);
+        ac.frees = u64(c, key::frees).value_or(0);
+        ac.failures = u64(c, key::failures).value_or(0);
+        ac.live_bytes = u64(c, key::live_bytes).value_or(0);
+        ac.live_count = u64(c, key::live_count).value_or(0);
+        r.counts_by_api.push_back(ac);
+    }
+
+    for (const json &a : arr(d, key::top_allocations)) {
+        if (!a.is_object()) continue;
+        Allocation al;
+        al.address = str(a, key::address);
+        al.api = str(a, key::api);
+        al.stack = str(a, key::stack);
+        al.tag = str(a, key::tag);
+        al.bytes = u64(a, key::bytes).value_or(0);
+        al.device = i32(a, key::device);
+        al.age_ns = time_ns(a, key::age_ns);
+        al.thread = i64(a, key::thread);
+        r.top_allocations.push_back(al);
+    }
+    std::stable_sort(r.top_allocations.begin(), r.top_allocations.end(),
+                     [](const Allocation &a, const Allocation &b) { return a.bytes > b.bytes; });
+
+    r.by_stack = read_stack_bytes(arr(d, key::by_stack));
+
+    const json &pk = obj(d, key::peak);
+    r.peak_bytes = u64(pk, key::bytes);
+    r.peak_time_unix_ns = time_ns(pk, key::time_unix_ns);
+    r.peak_by_stack = read_stack_bytes(arr(pk, key::by_stack));
+
+    const json &tl = obj(d, key::timeline);
+    r.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
+    for (const json &pt : arr(tl, key::points)) {
+        if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number()) continue;
+        auto t = double_to_i64(pt[0].get<double>());
+        double b = pt[1].get<double>();
+        if (!t || *t < 0 || *t >= kMaxTimeNs) continue;
+        r.timeline.emplace_back(*t, b < 0 ? 0 : double_to_u64(b).value_or(UINT64_MAX));
+    }
+    std::stable_sort(r.timeline.begin(), r.timeline.end(),
+                     [](const auto &a, const auto &b) { return a.first < b.first; });
+
+    for (auto &[id, s] : obj(d, key::stacks).items()) {
+        Stack st;
+        st.id = id;
+        for (const json &f : arr(s, key::frames))
+            if (f.is_object()) st.frames.push_back(read_frame(f));
+        r.stacks[id] = std::move(st);
+    }
+
+    if (const json *l = field(d, key::ledger); l && l->is_object()) {
+        r.has_ledger = true;
+        r.ledger_path = str(*l, key::path);
+        for (const json &dv : arr(*l, key::devices)) {
+            LedgerDevice ld;
+            ld.uuid = str(dv, key::uuid);
+            ld.limit_bytes = u64(dv, key::limit_bytes);
+            ld.used_bytes = u64(dv, key::used_bytes);
+            ld.peak_bytes = u64(dv, key::peak_bytes);
+            r.ledger_devices.push_back(ld);
+        }
+        for (const json &pr : arr(*l, key::processes)) {
+            if (!pr.is_object()) continue;
+            LedgerProcess lp;
+            lp.pid = i64(pr, key::pid).value_or(0);
+            lp.command = str(pr, key::command);
+            lp.bytes = u64(pr, key::bytes).value_or(0);
+            lp.peak_bytes = u64(pr, key::peak_bytes);
+            lp.alive = boolean(pr, key::alive, true);
+            lp.self = boolean(pr, key::self, r.pid && lp.pid == *r.pid);
+            r.ledger_processes.push_back(lp);
+        }
+        std::stable_sort(r.ledger_processes.begin(), r.ledger_processes.end(),
+                         [](const LedgerProcess &a, const LedgerProcess &b) { return a.bytes > b.bytes; });
+    }
+
+    if (const json *c = field(d, key::cudnn); c && c->is_object()) {
+        Cudnn cd;
+        cd.workspace_cap_bytes = u64(*c, key::workspace_cap_bytes);
+        cd.largest_workspace_requested_bytes = u64(*c, key::largest_workspace_requested_bytes);
+        cd.workspace_in_use_bytes = u64(*c, key::workspace_in_use_bytes);
+        cd.plans_rejected = u64(*c, key::plans_rejected);
+        for (const json &e : arr(*c, key::requests_by_stack)) {
+            CudnnStack cs;
+            cs.stack = str(e, key::stack);
+            cs.largest_bytes = u64(e, key::largest_bytes).value_or(0);
+            cs.count = u64(e, key::count).value_or(0);
+            cd.requests_by_stack.push_back(cs);
+        }
+        std::stable_sort(cd.requests_by_stack.begin(), cd.requests_by_stack.end(),
+                         [](const CudnnStack &a, const CudnnStack &b) { return a.largest_bytes > b.largest_bytes; });
+        r.cudnn = cd;
+    }
+}
+
+std::string describe(const json &v) {
+    if (v.is_string()) return "'" + v.get<std::string>() + "'";
+    std::string s = v.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return s;
+}
+
+}  // namespace
+
+bool load(const std::string &path, Report &out, LoadError &err) {
+    out = Report();
+    out.path = path;
+    out.name = path;
+    std::stringstream ss;
+    if (path == "-") {
+        out.name = "<stdin>";
+        ss << std::cin.rdbuf();
+    } else {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            err.message = path + ": cannot open: " + strerror(errno);
+            return false;
+        }
+        ss << in.rdbuf();
+    }
+    std::string name = out.name;  // a copy: parse starts by clearing `out`
+    bool ok = parse(ss.str(), name, out, err);
+    out.path = path;
+    return ok;
+}
+
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err) {
+    out = Report();
+    out.path = name;
+    out.name = name;
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+        err.message = name + ": empty file, not a gpuguard report";
+        return false;
+    }
+    json d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (d.is_discarded()) {
+        // Tell a cut-off file (a crash while writing, a full disk) from one that never was JSON.
+        bool looks_json = text[text.find_first_not_of(" \t\r\n")] == '{';
+        err.message = name + (looks_json ? ": truncated or malformed JSON, not a complete gpuguard report"
+                                         : ": not JSON, not a gpuguard report");
+        return false;
+    }
+    if (!d.is_object()) {
+        err.message = name + ": not a gpuguard report (the JSON is not an object)";
+        return false;
+    }
+    auto schema = d.find(key::schema);
+    if (schema == d.end()) {
+        err.message = name + ": not a gpuguard report (no 'schema' field)";
+        return false;
+    }
+    if (!schema->is_string() || schema->get<std::string>() != gg::schema::kName) {
+        err.message = name + ": not a gpuguard report (schema " + describe(*schema) + ", expected '" +
+                      gg::schema::kName + "')";
+        return false;
+    }
+    auto version = d.find(key::version);
+    if (version == d.end() || !version->is_number_integer()) {
+        err.message = name + ": gpuguard report without a valid 'version'";
+        return false;
+    }
+    if (version->get<int64_t>() != gg::schema::kVersion) {
+        err.message = name + ": gpuguard report version " + version->dump() + " is not supported (this gpuguard " +
+                      GPUGUARD_VERSION_STRING + " reads version " + std::to_string(gg::schema::kVersion) + ")";
+        return false;
+    }
+    try {
+        read_body(d, out);
+    } catch (const std::exception &e) {  // lenient accessors should make this unreachable
+        err.message = name + ": unreadable report: " + e.what();
+        return false;
+    }
+    out.raw = std::move(d);
+    return true;
+}
+
+}  // namespace gg::report
