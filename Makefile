@@ -193,7 +193,7 @@ integration-test: all $(FAKES) $(INTEG_BIN)
 test: deps-check all $(UNIT) $(FAKES) $(INTEG_BIN)
 	@BUILD=$(BUILD) tests/run_all.sh
 
-demo: deps-check all $(FAKES) $(INTEG_BIN)
+demo: deps-check all $(FAKES)
 	@BUILD=$(BUILD) examples/demo.sh
 
 # Benchmarks: tests/bench/*.c -> build/bench/<name>, linked to the driver's stub (soname libcuda.so.1),

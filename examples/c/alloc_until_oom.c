@@ -12,12 +12,14 @@
  *   gpuguard run --limit 1GiB --report-dir reports -- ./alloc_until_oom        # stops near 1 GiB
  *   gpuguard report reports/gpuguard-quota-*.json                            # who held what
  *
- * Arguments: [CHUNK_MIB] [MAX_MIB] (default 256 and 32768): it never takes more than MAX_MIB, so
- * that without a quota it does not take a shared GPU's whole memory. Exit status: 0 when an
+ * Arguments: [CHUNK_MIB] [MAX_MIB] [hold] (default 256 and 32768): it never takes more than MAX_MIB,
+ * so that without a quota it does not take a shared GPU's whole memory; with "hold" it keeps what it
+ * got until its standard input closes (to watch it with gpuguard top). Exit status: 0 when an
  * allocation was refused (what it is for), 1 when MAX_MIB was reached first, 2 on other errors. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char *err_name(CUresult r) {
     const char *s = NULL;
@@ -27,8 +29,9 @@ static const char *err_name(CUresult r) {
 int main(int argc, char **argv) {
     size_t chunk_mib = argc > 1 ? strtoull(argv[1], NULL, 10) : 256;
     size_t max_mib = argc > 2 ? strtoull(argv[2], NULL, 10) : 32768;
-    if (chunk_mib == 0 || max_mib < chunk_mib) {
-        fprintf(stderr, "usage: %s [CHUNK_MIB] [MAX_MIB]\n", argv[0]);
+    int hold = argc > 3 && strcmp(argv[3], "hold") == 0;
+    if (chunk_mib == 0 || max_mib < chunk_mib || (argc > 3 && !hold)) {
+        fprintf(stderr, "usage: %s [CHUNK_MIB] [MAX_MIB] [hold]\n", argv[0]);
         return 2;
     }
     CUdevice dev;
@@ -72,6 +75,10 @@ int main(int argc, char **argv) {
         if (getenv("GPUGUARD_MEM_LIMIT"))
             printf("gpuguard wrote a report into %s: read it with  gpuguard report <file>\n", dir ? dir : "the working directory");
     }
+    fflush(stdout);
+    if (hold)
+        while (getchar() != EOF) {
+        }
     for (int i = 0; i < n; i++) cuMemFree(held[i]);
     cuDevicePrimaryCtxRelease(dev);
     return refused ? 0 : 1;
