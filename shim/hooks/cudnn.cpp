@@ -1,5 +1,5 @@
-// The cuDNN hooks: thin, a few lines each. Which function they call is decided in cudnn_resolve
-// (never a hook, never null), the cap in cudnn_cap, the bookkeeping in cudnn_record / cudnn_plans.
+// The cuDNN hooks: thin, a few lines each. Which function they call is decided in shim/cudnn/resolve
+// (never a hook, never null), the cap in shim/cudnn/cap, the bookkeeping in shim/cudnn/record and plans.
 // Only the outermost cuDNN hook on a thread does anything but forward: cuDNN calling its own public
 // API passes straight through.
 #include "shim/cudnn/cap.h"
