@@ -9,8 +9,7 @@ namespace gg {
 // orders nothing else.
 inline void raise_to(std::atomic<uint64_t> &peak, uint64_t v) {
     uint64_t cur = peak.load(std::memory_order_relaxed);
-    while (v > cur && !peak.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
+    while (v > cur && !peak.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {}
 }
 
 }  // namespace gg

@@ -4,10 +4,10 @@
 
 #include <atomic>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 
 namespace gg {
 

@@ -2,13 +2,13 @@
 // says why it is shaped so: no lock, one counter per process slot and device).
 #include "common/ledger/ledger.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <new>
-#include <pthread.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "common/base/atomic_max.h"
 #include "common/base/hot.h"
@@ -62,7 +62,6 @@ GG_HOT int internal::self_pid() {
     cell->store(p, std::memory_order_relaxed);
     return p;
 }
-
 
 int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name) {
     int waits = 0;  // shared by all entries: see below
@@ -118,7 +117,8 @@ GG_HOT bool Ledger::join() {
     for (uint32_t i = 0; ticks > 1 && i < header_->slot_high.load() && i < (uint32_t)kMaxSlots; i++) {
         Slot &s = header_->slots[i];
         uint32_t expected = kSlotLive;
-        if (s.pid.load() != pid || s.start_ticks.load() != ticks || !s.state.compare_exchange_strong(expected, kSlotReclaiming))
+        if (s.pid.load() != pid || s.start_ticks.load() != ticks ||
+            !s.state.compare_exchange_strong(expected, kSlotReclaiming))
             continue;
         for (auto &b : s.bytes) b.exchange(0);
         s.state.store(kSlotReclaimed);
@@ -139,8 +139,7 @@ GG_HOT bool Ledger::join() {
             }
             s.state.store(kSlotLive);
             uint32_t high = header_->slot_high.load();
-            while (high < (uint32_t)i + 1 && !header_->slot_high.compare_exchange_weak(high, (uint32_t)i + 1)) {
-            }
+            while (high < (uint32_t)i + 1 && !header_->slot_high.compare_exchange_weak(high, (uint32_t)i + 1)) {}
             slot_pid_.store(pid);
             slot_.store(&s, std::memory_order_release);
             return true;
@@ -204,8 +203,9 @@ GG_HOT uint64_t Ledger::release(int dev, uint64_t bytes) {
     do {
         take = cur < bytes ? cur : bytes;
     } while (!b.compare_exchange_weak(cur, cur - take));
-    if (take < bytes) log_debug("released %llu bytes on device %d but the process held %llu", (unsigned long long)bytes, dev,
-                                (unsigned long long)take);
+    if (take < bytes)
+        log_debug("released %llu bytes on device %d but the process held %llu", (unsigned long long)bytes, dev,
+                  (unsigned long long)take);
     return take;
 }
 
@@ -242,7 +242,9 @@ GG_HOT int Ledger::reclaim_dead(bool periodic) {
         s.state.store(kSlotReclaimed);
         header_->reclaimed_processes.fetch_add(1);
         reclaimed++;
-        if (freed) log_debug("reclaimed %llu bytes of dead process %d from ledger %s", (unsigned long long)freed, pid, path_.c_str());
+        if (freed)
+            log_debug("reclaimed %llu bytes of dead process %d from ledger %s", (unsigned long long)freed, pid,
+                      path_.c_str());
     }
     return reclaimed;
 }

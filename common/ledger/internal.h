@@ -38,5 +38,4 @@ std::string field_text(const char (&field)[N]) {
     return s;
 }
 
-
 }  // namespace gg::ledger::internal

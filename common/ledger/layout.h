@@ -45,7 +45,7 @@ struct Header {
     uint64_t created_unix_ns;
     int32_t creator_pid;
     uint32_t reserved;
-    char limit_spec[256];  // the limit as the creator gave it; empty for none. Never changes.
+    char limit_spec[256];             // the limit as the creator gave it; empty for none. Never changes.
     std::atomic<uint32_t> slot_high;  // slots [0, slot_high) have been used at least once
     uint32_t reserved2;
     std::atomic<uint64_t> reclaimed_processes;

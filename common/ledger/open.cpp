@@ -2,13 +2,13 @@
 // replacing an idle one; leaving it at a clean exit.
 #include "common/ledger/ledger.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "common/ledger/internal.h"
 
@@ -22,9 +22,7 @@ uint64_t internal::now_ns(clockid_t clock) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-
 std::string internal::errno_text(int e) { return strerror(e); }
-
 
 void internal::init_header(Header *h, const std::string &spec) {
     memcpy(h->magic, kMagic, sizeof kMagic);
@@ -38,10 +36,10 @@ void internal::init_header(Header *h, const std::string &spec) {
     snprintf(h->limit_spec, sizeof h->limit_spec, "%s", spec.c_str());
 }
 
-
 // Creates a complete ledger at `path`: written under a temporary name, then linked (or, when
 // `replace`, renamed) into place, so nobody maps a half-written file.
-bool internal::create_file(const std::string &path, const std::string &spec, int group, bool replace, std::string *error) {
+bool internal::create_file(const std::string &path, const std::string &spec, int group, bool replace,
+                           std::string *error) {
     std::string tmp = path + ".tmp." + std::to_string(getpid());
     mode_t mode = group >= 0 ? 0660 : 0600;
     int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
@@ -73,9 +71,8 @@ bool internal::create_file(const std::string &path, const std::string &spec, int
 
 std::string default_path() {
     struct stat st;
-    const char *dir = (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
-                          ? "/dev/shm"
-                          : "/tmp";
+    const char *dir =
+        (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) ? "/dev/shm" : "/tmp";
     return std::string(dir) + "/gpuguard-" + std::to_string(getuid()) + ".ledger";
 }
 
@@ -118,7 +115,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
             continue;
         }
         if (fd < 0) {
-            *error = "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
+            *error =
+                "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
             break;
         }
         struct stat st;
@@ -133,8 +131,9 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         // otherwise set our quota), nor when every user may write it.
         bool group_shared = o.group >= 0 && st.st_gid == (gid_t)o.group && (st.st_mode & 0060) == 0060;
         if (!o.read_only && st.st_uid != geteuid() && !group_shared) {
-            *error = "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")" +
-                     ((st.st_mode & 0060) == 0060 ? " and is not shared with the group GPUGUARD_LEDGER_GROUP names" : "");
+            *error =
+                "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")" +
+                ((st.st_mode & 0060) == 0060 ? " and is not shared with the group GPUGUARD_LEDGER_GROUP names" : "");
             close(fd);
             break;
         }
@@ -184,8 +183,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
                 continue;
             }
             if (!o.limit_spec.empty())
-                *notice = "the limit '" + o.limit_spec + "' differs from the limit '" + (theirs.empty() ? "none" : theirs) +
-                          "' of the shared ledger " + o.path + ", which stands";
+                *notice = "the limit '" + o.limit_spec + "' differs from the limit '" +
+                          (theirs.empty() ? "none" : theirs) + "' of the shared ledger " + o.path + ", which stands";
         }
         // Two processes starting together on an idle ledger may both replace it; the one whose
         // file lost the race maps a file no longer at the path. Joining first makes the ledger
@@ -194,7 +193,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         struct stat now;
         if (stat(o.path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
             // The private copy for rescue_fault(): address space only until remember() writes it.
-            void *copy = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            void *copy = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (copy != MAP_FAILED) l->remembered_ = static_cast<Header *>(copy);
             l->remember();
             return l;

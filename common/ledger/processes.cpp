@@ -2,13 +2,13 @@
 // reused, so its start time is compared too), and what this process's command line is.
 #include "common/ledger/ledger.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include "common/ledger/internal.h"
 
@@ -25,7 +25,6 @@ void internal::read_command(char *out, size_t size) {
     for (ssize_t i = 0; i + 1 < n; i++)
         if (out[i] == '\0') out[i] = ' ';
 }
-
 
 uint64_t process_start_ticks(int pid) {
     char path[64], buf[1024];
@@ -52,7 +51,7 @@ bool process_alive(int pid, uint64_t start_ticks) {
     if (pid <= 0) return false;
     if (kill(pid, 0) != 0 && errno == ESRCH) return false;
     uint64_t now = process_start_ticks(pid);
-    if (now == 1) return false;                         // a zombie
+    if (now == 1) return false;                                            // a zombie
     if (now != 0 && start_ticks != 0 && now != start_ticks) return false;  // the pid was reused
     return true;
 }

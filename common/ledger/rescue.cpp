@@ -2,9 +2,9 @@
 // process knew, swapped in by the SIGBUS handler (Ledger::rescue_fault in common/ledger/ledger.h).
 #include "common/ledger/ledger.h"
 
+#include <sys/mman.h>
 #include <cstring>
 #include <mutex>
-#include <sys/mman.h>
 
 #include "common/base/atomic_max.h"
 #include "common/ledger/internal.h"
@@ -72,7 +72,7 @@ bool Ledger::rescue_fault(const void *addr) {
         state = kIntact;
         if (rescue_.compare_exchange_strong(state, kRescuing)) break;
         if (state == kRemembering || state == kRescuing) continue;  // another thread, for microseconds
-        return state == kRescued || state == kRecovered;  // already replaced: the access can go again
+        return state == kRescued || state == kRecovered;            // already replaced: the access can go again
     }
     Header *r = remembered_;
     if (Slot *mine = slot_.load()) {

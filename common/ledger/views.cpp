@@ -17,7 +17,6 @@ std::string uuid_string(const uint8_t u[16]) {
     return buf;
 }
 
-
 // Bounded by the field, not by the terminator validate() saw: another process may have written over
 // it since.
 std::string Ledger::limit_spec() const {
@@ -30,8 +29,8 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(),
-                       sum(i), d.peak.load(), d.physical_total.load()});
+        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), sum(i), d.peak.load(),
+                       d.physical_total.load()});
     }
     return out;
 }

@@ -8,36 +8,36 @@ extern "C" {
 #endif
 
 typedef enum nvmlReturn_enum {
-  NVML_SUCCESS = 0,
-  NVML_ERROR_UNINITIALIZED = 1,
-  NVML_ERROR_INVALID_ARGUMENT = 2,
-  NVML_ERROR_NOT_SUPPORTED = 3,
-  NVML_ERROR_NO_PERMISSION = 4,
-  NVML_ERROR_ALREADY_INITIALIZED = 5,
-  NVML_ERROR_NOT_FOUND = 6,
-  NVML_ERROR_INSUFFICIENT_SIZE = 7,
-  NVML_ERROR_DRIVER_NOT_LOADED = 9,
-  NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
-  NVML_ERROR_GPU_IS_LOST = 15,
-  NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-  NVML_ERROR_UNKNOWN = 999
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_ALREADY_INITIALIZED = 5,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999
 } nvmlReturn_t;
 
-typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
 
 typedef struct nvmlMemory_st {
-  unsigned long long total;  // bytes
-  unsigned long long free;
-  unsigned long long used;   // includes what the driver reserves
+    unsigned long long total;  // bytes
+    unsigned long long free;
+    unsigned long long used;  // includes what the driver reserves
 } nvmlMemory_t;
 
 typedef struct nvmlMemory_v2_st {
-  unsigned int version;      // must be nvmlMemory_v2
-  unsigned long long total;
-  unsigned long long reserved;  // held by the driver and firmware, not by processes
-  unsigned long long free;
-  unsigned long long used;
+    unsigned int version;  // must be nvmlMemory_v2
+    unsigned long long total;
+    unsigned long long reserved;  // held by the driver and firmware, not by processes
+    unsigned long long free;
+    unsigned long long used;
 } nvmlMemory_v2_t;
 
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
@@ -51,13 +51,13 @@ typedef struct nvmlMemory_v2_st {
 
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount);
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device);
-nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length);
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
-nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 
 #ifdef __cplusplus
 }

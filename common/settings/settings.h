@@ -82,9 +82,9 @@ std::string problem(Id id, const std::string &value);
 // default too, and *problem gets the message the shim prints: "NAME=VALUE is PROBLEM; WHEN_BAD".
 long read_count(const Lookup &env, Id id, std::string *problem);
 bool read_switch(const Lookup &env, Id id, std::string *problem);
-int read_signal(const Lookup &env, Id id, std::string *problem);     // 0 when unset or malformed
+int read_signal(const Lookup &env, Id id, std::string *problem);       // 0 when unset or malformed
 double read_fraction(const Lookup &env, Id id, std::string *problem);  // 0 when unset or malformed
-uint64_t read_size(const Lookup &env, Id id, std::string *problem);  // 0 when unset or malformed
+uint64_t read_size(const Lookup &env, Id id, std::string *problem);    // 0 when unset or malformed
 bool read_flag(const Lookup &env, Id id);
 
 // The cuDNN workspace cap: auto (the default), off, or bytes.

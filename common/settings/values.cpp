@@ -1,13 +1,13 @@
 // Reading and checking the value of a setting, by its type: the same rules for the shim (which
 // reads them) and `gpuguard doctor` (which checks them).
+#include <grp.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <grp.h>
-#include <strings.h>
-#include <sys/stat.h>
 
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
@@ -259,7 +259,8 @@ int read_ledger_group(const Lookup &env, std::string *problem_out) {
     const char *v = value(env, Id::kLedgerGroup);
     if (!v) return -1;
     long gid = group_id(v);
-    if (gid < 0) *problem_out = message(row(Id::kLedgerGroup), v, problem(Id::kLedgerGroup, v), row(Id::kLedgerGroup).when_bad);
+    if (gid < 0)
+        *problem_out = message(row(Id::kLedgerGroup), v, problem(Id::kLedgerGroup, v), row(Id::kLedgerGroup).when_bad);
     return (int)gid;
 }
 

@@ -24,7 +24,10 @@ std::string trim(const std::string &s) {
 uint64_t unit_multiplier(std::string unit) {
     for (char &c : unit) c = (char)tolower((unsigned char)c);
     if (unit.empty() || unit == "b") return 1;
-    static const struct { const char *names[4]; int shift; } units[] = {
+    static const struct {
+        const char *names[4];
+        int shift;
+    } units[] = {
         {{"k", "kb", "kib", "ki"}, 10},
         {{"m", "mb", "mib", "mi"}, 20},
         {{"g", "gb", "gib", "gi"}, 30},

@@ -18,7 +18,7 @@ bool parse_size(const std::string &text, uint64_t *bytes, std::string *why);
 struct Limit {
     enum Kind { kNone, kBytes, kPercent } kind = kNone;
     uint64_t bytes = 0;
-    double percent = 0;  // 0 < percent <= 100
+    double percent = 0;                               // 0 < percent <= 100
     uint64_t resolve(uint64_t physical_total) const;  // UINT64_MAX for kNone
     std::string str() const;                          // "2.00 GiB", "50%", "none"
 };
@@ -40,6 +40,5 @@ struct LimitSpec {
 
 bool parse_limit(const std::string &text, Limit *out, std::string *why);
 bool parse_limit_spec(const std::string &text, LimitSpec *out, std::string *why);
-
 
 }  // namespace gg

@@ -65,20 +65,20 @@ int main(int argc, char **argv) {
         n++;
     }
     if (refused)
-        printf("allocated %d x %zu MiB = %zu MiB; the next %zu MiB was refused: CUDA_ERROR_OUT_OF_MEMORY\n", n, chunk_mib,
-               n * chunk_mib, chunk_mib);
+        printf("allocated %d x %zu MiB = %zu MiB; the next %zu MiB was refused: CUDA_ERROR_OUT_OF_MEMORY\n", n,
+               chunk_mib, n * chunk_mib, chunk_mib);
     else
         printf("allocated %zu MiB without a refusal (the MAX_MIB cap); run it under gpuguard run --limit 1GiB\n",
                n * chunk_mib);
     if (refused) {
         const char *dir = getenv("GPUGUARD_REPORT_DIR");
         if (getenv("GPUGUARD_MEM_LIMIT"))
-            printf("gpuguard wrote a report into %s: read it with  gpuguard report <file>\n", dir ? dir : "the working directory");
+            printf("gpuguard wrote a report into %s: read it with  gpuguard report <file>\n",
+                   dir ? dir : "the working directory");
     }
     fflush(stdout);
     if (hold)
-        while (getchar() != EOF) {
-        }
+        while (getchar() != EOF) {}
     for (int i = 0; i < n; i++) cuMemFree(held[i]);
     cuDevicePrimaryCtxRelease(dev);
     return refused ? 0 : 1;

@@ -10,10 +10,21 @@ namespace gg::profile {
 namespace {
 
 constexpr const char *kNames[kSteps] = {
-    "alloc: whole hook",        "  admit",          "    current device (cuCtxGetDevice)", "    device info",
-    "    ledger charge",        "    ledger reclaim", "  driver's cuMemAlloc",              "  commit (track)",
-    "    stack: native unwind",  "    stack: Python frames", "    stack: intern",
-    "free: whole hook",         "  take (untrack)", "  driver's cuMemFree",                "  finish (ledger release)",
+    "alloc: whole hook",
+    "  admit",
+    "    current device (cuCtxGetDevice)",
+    "    device info",
+    "    ledger charge",
+    "    ledger reclaim",
+    "  driver's cuMemAlloc",
+    "  commit (track)",
+    "    stack: native unwind",
+    "    stack: Python frames",
+    "    stack: intern",
+    "free: whole hook",
+    "  take (untrack)",
+    "  driver's cuMemFree",
+    "  finish (ledger release)",
 };
 
 // Log-linear buckets: exact below 16 ns, then 8 to each doubling (a value is placed within 6.25%):

@@ -20,7 +20,8 @@ void load_limit(const settings::Lookup &env, Config &c) {
     settings::LimitSetting s = settings::read_limit(env);
     c.limit_source = s.source;
     if (s.set_but_empty) {
-        c.problems.push_back("GPUGUARD_MEM_LIMIT is set but empty; refusing every device allocation (unset it for no limit)");
+        c.problems.push_back(
+            "GPUGUARD_MEM_LIMIT is set but empty; refusing every device allocation (unset it for no limit)");
         c.fail_closed = true;
         return;
     }

@@ -1,14 +1,14 @@
 #include "shim/core/sigbus_rescue.h"
 
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
-#include "common/ledger/ledger.h"
 #include "common/base/log.h"
+#include "common/ledger/ledger.h"
 #include "shim/core/state.h"
 
 namespace gg::sigbus {

@@ -1,8 +1,8 @@
 #include "shim/core/state.h"
 
+#include <unistd.h>
 #include <atomic>
 #include <cstdlib>
-#include <unistd.h>
 
 #include "common/base/log.h"
 #include "shim/base/clock.h"
@@ -42,7 +42,8 @@ State *build() {
     std::string spec_text = s->ledger ? s->ledger->limit_spec() : s->cfg->limit_text;
     std::string why;
     if (!spec_text.empty() && !parse_limit_spec(spec_text, &s->spec, &why)) {
-        log_error("the ledger's limit '%s' is not valid (%s); refusing every device allocation", spec_text.c_str(), why.c_str());
+        log_error("the ledger's limit '%s' is not valid (%s); refusing every device allocation", spec_text.c_str(),
+                  why.c_str());
         s->fail_closed = true;
     }
     stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks, s->cfg->stack_reuse);

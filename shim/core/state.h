@@ -4,9 +4,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "shim/core/config.h"
 #include "common/ledger/ledger.h"
 #include "shim/base/clock.h"
+#include "shim/core/config.h"
 
 namespace gg {
 

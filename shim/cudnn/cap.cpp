@@ -1,10 +1,10 @@
 #include "shim/cudnn/cap.h"
 
 #include "shim/core/config.h"
+#include "shim/core/state.h"
 #include "shim/cudnn/record.h"
 #include "shim/quota/device.h"
 #include "shim/quota/guard.h"
-#include "shim/core/state.h"
 
 namespace gg::cudnn {
 

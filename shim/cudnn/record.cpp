@@ -9,13 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shim/core/config.h"
 #include "common/base/atomic_max.h"
 #include "common/report/schema.h"
 #include "shim/base/race_once.h"
+#include "shim/core/config.h"
+#include "shim/core/state.h"
 #include "shim/report/report.h"
 #include "shim/stacks/stacks.h"
-#include "shim/core/state.h"
 
 namespace gg::cudnn {
 
@@ -86,8 +86,11 @@ void section(json &r) {
     for (size_t i = 0; i < sites.size() && i < kSitesInReport; i++) {
         const Site &s = sites[i];
         std::string key = "s" + std::to_string(s.stack);
-        by_stack.push_back({{key::stack, s.stack ? json(key) : json(nullptr)}, {key::largest_bytes, s.largest}, {key::count, s.count}});
-        if (s.stack && !r[key::stacks].contains(key)) r[key::stacks][key] = {{key::frames, stacks::frames_json(s.stack)}};
+        by_stack.push_back({{key::stack, s.stack ? json(key) : json(nullptr)},
+                            {key::largest_bytes, s.largest},
+                            {key::count, s.count}});
+        if (s.stack && !r[key::stacks].contains(key))
+            r[key::stacks][key] = {{key::frames, stacks::frames_json(s.stack)}};
     }
     c[key::requests_by_stack] = by_stack;
     r[key::cudnn] = c;

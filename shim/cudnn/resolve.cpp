@@ -1,14 +1,14 @@
 #include "shim/cudnn/resolve.h"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
-#include <link.h>
 
-#include "shim/cudnn/record.h"
 #include "common/base/log.h"
+#include "shim/cudnn/record.h"
 #include "shim/resolve/real.h"
 
 namespace gg::cudnn {
@@ -42,9 +42,7 @@ const void *shim_base() {
 }
 
 // The module `fn` lies in; false for the shim itself (or no module).
-bool module_of(void *fn, Dl_info *info) {
-    return fn && dladdr(fn, info) && info->dli_fbase != shim_base();
-}
+bool module_of(void *fn, Dl_info *info) { return fn && dladdr(fn, info) && info->dli_fbase != shim_base(); }
 
 // Loaded cuDNN sub-libraries, by path, and the loader's add-count (glibc's dlpi_adds).
 struct Loaded {

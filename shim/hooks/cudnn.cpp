@@ -2,13 +2,13 @@
 // (never a hook, never null), the cap in shim/cudnn/cap, the bookkeeping in shim/cudnn/record and plans.
 // Only the outermost cuDNN hook on a thread does anything but forward: cuDNN calling its own public
 // API passes straight through.
+#include "common/base/log.h"
 #include "shim/cudnn/cap.h"
 #include "shim/cudnn/plans.h"
 #include "shim/cudnn/record.h"
 #include "shim/cudnn/resolve.h"
 #include "shim/hooks/export.h"
 #include "shim/quota/guard.h"
-#include "common/base/log.h"
 
 using namespace gg;
 
@@ -19,9 +19,9 @@ namespace {
 #undef CUDNN_HOOK
 
 // Opens a hook: `gate` (depth, outermost) and `real` (the function to call, typed by the header).
-#define GG_CUDNN_GATE(name)                                \
-    cudnn::Gate gate(slot_##name);                         \
-    const auto real = gate.fn<decltype(&::name)>();        \
+#define GG_CUDNN_GATE(name)                         \
+    cudnn::Gate gate(slot_##name);                  \
+    const auto real = gate.fn<decltype(&::name)>(); \
     if (!real) return CUDNN_STATUS_NOT_INITIALIZED
 
 // The hook's caller: requests are grouped by it.
@@ -48,7 +48,9 @@ cudnnStatus_t algorithm_list(const cudnn::Gate &gate, const void *site, int *ret
     uint64_t largest = 0;
     int marked = cudnn::cap_results(perf, n, cap.bytes, &largest);
     cudnn::rejected_algorithms(marked, largest);
-    if (marked) log_debug("cuDNN: %d algorithm(s) over the %llu-byte workspace cap moved last", marked, (unsigned long long)cap.bytes);
+    if (marked)
+        log_debug("cuDNN: %d algorithm(s) over the %llu-byte workspace cap moved last", marked,
+                  (unsigned long long)cap.bytes);
     return st;
 }
 
@@ -72,7 +74,9 @@ int64_t plan_workspace(cudnnBackendDescriptor_t plan) {
     auto get = inner.fn<decltype(&::cudnnBackendGetAttribute)>();
     int64_t n = 0;
     ws = 0;
-    if (!get || get(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS || n < 1)
+    if (!get ||
+        get(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
+        n < 1)
         return cudnn::plans::kUnknown;
     return ws;
 }
@@ -81,25 +85,28 @@ int64_t plan_workspace(cudnnBackendDescriptor_t plan) {
 
 // ---- Legacy API: workspace sizes ----
 
-GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardWorkspaceSize(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t algo, size_t *size) {
+GG_EXPORT cudnnStatus_t CUDNNWINAPI
+cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                        const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
+                                        const cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t algo, size_t *size) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionForwardWorkspaceSize);
     return size_query(gate, site, size, [&] { return real(h, x, w, c, y, algo, size); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(
-    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t dx, cudnnConvolutionBwdDataAlgo_t algo, size_t *size) {
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t dx, cudnnConvolutionBwdDataAlgo_t algo,
+    size_t *size) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionBackwardDataWorkspaceSize);
     return size_query(gate, site, size, [&] { return real(h, w, dy, c, dx, algo, size); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSize(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnFilterDescriptor_t dw, cudnnConvolutionBwdFilterAlgo_t algo, size_t *size) {
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnFilterDescriptor_t dw, cudnnConvolutionBwdFilterAlgo_t algo,
+    size_t *size) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionBackwardFilterWorkspaceSize);
     return size_query(gate, site, size, [&] { return real(h, x, dy, c, dw, algo, size); });
@@ -108,33 +115,37 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSi
 // ---- Legacy API: algorithm choice ----
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t y, const int want, int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t y, const int want, int *returned,
+    cudnnConvolutionFwdAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionForwardAlgorithm_v7);
     return algorithm_list(gate, site, returned, perf, [&] { return real(h, x, w, c, y, want, returned, perf); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(
-    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t dx, const int want, int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t dx, const int want, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionBackwardDataAlgorithm_v7);
     return algorithm_list(gate, site, returned, perf, [&] { return real(h, w, dy, c, dx, want, returned, perf); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnFilterDescriptor_t dw, const int want, int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnFilterDescriptor_t dw, const int want, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnGetConvolutionBackwardFilterAlgorithm_v7);
     return algorithm_list(gate, site, returned, perf, [&] { return real(h, x, dy, c, dw, want, returned, perf); });
 }
 
 // Find allocates its own workspaces (one per algorithm it times): those allocations are tagged.
-GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionForwardAlgorithm(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t y, const int want, int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
+GG_EXPORT cudnnStatus_t CUDNNWINAPI
+cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+                                     const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t y,
+                                     const int want, int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnFindConvolutionForwardAlgorithm);
     return using_workspace(gate, Api::cudnnFindConvolutionForwardAlgorithm, 0, [&] {
@@ -143,8 +154,9 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionForwardAlgorithm(
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithm(
-    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnTensorDescriptor_t dx, const int want, int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t dx, const int want, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnFindConvolutionBackwardDataAlgorithm);
     return using_workspace(gate, Api::cudnnFindConvolutionBackwardDataAlgorithm, 0, [&] {
@@ -153,8 +165,9 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithm(
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithm(
-    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy, const cudnnConvolutionDescriptor_t c,
-    const cudnnFilterDescriptor_t dw, const int want, int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnFilterDescriptor_t dw, const int want, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnFindConvolutionBackwardFilterAlgorithm);
     return using_workspace(gate, Api::cudnnFindConvolutionBackwardFilterAlgorithm, 0, [&] {
@@ -201,44 +214,48 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithmE
 
 // ---- Legacy API: calls that take a workspace ----
 
-GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd,
-                                                           const void *x, const cudnnFilterDescriptor_t wd, const void *w,
-                                                           const cudnnConvolutionDescriptor_t c, cudnnConvolutionFwdAlgo_t algo,
-                                                           void *ws, size_t ws_bytes, const void *beta,
-                                                           const cudnnTensorDescriptor_t yd, void *y) {
+GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
+                                                            const cudnnTensorDescriptor_t xd, const void *x,
+                                                            const cudnnFilterDescriptor_t wd, const void *w,
+                                                            const cudnnConvolutionDescriptor_t c,
+                                                            cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes,
+                                                            const void *beta, const cudnnTensorDescriptor_t yd,
+                                                            void *y) {
     GG_CUDNN_GATE(cudnnConvolutionForward);
     return using_workspace(gate, Api::cudnnConvolutionForward, ws_bytes,
                            [&] { return real(h, alpha, xd, x, wd, w, c, algo, ws, ws_bytes, beta, yd, y); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
-                                                                const cudnnFilterDescriptor_t wd, const void *w,
-                                                                const cudnnTensorDescriptor_t dyd, const void *dy,
-                                                                const cudnnConvolutionDescriptor_t c,
-                                                                cudnnConvolutionBwdDataAlgo_t algo, void *ws, size_t ws_bytes,
-                                                                const void *beta, const cudnnTensorDescriptor_t dxd, void *dx) {
+                                                                 const cudnnFilterDescriptor_t wd, const void *w,
+                                                                 const cudnnTensorDescriptor_t dyd, const void *dy,
+                                                                 const cudnnConvolutionDescriptor_t c,
+                                                                 cudnnConvolutionBwdDataAlgo_t algo, void *ws,
+                                                                 size_t ws_bytes, const void *beta,
+                                                                 const cudnnTensorDescriptor_t dxd, void *dx) {
     GG_CUDNN_GATE(cudnnConvolutionBackwardData);
     return using_workspace(gate, Api::cudnnConvolutionBackwardData, ws_bytes,
                            [&] { return real(h, alpha, wd, w, dyd, dy, c, algo, ws, ws_bytes, beta, dxd, dx); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
-                                                                  const cudnnTensorDescriptor_t xd, const void *x,
-                                                                  const cudnnTensorDescriptor_t dyd, const void *dy,
-                                                                  const cudnnConvolutionDescriptor_t c,
-                                                                  cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
-                                                                  size_t ws_bytes, const void *beta,
-                                                                  const cudnnFilterDescriptor_t dwd, void *dw) {
+                                                                   const cudnnTensorDescriptor_t xd, const void *x,
+                                                                   const cudnnTensorDescriptor_t dyd, const void *dy,
+                                                                   const cudnnConvolutionDescriptor_t c,
+                                                                   cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
+                                                                   size_t ws_bytes, const void *beta,
+                                                                   const cudnnFilterDescriptor_t dwd, void *dw) {
     GG_CUDNN_GATE(cudnnConvolutionBackwardFilter);
     return using_workspace(gate, Api::cudnnConvolutionBackwardFilter, ws_bytes,
                            [&] { return real(h, alpha, xd, x, dyd, dy, c, algo, ws, ws_bytes, beta, dwd, dw); });
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionBiasActivationForward(
-    cudnnHandle_t h, const void *alpha1, const cudnnTensorDescriptor_t xd, const void *x, const cudnnFilterDescriptor_t wd,
-    const void *w, const cudnnConvolutionDescriptor_t c, cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes,
-    const void *alpha2, const cudnnTensorDescriptor_t zd, const void *z, const cudnnTensorDescriptor_t biasd, const void *bias,
-    const cudnnActivationDescriptor_t act, const cudnnTensorDescriptor_t yd, void *y) {
+    cudnnHandle_t h, const void *alpha1, const cudnnTensorDescriptor_t xd, const void *x,
+    const cudnnFilterDescriptor_t wd, const void *w, const cudnnConvolutionDescriptor_t c,
+    cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes, const void *alpha2, const cudnnTensorDescriptor_t zd,
+    const void *z, const cudnnTensorDescriptor_t biasd, const void *bias, const cudnnActivationDescriptor_t act,
+    const cudnnTensorDescriptor_t yd, void *y) {
     GG_CUDNN_GATE(cudnnConvolutionBiasActivationForward);
     return using_workspace(gate, Api::cudnnConvolutionBiasActivationForward, ws_bytes, [&] {
         return real(h, alpha1, xd, x, wd, w, c, algo, ws, ws_bytes, alpha2, zd, z, biasd, bias, act, yd, y);
@@ -248,7 +265,7 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnConvolutionBiasActivationForward(
 // ---- Backend API ----
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
-                                                                cudnnBackendDescriptor_t *desc) {
+                                                                 cudnnBackendDescriptor_t *desc) {
     GG_CUDNN_GATE(cudnnBackendCreateDescriptor);
     cudnnStatus_t st = real(type, desc);
     if (st == CUDNN_STATUS_SUCCESS && gate.outermost() && desc && type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)
@@ -285,9 +302,9 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnBackendFinalize(cudnnBackendDescriptor_
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc,
-                                                            cudnnBackendAttributeName_t name,
-                                                            cudnnBackendAttributeType_t type, int64_t want, int64_t *count,
-                                                            void *values) {
+                                                             cudnnBackendAttributeName_t name,
+                                                             cudnnBackendAttributeType_t type, int64_t want,
+                                                             int64_t *count, void *values) {
     const void *site = GG_SITE;
     GG_CUDNN_GATE(cudnnBackendGetAttribute);
     cudnnStatus_t st = real(desc, name, type, want, count, values);
@@ -301,10 +318,11 @@ GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnBackendGetAttribute(cudnnBackendDescrip
 }
 
 GG_EXPORT cudnnStatus_t CUDNNWINAPI cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan,
-                                                       cudnnBackendDescriptor_t pack) {
+                                                        cudnnBackendDescriptor_t pack) {
     GG_CUDNN_GATE(cudnnBackendExecute);
     if (!gate.outermost()) return real(h, plan, pack);
     // The variant pack's workspace is as large as the plan asked for (cuDNN requires it).
     int64_t ws = plan_workspace(plan);
-    return using_workspace(gate, Api::cudnnBackendExecute, ws > 0 ? (uint64_t)ws : 0, [&] { return real(h, plan, pack); });
+    return using_workspace(gate, Api::cudnnBackendExecute, ws > 0 ? (uint64_t)ws : 0,
+                           [&] { return real(h, plan, pack); });
 }

@@ -1,8 +1,8 @@
 // The driver hooks: thin, a few lines each. The decisions live in shim/quota/guard.cpp.
-#include "shim/hooks/export.h"
-#include "shim/quota/guard.h"
 #include "shim/base/profile.h"
+#include "shim/hooks/export.h"
 #include "shim/hooks/hook_table.h"
+#include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
 
 using namespace gg;
@@ -70,10 +70,8 @@ CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&cal
         r = call(&key, &actual);
     }
     GG_PROFILE_STEP(kCommit);
-    if (r == CUDA_SUCCESS)
-        guard::commit(t, kind, key, actual);
-    else
-        guard::failed(t, r);
+    if (r == CUDA_SUCCESS) guard::commit(t, kind, key, actual);
+    else guard::failed(t, r);
     return r;
 }
 
@@ -116,7 +114,8 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesi
     });
 }
 
-GG_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned elem) {
+GG_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                              unsigned elem) {
     // Admitted at the pitch the driver will most likely choose; the true pitch is charged after.
     uint64_t estimate = ((uint64_t)width + 511) / 512 * 512 * height;
     return allocate(Api::cuMemAllocPitch_v2, -1, estimate, KeyKind::kPointer, [&](uint64_t *key, uint64_t *actual) {
@@ -143,24 +142,24 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 
 // ---- Stream-ordered allocation (charged to the current context's device) ----
 
-#define GG_ALLOC_ASYNC(name)                                                                                \
-    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {         \
-        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {       \
-            CUresult r = real_call(R().name, dptr, bytesize, stream);                                      \
-            if (r == CUDA_SUCCESS) *key = *dptr;                                                           \
-            return r;                                                                                      \
-        });                                                                                                \
+#define GG_ALLOC_ASYNC(name)                                                                         \
+    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {    \
+        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) { \
+            CUresult r = real_call(R().name, dptr, bytesize, stream);                                \
+            if (r == CUDA_SUCCESS) *key = *dptr;                                                     \
+            return r;                                                                                \
+        });                                                                                          \
     }
 GG_ALLOC_ASYNC(cuMemAllocAsync)
 GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
-#define GG_ALLOC_FROM_POOL(name)                                                                              \
+#define GG_ALLOC_FROM_POOL(name)                                                                                     \
     GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
-        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {         \
-            CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                  \
-            if (r == CUDA_SUCCESS) *key = *dptr;                                                             \
-            return r;                                                                                        \
-        });                                                                                                  \
+        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {                 \
+            CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                          \
+            if (r == CUDA_SUCCESS) *key = *dptr;                                                                     \
+            return r;                                                                                                \
+        });                                                                                                          \
     }
 GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
@@ -174,8 +173,8 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream
 
 // ---- Virtual memory management: physical memory is created by cuMemCreate ----
 
-GG_EXPORT GG_HOT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                                      unsigned long long flags) {
+GG_EXPORT GG_HOT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                              const CUmemAllocationProp *prop, unsigned long long flags) {
     bool device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
     if (!device) return real_call(R().cuMemCreate, handle, size, prop, flags);  // host memory is not ours to count
     return allocate(Api::cuMemCreate, prop->location.id, size, KeyKind::kHandle, [&](uint64_t *key, uint64_t *) {
@@ -213,7 +212,8 @@ GG_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray array) {
     return release(KeyKind::kArray, key_of(array), [&] { return real_call(R().cuArrayDestroy, array); });
 }
 
-GG_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels) {
+GG_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                                  unsigned int levels) {
     uint64_t bytes = desc ? mipmap_bytes(desc, levels) : 0;
     return allocate(Api::cuMipmappedArrayCreate, -1, bytes, KeyKind::kMipmap, [&](uint64_t *key, uint64_t *) {
         CUresult r = real_call(R().cuMipmappedArrayCreate, handle, desc, levels);
@@ -262,7 +262,7 @@ GG_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int 
 }
 
 GG_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
-                                              CUdriverProcAddressQueryResult *status) {
+                                               CUdriverProcAddressQueryResult *status) {
     CUresult r = real_call(R().cuGetProcAddress_v2, symbol, pfn, cuda_version, flags, status);
     if (r == CUDA_SUCCESS && pfn) *pfn = procaddress_answer(hook_table(), symbol, cuda_version, flags, *pfn);
     return r;

@@ -3,9 +3,9 @@
 #include <atomic>
 #include <cstring>
 
+#include "shim/core/state.h"
 #include "shim/hooks/export.h"
 #include "shim/resolve/real.h"
-#include "shim/core/state.h"
 
 using namespace gg;
 

@@ -13,14 +13,13 @@
 
 #include "common/base/log.h"
 #include "common/settings/settings.h"
+#include "shim/base/race_once.h"
 #include "shim/python/layout.h"
 #include "shim/python/line_table.h"
 #include "shim/python/strings.h"
-#include "shim/base/race_once.h"
 
 namespace gg::py {
 namespace {
-
 
 // What detection found: the layout and the few interpreter entry points that are safe without the
 // GIL. Py_IsInitialized and (_)Py_IsFinalizing only load a field of _PyRuntime;
@@ -88,7 +87,8 @@ Runtime detect() {
         log_debug("python frames: CPython %d.%d has no known frame layout (3.11-3.13 do); frames off", major, minor);
         return r;
     }
-    r.is_finalizing = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, minor >= 13 ? "Py_IsFinalizing" : "_Py_IsFinalizing"));
+    r.is_finalizing =
+        reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, minor >= 13 ? "Py_IsFinalizing" : "_Py_IsFinalizing"));
     r.this_thread_state = reinterpret_cast<void *(*)()>(dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState"));
     r.code_type = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyCode_Type"));
     r.str_type = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyUnicode_Type"));
@@ -98,8 +98,10 @@ Runtime detect() {
         return r;
     }
     if (!check_layout(*l, r)) {
-        log_debug("python frames: CPython %d.%d object sizes differ from the known layout "
-                  "(debug or free-threaded build?); frames off", major, minor);
+        log_debug(
+            "python frames: CPython %d.%d object sizes differ from the known layout "
+            "(debug or free-threaded build?); frames off",
+            major, minor);
         return r;
     }
     r.layout = l;
@@ -197,8 +199,18 @@ void describe(const Runtime &r, uintptr_t code, long lasti, Frame *f) {
                e.firstlineno == firstlineno && same_text(r, filename, fh, e.filename_hash, e.file) &&
                same_text(r, qualname, qh, e.qualname_hash, e.function);
     if (!hit) {
-        e = CodeEntry{code, filename, qualname, linetable, fh, qh, firstlineno,
-                      intern_str(r, filename), intern_str(r, qualname), -1, -1, ++g_serials};
+        e = CodeEntry{code,
+                      filename,
+                      qualname,
+                      linetable,
+                      fh,
+                      qh,
+                      firstlineno,
+                      intern_str(r, filename),
+                      intern_str(r, qualname),
+                      -1,
+                      -1,
+                      ++g_serials};
     }
     if (e.lasti != lasti) {
         e.lasti = lasti;

@@ -9,8 +9,8 @@
 // A cheap self-check against the running interpreter's own type sizes guards against a build that
 // differs anyway (a debug or free-threaded build): see check_layout() in shim/python/frames.cpp.
 #pragma once
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 
 namespace gg::py {
 
@@ -37,14 +37,14 @@ struct Layout {
 };
 
 // Offsets shared by every supported version (object.h, bytesobject.h, unicodeobject.h).
-constexpr int kObType = 8;          // PyObject.ob_type
-constexpr int kVarSize = 16;        // PyVarObject.ob_size (bytes length)
-constexpr int kBytesData = 32;      // PyBytesObject.ob_sval
-constexpr int kStrLength = 16;      // PyASCIIObject.length (code points)
-constexpr int kStrHash = 24;        // PyASCIIObject.hash, -1 until computed
-constexpr int kStrState = 32;       // PyASCIIObject.state bit field: interned:2 kind:3 compact:1 ascii:1
-constexpr int kTypeName = 24;       // PyTypeObject.tp_name
-constexpr int kTypeBasicSize = 32;  // PyTypeObject.tp_basicsize
+constexpr int kObType = 8;            // PyObject.ob_type
+constexpr int kVarSize = 16;          // PyVarObject.ob_size (bytes length)
+constexpr int kBytesData = 32;        // PyBytesObject.ob_sval
+constexpr int kStrLength = 16;        // PyASCIIObject.length (code points)
+constexpr int kStrHash = 24;          // PyASCIIObject.hash, -1 until computed
+constexpr int kStrState = 32;         // PyASCIIObject.state bit field: interned:2 kind:3 compact:1 ascii:1
+constexpr int kTypeName = 24;         // PyTypeObject.tp_name
+constexpr int kTypeBasicSize = 32;    // PyTypeObject.tp_basicsize
 constexpr int kOwnedByGenerator = 1;  // enum _frameowner, all versions
 constexpr int kOwnedByCStack = 3;     // 3.12+: the eval loop's entry shim frame, on the C stack
 

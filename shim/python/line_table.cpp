@@ -38,8 +38,7 @@ int addr_to_line(const uint8_t *table, size_t len, int firstlineno, int lasti) {
         if (lasti < addr + units) return no_line ? -1 : line;
         addr += units;
         // The next entry starts at the next byte with the top bit set (locations.md).
-        for (++i; i < len && !(table[i] & 0x80); ++i) {
-        }
+        for (++i; i < len && !(table[i] & 0x80); ++i) {}
     }
     return -1;
 }

@@ -9,18 +9,28 @@
 namespace gg::py {
 namespace {
 
-
 size_t put_utf8(uint32_t c, char *out) {
     if (c >= 0xD800 && c <= 0xDFFF) c = '?';  // a lone surrogate (e.g. from surrogateescape)
-    if (c < 0x80) { out[0] = char(c); return 1; }
-    if (c < 0x800) { out[0] = char(0xC0 | c >> 6); out[1] = char(0x80 | (c & 63)); return 2; }
+    if (c < 0x80) {
+        out[0] = char(c);
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = char(0xC0 | c >> 6);
+        out[1] = char(0x80 | (c & 63));
+        return 2;
+    }
     if (c < 0x10000) {
-        out[0] = char(0xE0 | c >> 12); out[1] = char(0x80 | ((c >> 6) & 63)); out[2] = char(0x80 | (c & 63));
+        out[0] = char(0xE0 | c >> 12);
+        out[1] = char(0x80 | ((c >> 6) & 63));
+        out[2] = char(0x80 | (c & 63));
         return 3;
     }
     if (c > 0x10FFFF) c = 0xFFFD;
-    out[0] = char(0xF0 | c >> 18); out[1] = char(0x80 | ((c >> 12) & 63));
-    out[2] = char(0x80 | ((c >> 6) & 63)); out[3] = char(0x80 | (c & 63));
+    out[0] = char(0xF0 | c >> 18);
+    out[1] = char(0x80 | ((c >> 12) & 63));
+    out[2] = char(0x80 | ((c >> 6) & 63));
+    out[3] = char(0x80 | (c & 63));
     return 4;
 }
 

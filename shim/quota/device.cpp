@@ -7,10 +7,10 @@
 #include <new>
 
 #include "common/base/hot.h"
-#include "common/ledger/ledger.h"
 #include "common/base/log.h"
-#include "shim/resolve/real.h"
+#include "common/ledger/ledger.h"
 #include "shim/core/state.h"
+#include "shim/resolve/real.h"
 
 namespace gg {
 namespace {
@@ -33,7 +33,8 @@ void describe(int ordinal, DeviceInfo &d) {
     if (r.cuDeviceGet) r.cuDeviceGet(&dev, ordinal);
     CUuuid uuid{};
     if (r.cuDeviceGetUuid_v2 && r.cuDeviceGetUuid_v2(&uuid, dev) == CUDA_SUCCESS) {
-        snprintf(d.uuid, sizeof d.uuid, "%s", ledger::uuid_string(reinterpret_cast<const uint8_t *>(uuid.bytes)).c_str());
+        snprintf(d.uuid, sizeof d.uuid, "%s",
+                 ledger::uuid_string(reinterpret_cast<const uint8_t *>(uuid.bytes)).c_str());
     } else {
         // Without a UUID the ordinal stands in: processes with different CUDA_VISIBLE_DEVICES would
         // then not share accounting, so say so.
@@ -62,7 +63,8 @@ void describe(int ordinal, DeviceInfo &d) {
                   share ? "; its limit is a share of that size, so every allocation on it is refused" : "");
     }
     d.limit = s.limit_for(ordinal, d.uuid, d.physical_total);
-    d.ledger_index = s.ledger->device_index(reinterpret_cast<const uint8_t *>(uuid.bytes), d.limit, d.physical_total, d.name);
+    d.ledger_index =
+        s.ledger->device_index(reinterpret_cast<const uint8_t *>(uuid.bytes), d.limit, d.physical_total, d.name);
     if (d.ledger_index < 0) {
         log_error("the ledger's device table is full; device %d (%s) is not accounted", ordinal, d.uuid);
     } else {

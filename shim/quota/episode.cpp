@@ -3,14 +3,14 @@
 #include <mutex>
 #include <string>
 
-#include "shim/quota/device.h"
 #include "common/base/log.h"
-#include "shim/track/tracker.h"
-#include "shim/report/report.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
-#include "shim/stacks/stacks.h"
 #include "shim/core/state.h"
+#include "shim/quota/device.h"
+#include "shim/report/report.h"
+#include "shim/stacks/stacks.h"
+#include "shim/track/tracker.h"
 
 namespace gg::episode {
 namespace {
@@ -22,15 +22,20 @@ uint64_t g_last_failure_ns = 0;
 int g_id = 0;
 
 std::string describe(const Request &r, const DeviceInfo *dev) {
-    std::string what = std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
+    std::string what =
+        std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
     if (dev && dev->name[0]) what += std::string(" (") + dev->name + ")";
     if (r.cause == Cause::kQuota) {
-        if (r.limit == 0) return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source + "), every allocation is refused";
-        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) + " of its " +
-               human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) + ")";
+        if (r.limit == 0)
+            return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source +
+                   "), every allocation is refused";
+        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) +
+               " of its " + human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) +
+               ")";
     }
     return "the driver could not allocate " + what + " (out of physical memory; the container holds " +
-           human_bytes(r.container_used) + (r.limit != UINT64_MAX ? " of its " + human_bytes(r.limit) + " limit)" : ")");
+           human_bytes(r.container_used) +
+           (r.limit != UINT64_MAX ? " of its " + human_bytes(r.limit) + " limit)" : ")");
 }
 
 }  // namespace
@@ -63,8 +68,8 @@ void failed(const Request &r, int skip_frames) {
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
-    std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom, message,
-                                     &f, r.ordinal);
+    std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom,
+                                     message, &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
 }
 
@@ -77,8 +82,9 @@ void reset_after_fork() {
 }
 
 void warn(int ordinal, uint64_t used, uint64_t limit) {
-    std::string message = "device " + std::to_string(ordinal) + " usage crossed GPUGUARD_WARN_AT: the container holds " +
-                          human_bytes(used) + " of its " + human_bytes(limit) + " limit";
+    std::string message = "device " + std::to_string(ordinal) +
+                          " usage crossed GPUGUARD_WARN_AT: the container holds " + human_bytes(used) + " of its " +
+                          human_bytes(limit) + " limit";
     std::string path = report::write(report::Reason::kWarnAt, message, nullptr, ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
 }

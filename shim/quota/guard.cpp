@@ -3,13 +3,13 @@
 #include <atomic>
 #include <mutex>
 
-#include "shim/quota/episode.h"
 #include "common/base/hot.h"
 #include "common/base/log.h"
-#include "shim/base/profile.h"
-#include "shim/resolve/real.h"
 #include "common/units/size_spec.h"
+#include "shim/base/profile.h"
 #include "shim/core/state.h"
+#include "shim/quota/episode.h"
+#include "shim/resolve/real.h"
 
 namespace gg::guard {
 namespace {
@@ -70,8 +70,8 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             t->charged = true;
         } else {
             tracker().count_failure(t->api);
-            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY,
-                               episode::Cause::kQuota, used, l.limit(d)};
+            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota,
+                               used,   l.limit(d)};
             episode::failed(r, kShimFrames);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -85,7 +85,8 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
 }
 
 GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
-    if (t.dev && t.dev->ledger_index >= 0 && actual_bytes > t.bytes) state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes);
+    if (t.dev && t.dev->ledger_index >= 0 && actual_bytes > t.bytes)
+        state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes);
     Allocation a;
     a.bytes = actual_bytes;
     a.t_ns = mono_ns();
@@ -103,9 +104,10 @@ GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes)
     if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-        log_error("out of host memory for the table of live allocations: an allocation of %llu bytes, and any "
-                  "other while this lasts, is neither tracked nor counted against the limit",
-                  (unsigned long long)a.bytes);
+        log_error(
+            "out of host memory for the table of live allocations: an allocation of %llu bytes, and any "
+            "other while this lasts, is neither tracked nor counted against the limit",
+            (unsigned long long)a.bytes);
 }
 
 void failed(Ticket &t, CUresult result) {

@@ -1,25 +1,25 @@
 #include "shim/report/report.h"
 
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/random.h>
 #include <mutex>
 #include <set>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "shim/quota/device.h"
 #include "common/base/log.h"
-#include "common/report/schema.h"
 #include "common/base/version.h"
-#include "shim/python/frames.h"
+#include "common/report/schema.h"
 #include "shim/base/race_once.h"
-#include "shim/resolve/real.h"
 #include "shim/core/state.h"
+#include "shim/python/frames.h"
+#include "shim/quota/device.h"
+#include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
 
 namespace gg::report {
@@ -42,7 +42,8 @@ std::vector<SectionFn> &sections_list() { return never_destroyed(g_sections_made
 
 // Environment variables a report may carry; never the whole environment (it holds secrets).
 bool allowed_env(const char *name) {
-    static const char *const prefixes[] = {"GPUGUARD_", "CUDA_", "PYTORCH_", "NVIDIA_", "XLA_PYTHON_CLIENT_", "TF_FORCE_GPU_", "NCCL_"};
+    static const char *const prefixes[] = {"GPUGUARD_",          "CUDA_",         "PYTORCH_", "NVIDIA_",
+                                           "XLA_PYTHON_CLIENT_", "TF_FORCE_GPU_", "NCCL_"};
     static const char *const exact[] = {"LD_PRELOAD", "OMP_NUM_THREADS", "WORLD_SIZE", "RANK", "LOCAL_RANK"};
     for (const char *p : prefixes)
         if (!strncmp(name, p, strlen(p))) return true;
@@ -220,40 +221,42 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::process] = process_section();
     stacks::ReuseCounts reuse = stacks::reuse_counts();
     stacks::WalkerCounts walker = stacks::walker_counts();
-    r[key::capture] = {{key::unwinder, stacks::unwinder()},
-                    {key::walker, {{key::walks, walker.walks},
-                                {key::rules_learned, walker.rules_learned},
-                                {key::fallbacks, walker.fallbacks}}},
-                    {key::python, py::version()},
-                    {key::stack_depth, c.stack_depth},
-                    {key::stack_reuse, {{key::on, c.stack_reuse},
-                                     {key::reused, reuse.reused},
-                                     {key::unwound, reuse.unwound},
-                                     {key::checks, reuse.checks},
-                                     {key::changes, reuse.changes},
-                                     {key::unstable_sites, reuse.unstable_sites}}}};
+    r[key::capture] = {
+        {key::unwinder, stacks::unwinder()},
+        {key::walker,
+         {{key::walks, walker.walks}, {key::rules_learned, walker.rules_learned}, {key::fallbacks, walker.fallbacks}}},
+        {key::python, py::version()},
+        {key::stack_depth, c.stack_depth},
+        {key::stack_reuse,
+         {{key::on, c.stack_reuse},
+          {key::reused, reuse.reused},
+          {key::unwound, reuse.unwound},
+          {key::checks, reuse.checks},
+          {key::changes, reuse.changes},
+          {key::unstable_sites, reuse.unstable_sites}}}};
     r[key::device] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);
     if (dev && has_limit(*dev)) {
         r[key::limit] = {{key::bytes, dev->limit},
-                      {key::spec, s.ledger->limit_spec()},
-                      {key::source, c.limit_source.empty() ? "ledger" : c.limit_source},
-                      {key::scope, s.ledger->shared() ? "container" : "process"}};
+                         {key::spec, s.ledger->limit_spec()},
+                         {key::source, c.limit_source.empty() ? "ledger" : c.limit_source},
+                         {key::scope, s.ledger->shared() ? "container" : "process"}};
     } else {
         r[key::limit] = nullptr;
     }
     int ldev = dev ? dev->ledger_index : -1;
     r[key::usage] = {{key::process_bytes, ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
-                  {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
-                  {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
-                  {key::live_allocations, snap.live_count}};
+                     {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
+                     {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
+                     {key::live_allocations, snap.live_count}};
 
     if (failure) {
-        r[key::failed_request] = {{key::api, api_name(failure->api)},     {key::driver_api, api_name(failure->driver_api)},
-                               {key::bytes, failure->bytes},            {key::device, failure->ordinal},
-                               {key::thread, failure->thread},          {key::driver_result, failure->result},
-                               {key::stack, stack_ref(failure->stack)}};
+        r[key::failed_request] = {
+            {key::api, api_name(failure->api)},     {key::driver_api, api_name(failure->driver_api)},
+            {key::bytes, failure->bytes},           {key::device, failure->ordinal},
+            {key::thread, failure->thread},         {key::driver_result, failure->result},
+            {key::stack, stack_ref(failure->stack)}};
         if (failure->stack) used.insert(failure->stack);
     } else {
         r[key::failed_request] = nullptr;
@@ -262,15 +265,17 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     int episode = failure ? failure->episode : g_episode.load();
     if (episode)
         r[key::episode] = {{key::id, episode},
-                        {key::failed_calls, episode == g_episode.load() ? g_episode_calls.load() : 1},
-                        {key::first_unix_ns, failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
-    else
-        r[key::episode] = nullptr;
+                           {key::failed_calls, episode == g_episode.load() ? g_episode_calls.load() : 1},
+                           {key::first_unix_ns, failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
+    else r[key::episode] = nullptr;
 
     json counts = json::object();
     for (const auto &[api, n] : snap.counts)
-        counts[api_name(api)] = {{key::allocs, n.allocs}, {key::frees, n.frees}, {key::failures, n.failures},
-                                 {key::live_bytes, n.live_bytes}, {key::live_count, n.live_count}};
+        counts[api_name(api)] = {{key::allocs, n.allocs},
+                                 {key::frees, n.frees},
+                                 {key::failures, n.failures},
+                                 {key::live_bytes, n.live_bytes},
+                                 {key::live_count, n.live_count}};
     r[key::counts_by_api] = counts;
 
     json top = json::array();
@@ -289,8 +294,8 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     constexpr size_t kMaxStacksListed = 500;
     r[key::by_stack] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
     r[key::peak] = {{key::bytes, snap.peak_bytes},
-                 {key::time_unix_ns, snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
-                 {key::by_stack, by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+                    {key::time_unix_ns, snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
+                    {key::by_stack, by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
     json points = json::array();
     for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
     r[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
@@ -302,12 +307,18 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     if (s.ledger->shared()) {
         json devices = json::array(), procs = json::array();
         for (const auto &d : s.ledger->devices())
-            devices.push_back({{key::uuid, d.uuid}, {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
-                               {key::used_bytes, d.used}, {key::peak_bytes, d.peak}});
+            devices.push_back({{key::uuid, d.uuid},
+                               {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
+                               {key::used_bytes, d.used},
+                               {key::peak_bytes, d.peak}});
         for (const auto &p : s.ledger->processes()) {
             uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
-            procs.push_back({{key::pid, p.pid}, {key::command, p.command}, {key::bytes, bytes}, {key::peak_bytes, peak},
-                             {key::alive, p.alive}, {key::self, p.self}});
+            procs.push_back({{key::pid, p.pid},
+                             {key::command, p.command},
+                             {key::bytes, bytes},
+                             {key::peak_bytes, peak},
+                             {key::alive, p.alive},
+                             {key::self, p.self}});
         }
         r[key::ledger] = {{key::path, s.ledger->path()}, {key::devices, devices}, {key::processes, procs}};
     }

@@ -1,17 +1,17 @@
 #include "shim/report/triggers.h"
 
+#include <pthread.h>
+#include <semaphore.h>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <pthread.h>
-#include <semaphore.h>
 
-#include "shim/hooks/export.h"
 #include "common/base/log.h"
-#include "shim/report/report.h"
 #include "shim/core/state.h"
+#include "shim/hooks/export.h"
+#include "shim/report/report.h"
 
 namespace gg::triggers {
 namespace {
@@ -74,7 +74,8 @@ void install(const Config &c) {
 
 GG_EXPORT int gpuguard_report(const char *reason) {
     gg::state();
-    std::string path = gg::report::write(gg::report::Reason::kRequest, reason ? reason : "report requested", nullptr, 0);
+    std::string path =
+        gg::report::write(gg::report::Reason::kRequest, reason ? reason : "report requested", nullptr, 0);
     if (path.empty()) return -1;
     gg::log_error("report: %s", path.c_str());
     return 0;

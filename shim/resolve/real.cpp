@@ -1,9 +1,9 @@
 #include "shim/resolve/real.h"
 
-#include <atomic>
-#include <cstring>
 #include <dlfcn.h>
 #include <link.h>
+#include <atomic>
+#include <cstring>
 
 #include "common/base/hot.h"
 #include "common/base/log.h"
@@ -34,7 +34,8 @@ RealDriver load_driver() {
     const std::string &path = config().real_libcuda;
     if (!path.empty()) {
         d.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!d.handle) log_error("GPUGUARD_REAL_LIBCUDA=%s cannot be loaded (%s); trying libcuda.so.1", path.c_str(), dlerror());
+        if (!d.handle)
+            log_error("GPUGUARD_REAL_LIBCUDA=%s cannot be loaded (%s); trying libcuda.so.1", path.c_str(), dlerror());
     }
     if (!d.handle) d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!d.handle) {
@@ -51,7 +52,9 @@ RealDriver load_driver() {
     GG_LOAD(cuDeviceGetCount)
     GG_LOAD(cuDriverGetVersion)
 #undef GG_LOAD
-    if (!d.cuDeviceGetUuid_v2) d.cuDeviceGetUuid_v2 = reinterpret_cast<decltype(d.cuDeviceGetUuid_v2)>(real_dlsym(d.handle, "cuDeviceGetUuid"));
+    if (!d.cuDeviceGetUuid_v2)
+        d.cuDeviceGetUuid_v2 =
+            reinterpret_cast<decltype(d.cuDeviceGetUuid_v2)>(real_dlsym(d.handle, "cuDeviceGetUuid"));
     return d;
 }
 

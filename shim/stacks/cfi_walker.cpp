@@ -57,7 +57,7 @@ struct LoaderCounts {
 
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
-    RuleTable<Rule> rules;  // 192 KiB (shim/stacks/cfi_rule_table.h)
+    RuleTable<Rule> rules;                    // 192 KiB (shim/stacks/cfi_rule_table.h)
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
     LoaderCounts loader;  // as of the last check
@@ -94,7 +94,7 @@ struct Bytes {
     int64_t sleb() {
         uint64_t v = 0;
         int shift = 0;
-        for (; has(1); ) {
+        for (; has(1);) {
             uint8_t b = *p++;
             if (shift < 64) v |= uint64_t(b & 0x7f) << shift;
             shift += 7;
@@ -113,11 +113,15 @@ struct Bytes {
     void skip_encoded(uint8_t enc) {
         if (enc == 0xff) return;  // DW_EH_PE_omit
         switch (enc & 0x0f) {
-            case 0x00: skip(8); break;                  // absptr
-            case 0x01: case 0x09: (void)uleb(); break;  // uleb128, sleb128
-            case 0x02: case 0x0a: skip(2); break;       // (s)data2
-            case 0x03: case 0x0b: skip(4); break;       // (s)data4
-            case 0x04: case 0x0c: skip(8); break;       // (s)data8
+            case 0x00: skip(8); break;  // absptr
+            case 0x01:
+            case 0x09: (void)uleb(); break;  // uleb128, sleb128
+            case 0x02:
+            case 0x0a: skip(2); break;  // (s)data2
+            case 0x03:
+            case 0x0b: skip(4); break;  // (s)data4
+            case 0x04:
+            case 0x0c: skip(8); break;  // (s)data8
             default: bad = true;
         }
     }
@@ -176,7 +180,7 @@ bool parse_cie(const uint8_t *at, Cie *cie) {
     if (b.bad || id != 0 || (version != 1 && version != 3)) return false;
     const char *aug = reinterpret_cast<const char *>(b.p);
     b.skip(strnlen(aug, size_t(b.end - b.p)) + 1);
-    if (b.bad) return false;  // no NUL inside the entry
+    if (b.bad) return false;           // no NUL inside the entry
     if (strstr(aug, "eh")) b.skip(8);  // a GCC 2 relic: the exception table's address
     cie->code_align = b.uleb();
     cie->data_align = b.sleb();
@@ -241,56 +245,99 @@ bool run_program(Bytes b, const Cie &cie, uintptr_t loc, uintptr_t pc, Row *row,
         else if ((op & 0xc0) == 0x80) set(op & 0x3f, RegRule::kOffset, scaled(b.uleb(), cie.data_align));
         else if ((op & 0xc0) == 0xc0) restore(op & 0x3f);
         else switch (op) {
-            case 0x00: break;  // nop
-            case 0x02: advance = b.fixed<uint8_t>() * cie.code_align; break;
-            case 0x03: advance = b.fixed<uint16_t>() * cie.code_align; break;
-            case 0x04: advance = b.fixed<uint32_t>() * cie.code_align; break;
-            case 0x05: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(b.uleb(), cie.data_align)); break; }
-            case 0x06: restore(b.uleb()); break;
-            case 0x07: set(b.uleb(), RegRule::kUndefined, 0); break;
-            case 0x08: set(b.uleb(), RegRule::kSame, 0); break;
-            case 0x09: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
-            case 0x0a:
-                if (depth == kMaxRemembered) return false;
-                remembered[depth++] = *row;
-                break;
-            case 0x0b:
-                if (depth == 0) return false;
-                *row = remembered[--depth];
-                break;
-            case 0x0c: row->cfa_reg = b.uleb(); row->cfa_offset = int64_t(b.uleb()); row->cfa_expression = row->cfa_loaded = false; break;
-            case 0x0d: row->cfa_reg = b.uleb(); row->cfa_expression = row->cfa_loaded = false; break;
-            case 0x0e: row->cfa_offset = int64_t(b.uleb()); break;
-            case 0x0f: {
-                // A function that realigns its stack and also moves it by a run-time amount keeps
-                // the incoming stack pointer in a register ("DRAP") saved below its rbp; GCC then
-                // gives the CFA as "rbp + k, dereferenced". That one expression is evaluated.
-                int64_t k = 0;
-                Bytes e = expression_block(b);
-                row->cfa_loaded = rbp_relative(e, &k, /*deref=*/true);
-                row->cfa_expression = !row->cfa_loaded;
-                row->cfa_reg = kRegRbp;
-                row->cfa_offset = k;
-                break;
+                case 0x00: break;  // nop
+                case 0x02: advance = b.fixed<uint8_t>() * cie.code_align; break;
+                case 0x03: advance = b.fixed<uint16_t>() * cie.code_align; break;
+                case 0x04: advance = b.fixed<uint32_t>() * cie.code_align; break;
+                case 0x05: {
+                    uint64_t r = b.uleb();
+                    set(r, RegRule::kOffset, scaled(b.uleb(), cie.data_align));
+                    break;
+                }
+                case 0x06: restore(b.uleb()); break;
+                case 0x07: set(b.uleb(), RegRule::kUndefined, 0); break;
+                case 0x08: set(b.uleb(), RegRule::kSame, 0); break;
+                case 0x09: {
+                    uint64_t r = b.uleb();
+                    (void)b.uleb();
+                    set(r, RegRule::kOther, 0);
+                    break;
+                }
+                case 0x0a:
+                    if (depth == kMaxRemembered) return false;
+                    remembered[depth++] = *row;
+                    break;
+                case 0x0b:
+                    if (depth == 0) return false;
+                    *row = remembered[--depth];
+                    break;
+                case 0x0c:
+                    row->cfa_reg = b.uleb();
+                    row->cfa_offset = int64_t(b.uleb());
+                    row->cfa_expression = row->cfa_loaded = false;
+                    break;
+                case 0x0d:
+                    row->cfa_reg = b.uleb();
+                    row->cfa_expression = row->cfa_loaded = false;
+                    break;
+                case 0x0e: row->cfa_offset = int64_t(b.uleb()); break;
+                case 0x0f: {
+                    // A function that realigns its stack and also moves it by a run-time amount keeps
+                    // the incoming stack pointer in a register ("DRAP") saved below its rbp; GCC then
+                    // gives the CFA as "rbp + k, dereferenced". That one expression is evaluated.
+                    int64_t k = 0;
+                    Bytes e = expression_block(b);
+                    row->cfa_loaded = rbp_relative(e, &k, /*deref=*/true);
+                    row->cfa_expression = !row->cfa_loaded;
+                    row->cfa_reg = kRegRbp;
+                    row->cfa_offset = k;
+                    break;
+                }
+                case 0x10: {  // ... and rbp saved at rbp + k (DW_OP_breg6 k): the other expression it uses
+                    uint64_t r = b.uleb();
+                    int64_t k = 0;
+                    Bytes e = expression_block(b);
+                    if (rbp_relative(e, &k, /*deref=*/false)) set(r, RegRule::kAtRbp, k);
+                    else set(r, RegRule::kOther, 0);
+                    break;
+                }
+                case 0x16: {
+                    uint64_t r = b.uleb();
+                    b.skip(b.uleb());
+                    set(r, RegRule::kOther, 0);
+                    break;
+                }
+                case 0x11: {
+                    uint64_t r = b.uleb();
+                    set(r, RegRule::kOffset, scaled(uint64_t(b.sleb()), cie.data_align));
+                    break;
+                }
+                case 0x12:
+                    row->cfa_reg = b.uleb();
+                    row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align);
+                    row->cfa_expression = row->cfa_loaded = false;
+                    break;
+                case 0x13: row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); break;
+                case 0x14: {
+                    uint64_t r = b.uleb();
+                    (void)b.uleb();
+                    set(r, RegRule::kOther, 0);
+                    break;
+                }
+                case 0x15: {
+                    uint64_t r = b.uleb();
+                    (void)b.sleb();
+                    set(r, RegRule::kOther, 0);
+                    break;
+                }
+                case 0x2e: (void)b.uleb(); break;  // GNU_args_size
+                case 0x2f: {
+                    uint64_t r = b.uleb();
+                    set(r, RegRule::kOffset, scaled(0 - b.uleb(), cie.data_align));
+                    break;
+                }                       // negated
+                default: return false;  // DW_CFA_set_loc and vendor operations: not emitted for x86-64 code we meet
             }
-            case 0x10: {  // ... and rbp saved at rbp + k (DW_OP_breg6 k): the other expression it uses
-                uint64_t r = b.uleb();
-                int64_t k = 0;
-                Bytes e = expression_block(b);
-                if (rbp_relative(e, &k, /*deref=*/false)) set(r, RegRule::kAtRbp, k);
-                else set(r, RegRule::kOther, 0);
-                break;
-            }
-            case 0x16: { uint64_t r = b.uleb(); b.skip(b.uleb()); set(r, RegRule::kOther, 0); break; }
-            case 0x11: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(uint64_t(b.sleb()), cie.data_align)); break; }
-            case 0x12: row->cfa_reg = b.uleb(); row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); row->cfa_expression = row->cfa_loaded = false; break;
-            case 0x13: row->cfa_offset = scaled(uint64_t(b.sleb()), cie.data_align); break;
-            case 0x14: { uint64_t r = b.uleb(); (void)b.uleb(); set(r, RegRule::kOther, 0); break; }
-            case 0x15: { uint64_t r = b.uleb(); (void)b.sleb(); set(r, RegRule::kOther, 0); break; }
-            case 0x2e: (void)b.uleb(); break;  // GNU_args_size
-            case 0x2f: { uint64_t r = b.uleb(); set(r, RegRule::kOffset, scaled(0 - b.uleb(), cie.data_align)); break; }  // negated
-            default: return false;  // DW_CFA_set_loc and vendor operations: not emitted for x86-64 code we meet
-        }
         if (advance) {
             loc += advance;
             if (loc > pc) break;  // the row for pc is complete
@@ -315,8 +362,8 @@ Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     uint64_t cie_pointer = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
     Cie cie;
     if (b.bad || cie_pointer == 0 || !parse_cie(id_at - cie_pointer, &cie)) return unsupported();
-    b.skip_encoded(cie.fde_encoding);                 // the function start: bases[2] has it
-    b.skip_encoded(uint8_t(cie.fde_encoding & 0x0f)); // the function's length
+    b.skip_encoded(cie.fde_encoding);                  // the function start: bases[2] has it
+    b.skip_encoded(uint8_t(cie.fde_encoding & 0x0f));  // the function's length
     if (cie.has_augmentation_data) b.skip(b.uleb());
     if (b.bad) return unsupported();
 
@@ -340,7 +387,9 @@ Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     r.kind = row.cfa_loaded ? Rule::kLoadedAtRbp : row.cfa_reg == kRegRsp ? Rule::kFromRsp : Rule::kFromRbp;
     r.cfa_offset = int32_t(row.cfa_offset);
     r.return_address_offset = int16_t(row.ra.offset);
-    r.rbp = row.rbp.kind == RegRule::kOffset ? Rule::kRbpAtCfa : row.rbp.kind == RegRule::kAtRbp ? Rule::kRbpAtRbp : Rule::kRbpKept;
+    r.rbp = row.rbp.kind == RegRule::kOffset  ? Rule::kRbpAtCfa
+            : row.rbp.kind == RegRule::kAtRbp ? Rule::kRbpAtRbp
+                                              : Rule::kRbpKept;
     r.rbp_offset = int16_t(row.rbp.offset);
     return r;
 }
@@ -379,10 +428,8 @@ void refresh(ThreadTable *t) {
         t->walks_to_loader_check = kLoaderCheckEvery;
         LoaderCounts now;
         dl_iterate_phdr(loader_counts, &now);
-        if (now.unloads != t->loader.unloads)
-            t->rules.forget_all();
-        else if (now.loads != t->loader.loads)
-            t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
+        if (now.unloads != t->loader.unloads) t->rules.forget_all();
+        else if (now.loads != t->loader.loads) t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
         t->loader = now;
     }
     if (!t->bounds_tried) {
@@ -467,7 +514,9 @@ int walk(void **ips, int max, StopFn stop) {
 
 int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     switch (rule_from_fde(fde, start, pc).kind) {
-        case Rule::kFromRsp: case Rule::kFromRbp: case Rule::kLoadedAtRbp: return 0;
+        case Rule::kFromRsp:
+        case Rule::kFromRbp:
+        case Rule::kLoadedAtRbp: return 0;
         case Rule::kEnd: return 1;
         default: return 2;
     }
@@ -479,4 +528,3 @@ Counts counts() {
 }
 
 }  // namespace gg::stacks::cfi
-

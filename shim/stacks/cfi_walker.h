@@ -14,8 +14,9 @@
 // an offset from rsp or rbp, the return address and rbp saved at offsets from it, and the two
 // expressions GCC uses for a realigned frame (CFA loaded from rbp + k, rbp saved at rbp + k).
 // Anything else (another DWARF expression, a signal frame, a frame whose return address is kept in
-// a register) makes walk() give up, and the caller unwinds that stack with libunwind or libgcc. Every load is checked against the thread's stack bounds and
-// the frame bases must rise, so a wrong rule or a corrupt stack ends the walk early, never faults.
+// a register) makes walk() give up, and the caller unwinds that stack with libunwind or libgcc. Every load is checked
+// against the thread's stack bounds and the frame bases must rise, so a wrong rule or a corrupt stack ends the walk
+// early, never faults.
 //
 // The rules are kept per thread (no lock) in a two-way table (shim/stacks/cfi_rule_table.h). A library unloaded
 // and another loaded at its address would leave stale rules: the table is emptied when the loader's

@@ -7,7 +7,7 @@
 namespace gg::stacks {
 
 struct Placed {
-    bool python;   // which list `index` refers to
+    bool python;  // which list `index` refers to
     size_t index;
 };
 

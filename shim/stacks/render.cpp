@@ -27,15 +27,17 @@ std::string hex_addr(uintptr_t v) {
 }
 
 nlohmann::json native_json(uintptr_t ip, const symbols::Native &s) {
-    return {{key::kind, value::kNative}, {key::ip, hex_addr(ip)}, {key::module, s.module},
-            {key::offset, hex_addr(s.module.empty() ? 0 : ip - s.base)}, {key::build_id, s.build_id},
-            {key::symbol, s.symbol}};
+    return {{key::kind, value::kNative}, {key::ip, hex_addr(ip)},
+            {key::module, s.module},     {key::offset, hex_addr(s.module.empty() ? 0 : ip - s.base)},
+            {key::build_id, s.build_id}, {key::symbol, s.symbol}};
 }
 
 nlohmann::json python_json(const uintptr_t *w) {
     const char *file = reinterpret_cast<const char *>(w[0]);
     const char *function = reinterpret_cast<const char *>(w[1]);
-    return {{key::kind, value::kPython}, {key::file, file ? file : ""}, {key::function, function ? function : ""},
+    return {{key::kind, value::kPython},
+            {key::file, file ? file : ""},
+            {key::function, function ? function : ""},
             {key::line, int(uint32_t(w[2] >> 1))}};
 }
 

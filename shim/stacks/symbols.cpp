@@ -1,11 +1,11 @@
 #include "shim/stacks/symbols.h"
 
-#include <atomic>
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <cstdlib>
 #include <cstring>

@@ -8,8 +8,8 @@
 namespace gg::stacks::table {
 
 // Interns words[0..n), 1 <= n <= kMaxWords, with a caller-defined tag (shim/stacks/stacks.cpp: the number of
-// native frames, so that the same words split differently are different stacks). Returns a 1-based id, or 0 when the table
-// is full (then logs once) or n is out of range. Thread-safe; allocates only when the stack is new.
+// native frames, so that the same words split differently are different stacks). Returns a 1-based id, or 0 when the
+// table is full (then logs once) or n is out of range. Thread-safe; allocates only when the stack is new.
 uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag);
 
 // Copies out the words and tag of an id; false for 0 or an id never returned by intern().

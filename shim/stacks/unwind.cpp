@@ -230,8 +230,8 @@ std::atomic<int> g_next_stripe{0};
 __attribute__((tls_model("initial-exec"))) thread_local int t_stripe = -1;
 
 std::atomic<bool> g_fork_pending{false};
-bool g_busy_at_fork = false;                 // written by the forking thread only (forks are serialised)
-std::atomic<bool> g_off_after_fork{false};   // this process was forked mid-unwind: no native stacks
+bool g_busy_at_fork = false;                // written by the forking thread only (forks are serialised)
+std::atomic<bool> g_off_after_fork{false};  // this process was forked mid-unwind: no native stacks
 
 Stripe &my_stripe() {
     if (t_stripe < 0) t_stripe = g_next_stripe.fetch_add(1, std::memory_order_relaxed) % kStripes;

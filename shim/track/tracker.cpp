@@ -109,7 +109,8 @@ GG_HOT void Tracker::after_change(uint64_t live, uint64_t now) {
 
 void Tracker::copy_peak_breakdown(uint64_t peak) {
     std::unique_lock<FutexLock> guard(peak_mu_, std::try_to_lock);
-    if (!guard.owns_lock() || peak <= peak_snapshot_bytes_.load(std::memory_order_relaxed)) return;  // another thread is copying
+    if (!guard.owns_lock() || peak <= peak_snapshot_bytes_.load(std::memory_order_relaxed))
+        return;  // another thread is copying
     ByStack merged;
     for (Shard &s : shards_) {
         std::lock_guard<FutexLock> lock(s.mu);
@@ -185,16 +186,17 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
         std::lock_guard<FutexLock> peak_lock(peak_mu_);
         for (const Shard &sh : shards_) sh.mu.lock();
         for (const Shard &sh : shards_) {
-            if (top_n > 0) sh.live.for_each([&](uint64_t key, KeyKind, const Allocation &a) {
-                if (heap.size() < top_n) {
-                    heap.push_back({key, a});
-                    std::push_heap(heap.begin(), heap.end(), smaller);
-                } else if (a.bytes > heap.front().second.bytes) {
-                    std::pop_heap(heap.begin(), heap.end(), smaller);
-                    heap.back() = {key, a};
-                    std::push_heap(heap.begin(), heap.end(), smaller);
-                }
-            });
+            if (top_n > 0)
+                sh.live.for_each([&](uint64_t key, KeyKind, const Allocation &a) {
+                    if (heap.size() < top_n) {
+                        heap.push_back({key, a});
+                        std::push_heap(heap.begin(), heap.end(), smaller);
+                    } else if (a.bytes > heap.front().second.bytes) {
+                        std::pop_heap(heap.begin(), heap.end(), smaller);
+                        heap.back() = {key, a};
+                        std::push_heap(heap.begin(), heap.end(), smaller);
+                    }
+                });
             for (int i = 0; i < (int)Api::kCount; i++) {
                 counts[i].allocs += sh.counts[i].allocs;
                 counts[i].frees += sh.counts[i].frees;

@@ -12,11 +12,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shim/hooks/api.h"
 #include "shim/base/futex_lock.h"
+#include "shim/hooks/api.h"
 #include "shim/stacks/stacks.h"
-#include "shim/track/live_table.h"
 #include "shim/track/allocation.h"
+#include "shim/track/live_table.h"
 
 namespace gg {
 
@@ -44,8 +44,8 @@ public:
 
     struct Snapshot {
         uint64_t live_bytes = 0, live_count = 0, peak_bytes = 0, peak_t_ns = 0;
-        std::vector<std::pair<uint64_t, Allocation>> top;  // the largest, largest first
-        std::vector<StackBytes> by_stack, peak_by_stack;   // largest first
+        std::vector<std::pair<uint64_t, Allocation>> top;     // the largest, largest first
+        std::vector<StackBytes> by_stack, peak_by_stack;      // largest first
         std::vector<std::pair<uint64_t, uint64_t>> timeline;  // (t_ns, bytes)
         std::vector<std::pair<Api, ApiCounts>> counts;
     };
@@ -65,7 +65,9 @@ private:
         bool operator==(const Key &o) const { return key == o.key && kind == o.kind; }
     };
     struct KeyHash {
-        size_t operator()(const Key &k) const { return std::hash<uint64_t>()(k.key * 0x9E3779B97F4A7C15ull ^ (uint64_t)k.kind); }
+        size_t operator()(const Key &k) const {
+            return std::hash<uint64_t>()(k.key * 0x9E3779B97F4A7C15ull ^ (uint64_t)k.kind);
+        }
     };
     struct Held {
         uint64_t bytes = 0, count = 0;

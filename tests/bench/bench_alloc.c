@@ -141,9 +141,10 @@ static int mode_calls(int argc, char **argv) {
             uint64_t c = now_ns();
             ta[i] = b - a, tf[i] = c - b, tp[i] = c - a;
         }
-        printf("calls size=%zu n=%ld alloc_ns=%llu free_ns=%llu pair_ns=%llu pair_p10_ns=%llu pair_p90_ns=%llu\n", bytes, n,
-               (unsigned long long)pct(ta, n, 50), (unsigned long long)pct(tf, n, 50), (unsigned long long)pct(tp, n, 50),
-               (unsigned long long)pct(tp, n, 10), (unsigned long long)pct(tp, n, 90));
+        printf("calls size=%zu n=%ld alloc_ns=%llu free_ns=%llu pair_ns=%llu pair_p10_ns=%llu pair_p90_ns=%llu\n",
+               bytes, n, (unsigned long long)pct(ta, n, 50), (unsigned long long)pct(tf, n, 50),
+               (unsigned long long)pct(tp, n, 50), (unsigned long long)pct(tp, n, 10),
+               (unsigned long long)pct(tp, n, 90));
         fflush(stdout);
     }
     free(sizes);
@@ -190,7 +191,8 @@ static void *driver_definition(const char *name) {
     if (!syms || !strs || (!hash && !gnu_hash)) return NULL;
     size_t n = hash ? hash[1] : gnu_hash_symbols(gnu_hash);
     for (size_t i = 0; i < n; i++)
-        if (syms[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(syms[i].st_info) == STT_FUNC && !strcmp(strs + syms[i].st_name, name))
+        if (syms[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(syms[i].st_info) == STT_FUNC &&
+            !strcmp(strs + syms[i].st_name, name))
             return (void *)(lm->l_addr + syms[i].st_value);
     return NULL;
 }
@@ -234,14 +236,16 @@ static int mode_ab(int argc, char **argv) {
                     if ((r = direct_free(p))) die("libcuda's own cuMemFree", r);
                 }
                 uint64_t t = now_ns() - a;
-                if (hooked) th[i] = t; else td[i] = t;
+                if (hooked) th[i] = t;
+                else td[i] = t;
             }
             diff[i] = (int64_t)th[i] - (int64_t)td[i];
         }
         qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
         uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
         printf("ab size=%zu n=%ld hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", bytes, n,
-               (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2], (long long)hm - (long long)dm);
+               (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2],
+               (long long)hm - (long long)dm);
         fflush(stdout);
     }
     free(sizes);
@@ -314,8 +318,7 @@ static void run_child(void *arg) {
     struct child *c = arg;
     for (long i = 0; i < 200; i++) one_pair(c->p.bytes);
     c->late = now_ns() > c->start;
-    while (now_ns() < c->start) {
-    }
+    while (now_ns() < c->start) {}
     c->p.t0 = now_ns();
     for (long i = 0; i < c->p.n; i++) one_pair(c->p.bytes);
     c->p.t1 = now_ns();
@@ -372,7 +375,8 @@ static int mode_procs(int argc, char **argv) {
         return 3;
     }
     double pairs = (double)np * (double)atol(argv[4]);
-    printf("procs p=%d n=%ld pairs_per_s=%.0f late=%d\n", np, atol(argv[4]), pairs / ((double)(last - first) / 1e9), late);
+    printf("procs p=%d n=%ld pairs_per_s=%.0f late=%d\n", np, atol(argv[4]), pairs / ((double)(last - first) / 1e9),
+           late);
     return 0;
 }
 

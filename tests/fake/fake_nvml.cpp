@@ -14,15 +14,15 @@
 extern "C" {
 // The unversioned entry points of old NVML, still dlsym'd by libraries today (docs/platform-facts.md).
 nvmlReturn_t nvmlInit(void);
-nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount);
-nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device);
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
 }
 #pragma GCC visibility pop
 
 #include "fake_truth.h"
 
 struct nvmlDevice_st {
-  int phys;
+    int phys;
 };
 
 namespace {
@@ -31,31 +31,31 @@ std::mutex g_mu;
 int g_refs = 0;  // nvmlInit/nvmlShutdown nest, as in the real library
 int g_count = 0;
 nvmlDevice_st g_dev[fake::kMaxDevices];
-fake::Truth* g_truth = nullptr;
+fake::Truth *g_truth = nullptr;
 
 bool initialized() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_refs > 0;
+    std::lock_guard<std::mutex> lock(g_mu);
+    return g_refs > 0;
 }
 
 nvmlReturn_t need_device(nvmlDevice_t d) {
-  if (!initialized()) return NVML_ERROR_UNINITIALIZED;
-  if (!d || d < g_dev || d >= g_dev + g_count) return NVML_ERROR_INVALID_ARGUMENT;
-  return NVML_SUCCESS;
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!d || d < g_dev || d >= g_dev + g_count) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t copy_out(const char* s, char* out, unsigned int length) {
-  if (!out) return NVML_ERROR_INVALID_ARGUMENT;
-  if (std::strlen(s) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
-  std::memcpy(out, s, std::strlen(s) + 1);
-  return NVML_SUCCESS;
+nvmlReturn_t copy_out(const char *s, char *out, unsigned int length) {
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (std::strlen(s) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    std::memcpy(out, s, std::strlen(s) + 1);
+    return NVML_SUCCESS;
 }
 
-void memory(nvmlDevice_t d, unsigned long long* total, unsigned long long* free, unsigned long long* used) {
-  *total = fake::physical_capacity(d->phys);
-  *used = g_truth ? g_truth->dev[d->phys].current.load() : 0;
-  if (*used > *total) *used = *total;
-  *free = *total - *used;
+void memory(nvmlDevice_t d, unsigned long long *total, unsigned long long *free, unsigned long long *used) {
+    *total = fake::physical_capacity(d->phys);
+    *used = g_truth ? g_truth->dev[d->phys].current.load() : 0;
+    if (*used > *total) *used = *total;
+    *free = *total - *used;
 }
 
 }  // namespace
@@ -63,74 +63,74 @@ void memory(nvmlDevice_t d, unsigned long long* total, unsigned long long* free,
 extern "C" {
 
 nvmlReturn_t nvmlInit_v2(void) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_refs++ == 0) {
-    g_count = fake::physical_count();
-    for (int i = 0; i < g_count; i++) g_dev[i].phys = i;
-    const char* tf = std::getenv("FAKE_CUDA_TRUTH");
-    // Read-mostly, but created if absent so that a later driver process shares the same file.
-    if (tf && *tf && !g_truth) g_truth = fake::truth_map(tf, true);
-  }
-  return NVML_SUCCESS;
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_refs++ == 0) {
+        g_count = fake::physical_count();
+        for (int i = 0; i < g_count; i++) g_dev[i].phys = i;
+        const char *tf = std::getenv("FAKE_CUDA_TRUTH");
+        // Read-mostly, but created if absent so that a later driver process shares the same file.
+        if (tf && *tf && !g_truth) g_truth = fake::truth_map(tf, true);
+    }
+    return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 
 nvmlReturn_t nvmlShutdown(void) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_refs == 0) return NVML_ERROR_UNINITIALIZED;
-  g_refs--;
-  return NVML_SUCCESS;
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_refs == 0) return NVML_ERROR_UNINITIALIZED;
+    g_refs--;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
-  if (!initialized()) return NVML_ERROR_UNINITIALIZED;
-  if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
-  *deviceCount = static_cast<unsigned int>(g_count);
-  return NVML_SUCCESS;
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = static_cast<unsigned int>(g_count);
+    return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
 
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
-  if (!initialized()) return NVML_ERROR_UNINITIALIZED;
-  if (!device || index >= static_cast<unsigned int>(g_count)) return NVML_ERROR_INVALID_ARGUMENT;
-  *device = &g_dev[index];
-  return NVML_SUCCESS;
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= static_cast<unsigned int>(g_count)) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_dev[index];
+    return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
-  return nvmlDeviceGetHandleByIndex_v2(index, device);
-}
-
-nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
-  if (nvmlReturn_t r = need_device(device)) return r;
-  return copy_out(fake::uuid_string(device->phys).c_str(), uuid, length);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
-  if (nvmlReturn_t r = need_device(device)) return r;
-  char s[32];
-  std::snprintf(s, sizeof s, "Fake GPU %d", device->phys);
-  return copy_out(s, name, length);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    if (nvmlReturn_t r = need_device(device)) return r;
+    return copy_out(fake::uuid_string(device->phys).c_str(), uuid, length);
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* m) {
-  if (nvmlReturn_t r = need_device(device)) return r;
-  if (!m) return NVML_ERROR_INVALID_ARGUMENT;
-  memory(device, &m->total, &m->free, &m->used);
-  return NVML_SUCCESS;
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    if (nvmlReturn_t r = need_device(device)) return r;
+    char s[32];
+    std::snprintf(s, sizeof s, "Fake GPU %d", device->phys);
+    return copy_out(s, name, length);
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* m) {
-  if (nvmlReturn_t r = need_device(device)) return r;
-  if (!m) return NVML_ERROR_INVALID_ARGUMENT;
-  if (m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-  m->reserved = 0;
-  memory(device, &m->total, &m->free, &m->used);
-  return NVML_SUCCESS;
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m) {
+    if (nvmlReturn_t r = need_device(device)) return r;
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    memory(device, &m->total, &m->free, &m->used);
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-  if (!initialized()) return NVML_ERROR_UNINITIALIZED;
-  return copy_out("580.159.04", version, length);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m) {
+    if (nvmlReturn_t r = need_device(device)) return r;
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    m->reserved = 0;
+    memory(device, &m->total, &m->free, &m->used);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    return copy_out("580.159.04", version, length);
 }
 
 }  // extern "C"

@@ -104,10 +104,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (p.compare(0, strlen(r.name) + 1, std::string(r.name) + "=") == 0) complained = true;
         std::string problem = gg::settings::problem(r.id, it->second);
         // GPUGUARD_MEM_LIMIT wins over HAMi-core's names, so its check alone decides fail_closed.
-        if (r.id == gg::settings::Id::kMemLimit)
-            FUZZ_REQUIRE(problem.empty() == !c.fail_closed);
-        else
-            FUZZ_REQUIRE(problem.empty() == !complained);
+        if (r.id == gg::settings::Id::kMemLimit) FUZZ_REQUIRE(problem.empty() == !c.fail_closed);
+        else FUZZ_REQUIRE(problem.empty() == !complained);
     }
     return 0;
 }

@@ -14,15 +14,15 @@
 // header and device table are reached as often as the 300 KiB of slots. A truncation after the open
 // is not scripted: the next access faults with SIGBUS, as with any shared file mapping (the threat
 // model says why that is accepted).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <vector>
 
 #include "common/ledger/ledger.h"
@@ -191,7 +191,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     };
     FUZZ_REQUIRE(printable(l->limit_spec()));
     for (const auto &d : l->devices())
-        FUZZ_REQUIRE(d.index >= 0 && d.index < kMaxDevices && d.name.size() <= sizeof(DeviceEntry::name) && printable(d.name));
+        FUZZ_REQUIRE(d.index >= 0 && d.index < kMaxDevices && d.name.size() <= sizeof(DeviceEntry::name) &&
+                     printable(d.name));
     for (const auto &p : l->processes())
         FUZZ_REQUIRE(p.slot >= 0 && p.slot < kMaxSlots && p.command.size() <= sizeof(Slot::command) &&
                      printable(p.command) && p.bytes.size() == (size_t)kMaxDevices);

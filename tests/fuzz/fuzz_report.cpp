@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/report/render.h"
 #include "fuzz_require.h"
+#include "tools/report/render.h"
 
 using namespace gg::report;
 
@@ -30,12 +30,42 @@ void collect(json &v, std::vector<json *> &out) {
 // A value a report field may hold after a hand edit, another version, or malice: the edges of every
 // integer type the reader converts to, fractions and exponents where integers are expected, wrong types.
 json odd_value(std::mt19937 &rng) {
-    static const char *const kJson[] = {
-        "0", "-1", "1", "1.5", "-0.5", "1e300", "-1e300", "1e19", "4294967296", "2147483648", "-2147483649",
-        "18446744073709551615", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "null",
-        "true", "\"\"", "\"x\"", "\"GPU-\"", "\"<frozen>\"", "\"\u00e9\u00e9\"", "\"(anonymous namespace)\"",
-        "\"operator()\"", "\"a<b<c>>::d(int)\"", "\"site-packages/\"", "\"/\"", "[]", "{}", "[[]]", "[0]",
-        "[1e300, 1e300]", "[-1, -1]", "[\"a\", 1]", "{\"stack\": \"s1\"}", "{\"kind\": \"python\"}"};
+    static const char *const kJson[] = {"0",
+                                        "-1",
+                                        "1",
+                                        "1.5",
+                                        "-0.5",
+                                        "1e300",
+                                        "-1e300",
+                                        "1e19",
+                                        "4294967296",
+                                        "2147483648",
+                                        "-2147483649",
+                                        "18446744073709551615",
+                                        "9223372036854775807",
+                                        "-9223372036854775808",
+                                        "9223372036854775808",
+                                        "null",
+                                        "true",
+                                        "\"\"",
+                                        "\"x\"",
+                                        "\"GPU-\"",
+                                        "\"<frozen>\"",
+                                        "\"\u00e9\u00e9\"",
+                                        "\"(anonymous namespace)\"",
+                                        "\"operator()\"",
+                                        "\"a<b<c>>::d(int)\"",
+                                        "\"site-packages/\"",
+                                        "\"/\"",
+                                        "[]",
+                                        "{}",
+                                        "[[]]",
+                                        "[0]",
+                                        "[1e300, 1e300]",
+                                        "[-1, -1]",
+                                        "[\"a\", 1]",
+                                        "{\"stack\": \"s1\"}",
+                                        "{\"kind\": \"python\"}"};
     return json::parse(kJson[rng() % (sizeof kJson / sizeof *kJson)]);
 }
 

@@ -2,9 +2,9 @@
 // the condition and its line: through the sanitizer's report channel, because run.sh closes the
 // target's own stderr (-close_fd_mask) to keep the code's one-line warnings out of the log.
 #pragma once
+#include <sanitizer/common_interface_defs.h>
 #include <cstdio>
 #include <cstdlib>
-#include <sanitizer/common_interface_defs.h>
 
 [[noreturn]] inline void fuzz_broken_promise(const char *cond, const char *file, int line) {
     char msg[512];
@@ -13,7 +13,7 @@
     abort();
 }
 
-#define FUZZ_REQUIRE(cond)                                                    \
-    do {                                                                      \
-        if (!(cond)) fuzz_broken_promise(#cond, __FILE__, __LINE__);          \
+#define FUZZ_REQUIRE(cond)                                           \
+    do {                                                             \
+        if (!(cond)) fuzz_broken_promise(#cond, __FILE__, __LINE__); \
     } while (0)

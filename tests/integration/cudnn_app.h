@@ -30,18 +30,35 @@
 
 #include "gpuguard/gpuguard.h"
 
-#define CUDNN_API(X)                                                                                               \
-    X(cudnnCreate) X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)    \
-    X(cudnnBackendFinalize) X(cudnnBackendGetAttribute) X(cudnnBackendExecute)                                     \
-    X(cudnnGetConvolutionForwardWorkspaceSize) X(cudnnGetConvolutionBackwardDataWorkspaceSize)                     \
-    X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnGetConvolutionForwardAlgorithm_v7)                    \
-    X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                \
-    X(cudnnFindConvolutionForwardAlgorithm) X(cudnnFindConvolutionBackwardDataAlgorithm)                           \
-    X(cudnnFindConvolutionBackwardFilterAlgorithm) X(cudnnFindConvolutionForwardAlgorithmEx)                       \
-    X(cudnnFindConvolutionBackwardDataAlgorithmEx) X(cudnnFindConvolutionBackwardFilterAlgorithmEx)                \
-    X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter)
+// One name a line, which clang-format cannot keep in a macro:
+// clang-format off
+#define CUDNN_API(X) \
+    X(cudnnCreate) \
+    X(cudnnBackendCreateDescriptor) \
+    X(cudnnBackendDestroyDescriptor) \
+    X(cudnnBackendSetAttribute) \
+    X(cudnnBackendFinalize) \
+    X(cudnnBackendGetAttribute) \
+    X(cudnnBackendExecute) \
+    X(cudnnGetConvolutionForwardWorkspaceSize) \
+    X(cudnnGetConvolutionBackwardDataWorkspaceSize) \
+    X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
+    X(cudnnGetConvolutionForwardAlgorithm_v7) \
+    X(cudnnGetConvolutionBackwardDataAlgorithm_v7) \
+    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
+    X(cudnnFindConvolutionForwardAlgorithm) \
+    X(cudnnFindConvolutionBackwardDataAlgorithm) \
+    X(cudnnFindConvolutionBackwardFilterAlgorithm) \
+    X(cudnnFindConvolutionForwardAlgorithmEx) \
+    X(cudnnFindConvolutionBackwardDataAlgorithmEx) \
+    X(cudnnFindConvolutionBackwardFilterAlgorithmEx) \
+    X(cudnnConvolutionForward) \
+    X(cudnnConvolutionBackwardData) \
+    X(cudnnConvolutionBackwardFilter)
+// clang-format on
 
-#define DRIVER_API(X) X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc_v2) X(cuMemFree_v2)
+#define DRIVER_API(X) \
+    X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc_v2) X(cuMemFree_v2)
 
 #define FIELD(name) __typeof__(&name) name;
 static struct { CUDNN_API(FIELD) } C;
@@ -82,7 +99,8 @@ static const char *status(cudnnStatus_t s) {
     }
 }
 
-static void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t n, cudnnBackendAttributeType_t t, const void *v) {
+static void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t n, cudnnBackendAttributeType_t t,
+                const void *v) {
     C.cudnnBackendSetAttribute(d, n, t, 1, v);
 }
 
@@ -157,11 +175,11 @@ typedef struct {
     size_t memory;
 } Result;
 
-#define COPY_RESULTS(perf, n, out)                                  \
-    for (int k = 0; k < (n); k++) {                                 \
-        out[k].algo = (int)perf[k].algo;                            \
-        out[k].status = perf[k].status;                             \
-        out[k].memory = perf[k].memory;                             \
+#define COPY_RESULTS(perf, n, out)       \
+    for (int k = 0; k < (n); k++) {      \
+        out[k].algo = (int)perf[k].algo; \
+        out[k].status = perf[k].status;  \
+        out[k].memory = perf[k].memory;  \
     }
 
 static CUdeviceptr alloc_or_die(size_t bytes) {
@@ -190,14 +208,15 @@ static void op_algorithms(const char *op, const char *dir, int want, size_t ex_b
                     : C.cudnnGetConvolutionForwardAlgorithm_v7(handle, 0, 0, 0, 0, want, &n, fwd);
         COPY_RESULTS(fwd, n, res)
     } else if (!strcmp(dir, "bwd_data")) {
-        st = ex     ? C.cudnnFindConvolutionBackwardDataAlgorithmEx(handle, 0, 0, 0, 0, 0, 0, 0, want, &n, bd, w, ex_bytes)
+        st = ex ? C.cudnnFindConvolutionBackwardDataAlgorithmEx(handle, 0, 0, 0, 0, 0, 0, 0, want, &n, bd, w, ex_bytes)
              : find ? C.cudnnFindConvolutionBackwardDataAlgorithm(handle, 0, 0, 0, 0, want, &n, bd)
                     : C.cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, 0, 0, 0, 0, want, &n, bd);
         COPY_RESULTS(bd, n, res)
     } else {
-        st = ex     ? C.cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, 0, 0, 0, 0, 0, 0, 0, want, &n, bf, w, ex_bytes)
-             : find ? C.cudnnFindConvolutionBackwardFilterAlgorithm(handle, 0, 0, 0, 0, want, &n, bf)
-                    : C.cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, 0, 0, 0, 0, want, &n, bf);
+        st =
+            ex ? C.cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, 0, 0, 0, 0, 0, 0, 0, want, &n, bf, w, ex_bytes)
+            : find ? C.cudnnFindConvolutionBackwardFilterAlgorithm(handle, 0, 0, 0, 0, want, &n, bf)
+                   : C.cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, 0, 0, 0, 0, want, &n, bf);
         COPY_RESULTS(bf, n, res)
     }
     if (ws) D.cuMemFree_v2(ws);
@@ -213,9 +232,11 @@ static void op_wssize(const char *dir, int algo) {
     if (!strcmp(dir, "fwd"))
         st = C.cudnnGetConvolutionForwardWorkspaceSize(handle, 0, 0, 0, 0, (cudnnConvolutionFwdAlgo_t)algo, &size);
     else if (!strcmp(dir, "bwd_data"))
-        st = C.cudnnGetConvolutionBackwardDataWorkspaceSize(handle, 0, 0, 0, 0, (cudnnConvolutionBwdDataAlgo_t)algo, &size);
+        st = C.cudnnGetConvolutionBackwardDataWorkspaceSize(handle, 0, 0, 0, 0, (cudnnConvolutionBwdDataAlgo_t)algo,
+                                                            &size);
     else
-        st = C.cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, 0, 0, 0, 0, (cudnnConvolutionBwdFilterAlgo_t)algo, &size);
+        st = C.cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, 0, 0, 0, 0, (cudnnConvolutionBwdFilterAlgo_t)algo,
+                                                              &size);
     printf("wssize %s %d -> %s %zu\n", dir, algo, status(st), size);
 }
 
@@ -226,10 +247,11 @@ static void op_conv(const char *dir, int algo, size_t bytes) {
     if (!strcmp(dir, "fwd"))
         st = C.cudnnConvolutionForward(handle, 0, 0, 0, 0, 0, 0, (cudnnConvolutionFwdAlgo_t)algo, w, bytes, 0, 0, 0);
     else if (!strcmp(dir, "bwd_data"))
-        st = C.cudnnConvolutionBackwardData(handle, 0, 0, 0, 0, 0, 0, (cudnnConvolutionBwdDataAlgo_t)algo, w, bytes, 0, 0, 0);
+        st = C.cudnnConvolutionBackwardData(handle, 0, 0, 0, 0, 0, 0, (cudnnConvolutionBwdDataAlgo_t)algo, w, bytes, 0,
+                                            0, 0);
     else
-        st = C.cudnnConvolutionBackwardFilter(handle, 0, 0, 0, 0, 0, 0, (cudnnConvolutionBwdFilterAlgo_t)algo, w, bytes, 0, 0,
-                                              0);
+        st = C.cudnnConvolutionBackwardFilter(handle, 0, 0, 0, 0, 0, 0, (cudnnConvolutionBwdFilterAlgo_t)algo, w, bytes,
+                                              0, 0, 0);
     if (ws) D.cuMemFree_v2(ws);
     printf("conv %s %d %zu -> %s\n", dir, algo, bytes, status(st));
 }

@@ -27,11 +27,15 @@ static void *lookup(void *h, int gpa, const char *versioned, const char *base) {
 /* Opens the driver and makes device 0's primary context current on this thread. */
 static void *open_driver(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) { fprintf(stderr, "dlcycle: %s\n", dlerror()); exit(3); }
-    CUresult (*init)(unsigned) = (CUresult (*)(unsigned))dlsym(h, "cuInit");
-    CUresult (*get)(CUdevice *, int) = (CUresult (*)(CUdevice *, int))dlsym(h, "cuDeviceGet");
-    CUresult (*retain)(CUcontext *, CUdevice) = (CUresult (*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain");
-    CUresult (*set)(CUcontext) = (CUresult (*)(CUcontext))dlsym(h, "cuCtxSetCurrent");
+    if (!h) {
+        fprintf(stderr, "dlcycle: %s\n", dlerror());
+        exit(3);
+    }
+    CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(h, "cuInit");
+    CUresult (*get)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))dlsym(h, "cuDeviceGet");
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(h, "cuDevicePrimaryCtxRetain");
+    CUresult (*set)(CUcontext) = (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent");
     CUdevice dev;
     CUcontext ctx;
     if (!init || !get || !retain || !set || init(0) || get(&dev, 0) || retain(&ctx, dev) || set(ctx)) {
@@ -42,7 +46,10 @@ static void *open_driver(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) { fprintf(stderr, "usage: dlcycle dlsym|gpa ROUNDS BYTES\n"); return 2; }
+    if (argc < 4) {
+        fprintf(stderr, "usage: dlcycle dlsym|gpa ROUNDS BYTES\n");
+        return 2;
+    }
     int gpa = !strcmp(argv[1], "gpa"), rounds = atoi(argv[2]), failures = 0;
     size_t bytes = strtoull(argv[3], NULL, 0);
     CUdeviceptr previous = 0;

@@ -7,27 +7,28 @@
 
 #include "../fake/fake_truth.h"
 
-int main(int argc, char** argv) {
-  bool reset = argc == 3 && std::strcmp(argv[2], "reset") == 0;
-  if (argc != 2 && !reset) {
-    std::fprintf(stderr, "usage: fake_truth FILE [reset]\n");
-    return 2;
-  }
-  fake::Truth* t = fake::truth_map(argv[1], reset);
-  if (!t) {
-    std::fprintf(stderr, "fake_truth: cannot map %s\n", argv[1]);
-    return 1;
-  }
-  // The file does not record how many devices the driver had: print those FAKE_CUDA_DEVICES names.
-  int n = fake::physical_count();
-  for (int i = 0; i < fake::kMaxDevices; i++) {
-    if (reset) {
-      t->dev[i].current = 0;
-      t->dev[i].max = 0;
-    } else if (i < n) {
-      std::printf("device %d current %llu max %llu\n", i, static_cast<unsigned long long>(t->dev[i].current.load()),
-                  static_cast<unsigned long long>(t->dev[i].max.load()));
+int main(int argc, char **argv) {
+    bool reset = argc == 3 && std::strcmp(argv[2], "reset") == 0;
+    if (argc != 2 && !reset) {
+        std::fprintf(stderr, "usage: fake_truth FILE [reset]\n");
+        return 2;
     }
-  }
-  return 0;
+    fake::Truth *t = fake::truth_map(argv[1], reset);
+    if (!t) {
+        std::fprintf(stderr, "fake_truth: cannot map %s\n", argv[1]);
+        return 1;
+    }
+    // The file does not record how many devices the driver had: print those FAKE_CUDA_DEVICES names.
+    int n = fake::physical_count();
+    for (int i = 0; i < fake::kMaxDevices; i++) {
+        if (reset) {
+            t->dev[i].current = 0;
+            t->dev[i].max = 0;
+        } else if (i < n) {
+            std::printf("device %d current %llu max %llu\n", i,
+                        static_cast<unsigned long long>(t->dev[i].current.load()),
+                        static_cast<unsigned long long>(t->dev[i].max.load()));
+        }
+    }
+    return 0;
 }

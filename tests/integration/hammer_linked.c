@@ -97,7 +97,10 @@ static void *storm_thread(void *arg) {
             if (r == CUDA_SUCCESS) {
                 n++;
                 atomic_fetch_add(&s->allocs, 1);
-                if (!atomic_exchange(&s->started, 1)) { printf("started\n"); fflush(stdout); }
+                if (!atomic_exchange(&s->started, 1)) {
+                    printf("started\n");
+                    fflush(stdout);
+                }
             } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
                 atomic_fetch_add(&s->oom, 1);
             } else {
@@ -106,7 +109,7 @@ static void *storm_thread(void *arg) {
         } else if (n > 0) {
             int k = rand_r(&seed) % n;
             if (cuMemFree(held[k]) == CUDA_SUCCESS) held[k] = held[--n];
-            else atomic_fetch_add(&s->free_failures, 1);  /* kept: freed on a later turn */
+            else atomic_fetch_add(&s->free_failures, 1); /* kept: freed on a later turn */
         }
     }
     for (int k = 0; k < n; k++)
@@ -131,7 +134,10 @@ static void print_storm(const char *name, struct storm *s) {
 /* ---- signals ---- */
 
 static atomic_long g_alarms;
-static void on_alarm(int sig) { (void)sig; atomic_fetch_add(&g_alarms, 1); }
+static void on_alarm(int sig) {
+    (void)sig;
+    atomic_fetch_add(&g_alarms, 1);
+}
 
 /* ---- handoff ---- */
 
@@ -152,7 +158,10 @@ static void *producer(void *arg) {
     for (int i = 0; i < handoff_n; i++) {
         CUdeviceptr p;
         CUresult r = cuMemAlloc(&p, handoff_bytes);
-        if (r != CUDA_SUCCESS) { atomic_fetch_add(&handoff_failed, 1); continue; }
+        if (r != CUDA_SUCCESS) {
+            atomic_fetch_add(&handoff_failed, 1);
+            continue;
+        }
         pthread_mutex_lock(&q.mu);
         while (q.count == RING) pthread_cond_wait(&q.cv, &q.mu);
         q.items[(q.head + q.count++) % RING] = p;
@@ -173,7 +182,10 @@ static void *consumer(void *arg) {
     for (;;) {
         pthread_mutex_lock(&q.mu);
         while (q.count == 0 && q.producers_left > 0) pthread_cond_wait(&q.cv, &q.mu);
-        if (q.count == 0) { pthread_mutex_unlock(&q.mu); return NULL; }
+        if (q.count == 0) {
+            pthread_mutex_unlock(&q.mu);
+            return NULL;
+        }
         CUdeviceptr p = q.items[q.head];
         q.head = (q.head + 1) % RING;
         q.count--;
@@ -185,7 +197,11 @@ static void *consumer(void *arg) {
 
 /* ---- forkloop ---- */
 
-struct forkloop { int forks; size_t bytes; int hung, failed; };
+struct forkloop {
+    int forks;
+    size_t bytes;
+    int hung, failed;
+};
 
 static void *forker(void *arg) {
     struct forkloop *f = arg;
@@ -193,13 +209,16 @@ static void *forker(void *arg) {
     for (int i = 0; i < f->forks; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            alarm(30);  /* a deadlocked child dies of SIGALRM, which the parent reports */
+            alarm(30); /* a deadlocked child dies of SIGALRM, which the parent reports */
             use_context();
             CUdeviceptr p;
             int ok = cuMemAlloc(&p, f->bytes) == CUDA_SUCCESS && cuMemFree(p) == CUDA_SUCCESS;
             exit(ok ? 0 : 1);
         }
-        if (pid < 0) { f->failed++; continue; }
+        if (pid < 0) {
+            f->failed++;
+            continue;
+        }
         int st = 0;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
         if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) f->hung++;
@@ -210,14 +229,22 @@ static void *forker(void *arg) {
 
 /* ---- fork / clone ---- */
 
-struct family { size_t child_bytes; int steal; CUdeviceptr parent_block; int to_parent[2], to_child[2]; };
+struct family {
+    size_t child_bytes;
+    int steal;
+    CUdeviceptr parent_block;
+    int to_parent[2], to_child[2];
+};
 
 static int child_body(void *arg) {
     struct family *f = arg;
     use_context();
     CUdeviceptr p;
     CUresult r = cuMemAlloc(&p, f->child_bytes);
-    if (r != CUDA_SUCCESS) { fprintf(stderr, "hammer: child cuMemAlloc: %d\n", (int)r); _exit(4); }
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "hammer: child cuMemAlloc: %d\n", (int)r);
+        _exit(4);
+    }
     /* The parent's block is not the child's: whatever the driver says, the parent's count must stay. */
     if (f->steal) cuMemFree(f->parent_block);
     char c = 'r';
@@ -241,9 +268,15 @@ static int run_family(int use_clone, size_t parent_bytes, struct family *f) {
         pid = fork();
         if (pid == 0) child_body(f);
     }
-    if (pid < 0) { perror("hammer: fork"); return 3; }
+    if (pid < 0) {
+        perror("hammer: fork");
+        return 3;
+    }
     char c;
-    if (read(f->to_parent[0], &c, 1) != 1) { fprintf(stderr, "hammer: the child died before holding\n"); return 3; }
+    if (read(f->to_parent[0], &c, 1) != 1) {
+        fprintf(stderr, "hammer: the child died before holding\n");
+        return 3;
+    }
     printf("holding parent=%d child=%d\n", (int)getpid(), (int)pid);
     fflush(stdout);
     char buf[64];
@@ -282,7 +315,10 @@ static void *refuser(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: hammer storm|signals|handoff|forkloop|fork|clone|spawn|exec|dlrace ...\n"); return 2; }
+    if (argc < 2) {
+        fprintf(stderr, "usage: hammer storm|signals|handoff|forkloop|fork|clone|spawn|exec|dlrace ...\n");
+        return 2;
+    }
     CUdevice dev;
     CUresult r = cuInit(0);
     if (r == CUDA_SUCCESS) r = cuDeviceGet(&dev, 0);
@@ -296,7 +332,7 @@ int main(int argc, char **argv) {
         if (sig) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
-            sa.sa_handler = on_alarm;  /* no SA_RESTART: interrupted system calls return EINTR */
+            sa.sa_handler = on_alarm; /* no SA_RESTART: interrupted system calls return EINTR */
             sigaction(SIGALRM, &sa, NULL);
             struct itimerval it = {{0, 100}, {0, 100}};
             setitimer(ITIMER_REAL, &it, NULL);
@@ -367,7 +403,10 @@ int main(int argc, char **argv) {
         long cycles = 0;
         while (now_ms() < until) {
             void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
-            if (!h) { fprintf(stderr, "hammer: %s\n", dlerror()); return 3; }
+            if (!h) {
+                fprintf(stderr, "hammer: %s\n", dlerror());
+                return 3;
+            }
             dlclose(h);
             cycles++;
         }

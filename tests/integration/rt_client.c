@@ -7,11 +7,17 @@
 
 int main(int argc, char **argv) {
     void *h = dlopen("libcudart.so.13", RTLD_NOW);
-    if (!h) { fprintf(stderr, "rt_client: %s\n", dlerror()); return 3; }
+    if (!h) {
+        fprintf(stderr, "rt_client: %s\n", dlerror());
+        return 3;
+    }
     int (*malloc_fn)(void **, size_t) = (int (*)(void **, size_t))dlsym(h, "cudaMalloc");
     int (*malloc_async)(void **, size_t, void *) = (int (*)(void **, size_t, void *))dlsym(h, "cudaMallocAsync");
     int (*free_fn)(void *) = (int (*)(void *))dlsym(h, "cudaFree");
-    if (!malloc_fn || !free_fn || !malloc_async) { fprintf(stderr, "rt_client: missing symbols\n"); return 3; }
+    if (!malloc_fn || !free_fn || !malloc_async) {
+        fprintf(stderr, "rt_client: missing symbols\n");
+        return 3;
+    }
     void *ptrs[64];
     int n = 0;
     for (int i = 1; i < argc && n < 64; i++) {

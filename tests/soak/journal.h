@@ -22,12 +22,12 @@ struct ThreadRecord {
 };
 
 struct Journal {
-    std::atomic<uint64_t> held;      // bytes this worker holds in the driver, outside calls in flight
-    std::atomic<uint64_t> ops;       // driver calls made: the supervisor's sign of progress
-    std::atomic<uint64_t> allocs;    // successful allocations
+    std::atomic<uint64_t> held;    // bytes this worker holds in the driver, outside calls in flight
+    std::atomic<uint64_t> ops;     // driver calls made: the supervisor's sign of progress
+    std::atomic<uint64_t> allocs;  // successful allocations
     std::atomic<uint64_t> frees;
-    std::atomic<uint64_t> oom;       // CUDA_ERROR_OUT_OF_MEMORY: the quota, or the driver's injected failures
-    std::atomic<uint64_t> errors;    // any other error: a failure of the soak
+    std::atomic<uint64_t> oom;     // CUDA_ERROR_OUT_OF_MEMORY: the quota, or the driver's injected failures
+    std::atomic<uint64_t> errors;  // any other error: a failure of the soak
     ThreadRecord thread[kMaxThreads];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the journal is shared with another process");

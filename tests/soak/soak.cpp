@@ -10,6 +10,13 @@
 // the ledger is back at zero, and its peak never passed the limit. Prints a table; exits 1 on failure.
 //
 //   soak WORKDIR   with SOAK_* settings in the environment (run.sh documents them)
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -17,22 +24,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
-#include <fcntl.h>
 #include <random>
 #include <string>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 #include "../fake/fake_truth.h"
-#include "journal.h"
 #include "common/ledger/ledger.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
+#include "journal.h"
 
 extern char **environ;
 
@@ -44,7 +44,9 @@ std::string env_or(const char *name, const char *def) {
     const char *v = getenv(name);
     return v && *v ? v : def;
 }
-long env_long(const char *name, long def) { return strtol(env_or(name, std::to_string(def).c_str()).c_str(), nullptr, 0); }
+long env_long(const char *name, long def) {
+    return strtol(env_or(name, std::to_string(def).c_str()).c_str(), nullptr, 0);
+}
 
 struct Worker {
     int id = 0;
@@ -58,8 +60,8 @@ struct Worker {
 
 struct Totals {
     uint64_t starts = 0, kills = 0, kills_in_call = 0, terms = 0, signals = 0, allocs = 0, frees = 0, oom = 0,
-             errors = 0, crashes = 0, stalls = 0, bad_exits = 0, reports = 0, reports_checked = 0,
-             reports_bad = 0, violations = 0, exit_window = 0, samples = 0;
+             errors = 0, crashes = 0, stalls = 0, bad_exits = 0, reports = 0, reports_checked = 0, reports_bad = 0,
+             violations = 0, exit_window = 0, samples = 0;
     uint64_t leaked_lo = 0, leaked_hi = 0;  // bytes killed processes left in the truth
     uint64_t max_live = 0;                  // highest truth minus leaked_hi seen
     uint64_t max_exit_overshoot = 0;        // the most over the limit while a worker was exiting cleanly
@@ -133,7 +135,9 @@ void reaped(Worker &w, int status) {
     T.frees += j.frees.load();
     T.oom += j.oom.load();
     T.errors += j.errors.load();
-    if (j.errors.load()) problem("worker " + std::to_string(w.pid) + ": " + std::to_string(j.errors.load()) + " driver errors other than out-of-memory");
+    if (j.errors.load())
+        problem("worker " + std::to_string(w.pid) + ": " + std::to_string(j.errors.load()) +
+                " driver errors other than out-of-memory");
     if (w.killed) {
         // A worker already exiting cleanly may have had its memory given back by the driver's
         // teardown before it was killed: then nothing is known to be left.
@@ -143,11 +147,13 @@ void reaped(Worker &w, int status) {
         if (hi != lo) T.kills_in_call++;
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             T.bad_exits++;
-            problem("worker " + std::to_string(w.pid) + " died otherwise before our SIGKILL (status " + std::to_string(status) + ")");
+            problem("worker " + std::to_string(w.pid) + " died otherwise before our SIGKILL (status " +
+                    std::to_string(status) + ")");
         }
     } else if (WIFSIGNALED(status)) {
         T.crashes++;
-        problem("worker " + std::to_string(w.pid) + " died of signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")");
+        problem("worker " + std::to_string(w.pid) + " died of signal " + std::to_string(WTERMSIG(status)) + " (" +
+                strsignal(WTERMSIG(status)) + ")");
     } else if (WEXITSTATUS(status) != 0) {
         T.bad_exits++;
         problem("worker " + std::to_string(w.pid) + " exited with status " + std::to_string(WEXITSTATUS(status)) +
@@ -183,7 +189,8 @@ void sample(fake::Truth *t) {
     }
     T.violations++;
     if (T.violations <= 5)
-        problem("live processes hold " + std::to_string(live) + " bytes in the driver, over the limit of " + std::to_string(g_limit));
+        problem("live processes hold " + std::to_string(live) + " bytes in the driver, over the limit of " +
+                std::to_string(g_limit));
 }
 
 std::vector<std::string> list(const std::string &dir, const char *prefix) {
@@ -267,11 +274,12 @@ int main(int argc, char **argv) {
             g_worker_env.push_back(*e);
     g_worker_env.push_back("LD_PRELOAD=" + env_or("SOAK_PRELOAD", ""));
     g_worker_env.push_back("LD_LIBRARY_PATH=" + env_or("SOAK_LIBRARY_PATH", ""));
-    for (std::string v : {"GPUGUARD_MEM_LIMIT=" + limit_text, "GPUGUARD_LEDGER=" + ledger_path, "FAKE_CUDA_TRUTH=" + truth_path,
-                          // Physical memory far above the limit: bytes that killed processes leave in
-                          // the test driver must never make it refuse (journal.h).
-                          std::string("FAKE_CUDA_MEM=") + std::to_string(64ull << 40), std::string("GPUGUARD_REPORT_SIGNAL=USR2"),
-                          "GPUGUARD_REPORT_DIR=" + g_work + "/reports", std::string("GPUGUARD_MAX_REPORTS=2")})
+    for (std::string v :
+         {"GPUGUARD_MEM_LIMIT=" + limit_text, "GPUGUARD_LEDGER=" + ledger_path, "FAKE_CUDA_TRUTH=" + truth_path,
+          // Physical memory far above the limit: bytes that killed processes leave in
+          // the test driver must never make it refuse (journal.h).
+          std::string("FAKE_CUDA_MEM=") + std::to_string(64ull << 40), std::string("GPUGUARD_REPORT_SIGNAL=USR2"),
+          "GPUGUARD_REPORT_DIR=" + g_work + "/reports", std::string("GPUGUARD_MAX_REPORTS=2")})
         g_worker_env.push_back(v);
 
     std::vector<Worker> &workers = g_workers;
@@ -289,10 +297,14 @@ int main(int argc, char **argv) {
 
     fprintf(stderr, "soak: %d processes x %d threads, limit %s, %.1f minutes, work folder %s\n", procs, threads,
             gib(g_limit).c_str(), minutes, g_work.c_str());
-    Clock::time_point begin = Clock::now(), end = begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(minutes * 60));
-    Clock::time_point next_report_check = begin + std::chrono::seconds(20), next_status = begin + std::chrono::minutes(1);
+    Clock::time_point begin = Clock::now(), end = begin + std::chrono::duration_cast<Clock::duration>(
+                                                              std::chrono::duration<double>(minutes * 60));
+    Clock::time_point next_report_check = begin + std::chrono::seconds(20),
+                      next_status = begin + std::chrono::minutes(1);
     std::exponential_distribution<double> kill_gap(1 / kill_every), signal_gap(1 / signal_every);
-    auto after = [](double s) { return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+    auto after = [](double s) {
+        return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
     Clock::time_point next_kill = after(kill_gap(rng)), next_signal = after(signal_gap(rng));
     signal(SIGINT, on_interrupt);  // ^C or SIGTERM: stop early, with the end checks and the table
     signal(SIGTERM, on_interrupt);
@@ -348,7 +360,8 @@ int main(int argc, char **argv) {
             if (w.pid && now - w.last_progress > std::chrono::seconds(60)) {
                 T.stalls++;
                 std::string stacks = g_work + "/stall." + std::to_string(w.pid) + ".txt";
-                problem("worker " + std::to_string(w.pid) + " made no driver call for 60 s: its threads' stacks in " + stacks);
+                problem("worker " + std::to_string(w.pid) + " made no driver call for 60 s: its threads' stacks in " +
+                        stacks);
                 w.killed = true;  // counted as a kill: what it held stays in the truth
                 // Every thread's stack, by gdb when there is one (a sanitizer busy with a report may be
                 // the very thing that hangs), then SIGABRT for the sanitizer's own account.
@@ -369,7 +382,8 @@ int main(int argc, char **argv) {
         }
         if (now >= next_status) {
             next_status = now + std::chrono::minutes(1);
-            fprintf(stderr, "soak: %.0f min: %llu starts, %llu kills, %llu allocations, live max %s of %s, %zu problems\n",
+            fprintf(stderr,
+                    "soak: %.0f min: %llu starts, %llu kills, %llu allocations, live max %s of %s, %zu problems\n",
                     std::chrono::duration<double>(now - begin).count() / 60, (unsigned long long)T.starts,
                     (unsigned long long)T.kills, (unsigned long long)(T.allocs), gib(T.max_live).c_str(),
                     gib(g_limit).c_str(), T.problems.size());
@@ -427,15 +441,18 @@ int main(int argc, char **argv) {
     row("out-of-memory answers (quota + injected)", n(T.oom));
     row("other driver errors", n(T.errors));
     row("report signals sent", n(T.signals));
-    row("reports written / loaded by gpuguard report", n(T.reports) + " / " + n(T.reports_checked - T.reports_bad) + " of " + n(T.reports_checked));
+    row("reports written / loaded by gpuguard report",
+        n(T.reports) + " / " + n(T.reports_checked - T.reports_bad) + " of " + n(T.reports_checked));
     row("truth samples", n(T.samples));
     row("max bytes held by live processes", gib(T.max_live) + " (limit " + gib(g_limit) + ")");
     row("samples over the limit", n(T.violations));
-    row("samples over it during a clean exit (max)", n(T.exit_window) + " (" + gib(T.max_exit_overshoot) + ")" +
-                                                         (g_allow_exit_window ? ", tolerated" : ""));
-    row("left in the driver by killed processes", gib(T.leaked_lo) + (T.leaked_hi != T.leaked_lo ? " .. " + gib(T.leaked_hi) : ""));
+    row("samples over it during a clean exit (max)",
+        n(T.exit_window) + " (" + gib(T.max_exit_overshoot) + ")" + (g_allow_exit_window ? ", tolerated" : ""));
+    row("left in the driver by killed processes",
+        gib(T.leaked_lo) + (T.leaked_hi != T.leaked_lo ? " .. " + gib(T.leaked_hi) : ""));
     row("driver holds at the end", gib(left) + (truth_ok ? " (all of it left by killed processes)" : " (MISMATCH)"));
-    row("ledger used at the end / its peak", (ledger_used == UINT64_MAX ? "?" : gib(ledger_used)) + " / " + (ledger_peak == UINT64_MAX ? "?" : gib(ledger_peak)));
+    row("ledger used at the end / its peak", (ledger_used == UINT64_MAX ? "?" : gib(ledger_used)) + " / " +
+                                                 (ledger_peak == UINT64_MAX ? "?" : gib(ledger_peak)));
     row("crashes / stalls / bad exits", n(T.crashes) + " / " + n(T.stalls) + " / " + n(T.bad_exits));
     row("sanitizer reports", n(san.size()));
     for (const std::string &p : T.problems) printf("  problem: %s\n", p.c_str());

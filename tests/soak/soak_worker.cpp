@@ -6,15 +6,15 @@
 // driver call in the journal before making it (journal.h says why).
 #include <cuda.h>
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
-#include <pthread.h>
 #include <random>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <vector>
 
 #include "journal.h"

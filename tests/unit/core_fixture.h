@@ -3,11 +3,11 @@
 // state (shim/core/state.h, install_state_for_test). Tests then call the core's interface (guard,
 // tracker, report) as a hook would. Reports go to a folder of the fixture's own.
 #pragma once
+#include <dirent.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "common/ledger/ledger.h"

@@ -35,8 +35,11 @@ const HookTable kTable = {kRows, 5, kOther, 1};
 
 struct RealFunctions {
     RealFunctions() {
-        g_real_of = {{"cuMemAlloc_v2", real(0)},    {"cuMemAllocAsync", real(1)},     {"cuMemAllocAsync_ptsz", real(2)},
-                     {"cuGetProcAddress", real(3)}, {"cuGetProcAddress_v2", real(4)}};
+        g_real_of = {{"cuMemAlloc_v2", real(0)},
+                     {"cuMemAllocAsync", real(1)},
+                     {"cuMemAllocAsync_ptsz", real(2)},
+                     {"cuGetProcAddress", real(3)},
+                     {"cuGetProcAddress_v2", real(4)}};
     }
 };
 
@@ -45,8 +48,8 @@ struct RealFunctions {
 TEST_CASE("cuGetProcAddress: the driver's real function of a row is answered with its hook") {
     RealFunctions r;
     CHECK(procaddress_answer(kTable, "cuMemAlloc", 12000, 0, real(0)) == hook(0));
-    CHECK(procaddress_answer(kTable, "cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, real(2)) ==
-          hook(2));
+    CHECK(procaddress_answer(kTable, "cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                             real(2)) == hook(2));
 }
 
 TEST_CASE("cuGetProcAddress: cudart's self-lookup gets our cuGetProcAddress for its version") {
@@ -66,7 +69,8 @@ TEST_CASE("cuGetProcAddress: an alias the driver hands out is replaced by the dr
           hook(2));
     CHECK(procaddress_answer(kTable, "cuMemAllocAsync", 12000, 0, alias) == hook(1));
     // The per-thread flag on a family without a _ptsz variant: the plain one.
-    CHECK(procaddress_answer(kTable, "cuMemAlloc", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, alias) == hook(0));
+    CHECK(procaddress_answer(kTable, "cuMemAlloc", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, alias) ==
+          hook(0));
 }
 
 TEST_CASE("cuGetProcAddress: versions older than any row, other families and null pass through") {

@@ -45,7 +45,8 @@ TEST_CASE("algorithms over the cap are marked NOT_SUPPORTED and moved behind tho
 }
 
 TEST_CASE("a list that fits is left exactly as cuDNN returned it") {
-    cudnnConvolutionFwdAlgoPerf_t list[] = {perf(3, CUDNN_STATUS_SUCCESS, 1024 * kMiB), perf(0, CUDNN_STATUS_SUCCESS, 0)};
+    cudnnConvolutionFwdAlgoPerf_t list[] = {perf(3, CUDNN_STATUS_SUCCESS, 1024 * kMiB),
+                                            perf(0, CUDNN_STATUS_SUCCESS, 0)};
     uint64_t largest = 1;
     CHECK(cap_results(list, 2, 1024 * kMiB, &largest) == 0);  // equal to the cap fits
     CHECK(largest == 0);

@@ -1,16 +1,16 @@
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
-#include <random>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "common/ledger/ledger.h"
@@ -238,8 +238,7 @@ TEST_CASE("ledger: 8 processes of 8 threads never hold more than the limit toget
                         if (!c->try_charge(d, bytes, &used)) continue;
                         uint64_t now = truth[0].fetch_add(bytes) + bytes;
                         uint64_t max = truth[1].load();
-                        while (now > max && !truth[1].compare_exchange_weak(max, now)) {
-                        }
+                        while (now > max && !truth[1].compare_exchange_weak(max, now)) {}
                         held.push_back(bytes);
                     }
                     for (uint64_t b : held) {
@@ -331,7 +330,7 @@ TEST_CASE("ledger: another user's ledger is refused unless shared with our group
     CHECK_MESSAGE(try_open(int(group), false, &error), error);  // shared with the group we name
     CHECK_FALSE(try_open(int(other_group), false, &error));     // shared, but with another group
     CHECK_MESSAGE(error.find("not shared with the group GPUGUARD_LEDGER_GROUP names") != std::string::npos, error);
-    CHECK_FALSE(try_open(-1, false, &error));                   // we name no group
+    CHECK_FALSE(try_open(-1, false, &error));  // we name no group
     error.clear();
     CHECK_MESSAGE(try_open(-1, true, &error), error);  // read only (gpuguard top): reading forges nothing
 

@@ -31,8 +31,15 @@ TEST_CASE("a report the shim writes reads back in the command with every field")
     allocate(0x10000, 300 * kMiB, Api::cuMemAlloc_v2);
     allocate(0x20000, 200 * kMiB, Api::cuMemAllocAsync);
     stacks::StackId failed_stack = stacks::capture(0);
-    report::Failure f{Api::cuMemAlloc_v2, Api::cuMemAlloc_v2, 900 * kMiB, 0, CUDA_ERROR_OUT_OF_MEMORY,
-                      failed_stack, 7, 1700000000000000000ull, 42};
+    report::Failure f{Api::cuMemAlloc_v2,
+                      Api::cuMemAlloc_v2,
+                      900 * kMiB,
+                      0,
+                      CUDA_ERROR_OUT_OF_MEMORY,
+                      failed_stack,
+                      7,
+                      1700000000000000000ull,
+                      42};
     std::string text = report::build(report::Reason::kQuota, "refused", &f, 0).dump();
 
     gg::report::Report r;

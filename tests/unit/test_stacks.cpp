@@ -1,5 +1,5 @@
-#include <doctest/doctest.h>
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "shim/stacks/stacks.h"
 #include "shim/stacks/merge.h"
+#include "shim/stacks/stacks.h"
 #include "shim/stacks/table.h"
 #include "shim/stacks/unwind.h"
 
@@ -60,139 +60,141 @@ static std::string hex(uintptr_t v) {
 }
 
 TEST_SUITE("stacks") {
-
-TEST_CASE("distinct call sites get distinct ids; the same site always the same id") {
-    gg::stacks::configure(48, false);
-    StackId a[2], b[1];
-    gg_test_repeat(gg_test_alpha, a, 2);
-    gg_test_repeat(gg_test_beta, b, 1);
-    REQUIRE(a[0] != 0);
-    REQUIRE(b[0] != 0);
-    CHECK(a[0] == a[1]);
-    CHECK(a[0] != b[0]);
-    CHECK(gg::stacks::count() >= 2);
-}
-
-TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
-    StackId id[3];
-    gg_test_repeat([](int i) { return gg_test_recurse(i == 1 ? 5 : 3); }, id, 3);
-    CHECK(id[0] != 0);
-    CHECK(id[0] != id[1]);
-    CHECK(id[0] == id[2]);
-}
-
-TEST_CASE("frames_json starts at capture()'s caller and names module, offset, build id and symbol") {
-    REQUIRE(std::string(gg::stacks::unwinder()) != "none");
-    nlohmann::json frames = gg::stacks::frames_json(gg_test_alpha(0));
-    REQUIRE(frames.size() >= 2);
-    const nlohmann::json &f = frames[0];
-    CHECK(f["kind"] == "native");
-    CHECK(f["symbol"].get<std::string>() == "gg_test_alpha");
-    CHECK(frames[1]["symbol"].get<std::string>().find("gg_test_alpha") == std::string::npos);
-
-    Dl_info info{};
-    link_map *lm = nullptr;
-    REQUIRE(dladdr1(reinterpret_cast<void *>(&gg_test_alpha), &info, reinterpret_cast<void **>(&lm), RTLD_DL_LINKMAP));
-    char exe[4096] = {};
-    REQUIRE(readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0);
-    CHECK(f["module"].get<std::string>() == exe);
-    uintptr_t ip = std::stoull(f["ip"].get<std::string>(), nullptr, 16);
-    CHECK(f["offset"].get<std::string>() == hex(ip - lm->l_addr));
-    CHECK(ip > reinterpret_cast<uintptr_t>(&gg_test_alpha));  // a return address inside alpha
-    std::string build_id = f["build_id"];
-    CHECK(build_id.size() >= 16);
-    CHECK(build_id.find_first_not_of("0123456789abcdef") == std::string::npos);
-}
-
-TEST_CASE("skip drops the caller's own frames") {
-    nlohmann::json frames = gg::stacks::frames_json(gg_test_skip_one(0));
-    REQUIRE(!frames.empty());
-    CHECK(frames[0]["symbol"].get<std::string>() != "gg_test_skip_one");
-    CHECK(frames[0]["symbol"].get<std::string>() != "gg_test_alpha");
-}
-
-TEST_CASE("an unknown id gives no frames") {
-    CHECK(gg::stacks::frames_json(0).empty());
-    CHECK(gg::stacks::frames_json(0xFFFFFF).empty());
-}
-
-TEST_CASE("threads capturing at once agree on ids") {
-    constexpr int kThreads = 8, kRounds = 2000;
-    std::vector<std::vector<StackId>> alpha(kThreads), beta(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t)
-        threads.emplace_back([&, t] {
-            std::vector<StackId> depths(kRounds);
-            alpha[t].resize(kRounds), beta[t].resize(kRounds);
-            gg_test_repeat(gg_test_alpha, alpha[t].data(), kRounds);
-            // New stacks interned while other threads look theirs up.
-            gg_test_repeat([](int i) { return gg_test_recurse(i % 7); }, depths.data(), kRounds);
-            gg_test_repeat(gg_test_beta, beta[t].data(), kRounds);
-        });
-    for (auto &th : threads) th.join();
-    StackId a0 = alpha[0][0], b0 = beta[0][0];
-    CHECK(a0 != 0);
-    CHECK(a0 != b0);
-    for (int t = 0; t < kThreads; ++t) {  // every thread ran the same lambda, so the same stacks
-        int mismatches = 0;
-        for (int i = 0; i < kRounds; ++i) mismatches += (alpha[t][i] != a0) + (beta[t][i] != b0);
-        CHECK(mismatches == 0);
+    TEST_CASE("distinct call sites get distinct ids; the same site always the same id") {
+        gg::stacks::configure(48, false);
+        StackId a[2], b[1];
+        gg_test_repeat(gg_test_alpha, a, 2);
+        gg_test_repeat(gg_test_beta, b, 1);
+        REQUIRE(a[0] != 0);
+        REQUIRE(b[0] != 0);
+        CHECK(a[0] == a[1]);
+        CHECK(a[0] != b[0]);
+        CHECK(gg::stacks::count() >= 2);
     }
-}
 
-TEST_CASE("the libgcc fallback unwinder captures the same stacks") {
-    std::string before = gg::stacks::unwinder();
-    StackId a[3], b[1];
-    gg_test_repeat([](int i) {
-        if (i == 1) REQUIRE(gg::stacks::unwind::select("libgcc"));
-        return gg_test_alpha(i);
-    }, a, 3);
-    CHECK(std::string(gg::stacks::unwinder()) == "libgcc");
-    gg_test_repeat(gg_test_beta, b, 1);
-    CHECK(a[1] != 0);
-    CHECK(a[1] != b[0]);
-    CHECK(a[1] == a[2]);
-    CHECK(gg::stacks::frames_json(a[1])[0]["symbol"].get<std::string>() == "gg_test_alpha");
-    // Both unwinders report return addresses from capture()'s caller outward, so switching unwinder
-    // does not split a stack in two.
-    if (before == "libunwind") CHECK(a[0] == a[1]);
-    REQUIRE(gg::stacks::unwind::select(before.c_str()));
-}
+    TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
+        StackId id[3];
+        gg_test_repeat([](int i) { return gg_test_recurse(i == 1 ? 5 : 3); }, id, 3);
+        CHECK(id[0] != 0);
+        CHECK(id[0] != id[1]);
+        CHECK(id[0] == id[2]);
+    }
 
-TEST_CASE("no unwinder: capture returns 0 rather than failing") {
-    std::string before = gg::stacks::unwinder();
-    REQUIRE(gg::stacks::unwind::select("none"));
-    CHECK(gg_test_alpha(0) == 0);
-    REQUIRE(gg::stacks::unwind::select(before.c_str()));
-}
+    TEST_CASE("frames_json starts at capture()'s caller and names module, offset, build id and symbol") {
+        REQUIRE(std::string(gg::stacks::unwinder()) != "none");
+        nlohmann::json frames = gg::stacks::frames_json(gg_test_alpha(0));
+        REQUIRE(frames.size() >= 2);
+        const nlohmann::json &f = frames[0];
+        CHECK(f["kind"] == "native");
+        CHECK(f["symbol"].get<std::string>() == "gg_test_alpha");
+        CHECK(frames[1]["symbol"].get<std::string>().find("gg_test_alpha") == std::string::npos);
 
-TEST_CASE("stack table: equal words and tag share an id, a different split does not") {
-    uintptr_t w[] = {0x1000, 0x2000, 0x3000};
-    uint32_t a = gg::stacks::table::intern(w, 3, 3), b = gg::stacks::table::intern(w, 3, 2);
-    CHECK(a != 0);
-    CHECK(a != b);
-    CHECK(gg::stacks::table::intern(w, 3, 3) == a);
-    std::vector<uintptr_t> back;
-    uint32_t tag = 0;
-    REQUIRE(gg::stacks::table::get(a, &back, &tag));
-    CHECK(back == std::vector<uintptr_t>(w, w + 3));
-    CHECK(tag == 3);
-    CHECK(gg::stacks::table::intern(w, 0, 0) == 0);
-}
+        Dl_info info{};
+        link_map *lm = nullptr;
+        REQUIRE(
+            dladdr1(reinterpret_cast<void *>(&gg_test_alpha), &info, reinterpret_cast<void **>(&lm), RTLD_DL_LINKMAP));
+        char exe[4096] = {};
+        REQUIRE(readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0);
+        CHECK(f["module"].get<std::string>() == exe);
+        uintptr_t ip = std::stoull(f["ip"].get<std::string>(), nullptr, 16);
+        CHECK(f["offset"].get<std::string>() == hex(ip - lm->l_addr));
+        CHECK(ip > reinterpret_cast<uintptr_t>(&gg_test_alpha));  // a return address inside alpha
+        std::string build_id = f["build_id"];
+        CHECK(build_id.size() >= 16);
+        CHECK(build_id.find_first_not_of("0123456789abcdef") == std::string::npos);
+    }
 
-TEST_CASE("Python frames stand before the eval-loop frame that ran them") {
-    using gg::stacks::merge_order;
-    auto order = [](const std::vector<bool> &eval, const std::vector<bool> &entry) {
-        std::string s;
-        for (auto p : merge_order(eval, entry)) s += (p.python ? "p" : "n") + std::to_string(p.index) + " ";
-        return s;
-    };
-    // n0 (torch) <- n1 eval <- n2 (C call) <- n3 eval <- n4 main; Python: p0 p1 in n1's run (p1 entry),
-    // p2 in n3's run (entry).
-    CHECK(order({false, true, false, true, false}, {false, true, true}) == "n0 p0 p1 n1 n2 p2 n3 n4 ");
-    CHECK(order({false, false}, {false, true}) == "n0 n1 p0 p1 ");  // no eval loop seen
-    CHECK(order({true}, {false, true, true}) == "p0 p1 n0 p2 ");  // depth cut: the rest go last
-    CHECK(order({}, {true}) == "p0 ");
-}
+    TEST_CASE("skip drops the caller's own frames") {
+        nlohmann::json frames = gg::stacks::frames_json(gg_test_skip_one(0));
+        REQUIRE(!frames.empty());
+        CHECK(frames[0]["symbol"].get<std::string>() != "gg_test_skip_one");
+        CHECK(frames[0]["symbol"].get<std::string>() != "gg_test_alpha");
+    }
+
+    TEST_CASE("an unknown id gives no frames") {
+        CHECK(gg::stacks::frames_json(0).empty());
+        CHECK(gg::stacks::frames_json(0xFFFFFF).empty());
+    }
+
+    TEST_CASE("threads capturing at once agree on ids") {
+        constexpr int kThreads = 8, kRounds = 2000;
+        std::vector<std::vector<StackId>> alpha(kThreads), beta(kThreads);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t)
+            threads.emplace_back([&, t] {
+                std::vector<StackId> depths(kRounds);
+                alpha[t].resize(kRounds), beta[t].resize(kRounds);
+                gg_test_repeat(gg_test_alpha, alpha[t].data(), kRounds);
+                // New stacks interned while other threads look theirs up.
+                gg_test_repeat([](int i) { return gg_test_recurse(i % 7); }, depths.data(), kRounds);
+                gg_test_repeat(gg_test_beta, beta[t].data(), kRounds);
+            });
+        for (auto &th : threads) th.join();
+        StackId a0 = alpha[0][0], b0 = beta[0][0];
+        CHECK(a0 != 0);
+        CHECK(a0 != b0);
+        for (int t = 0; t < kThreads; ++t) {  // every thread ran the same lambda, so the same stacks
+            int mismatches = 0;
+            for (int i = 0; i < kRounds; ++i) mismatches += (alpha[t][i] != a0) + (beta[t][i] != b0);
+            CHECK(mismatches == 0);
+        }
+    }
+
+    TEST_CASE("the libgcc fallback unwinder captures the same stacks") {
+        std::string before = gg::stacks::unwinder();
+        StackId a[3], b[1];
+        gg_test_repeat(
+            [](int i) {
+                if (i == 1) REQUIRE(gg::stacks::unwind::select("libgcc"));
+                return gg_test_alpha(i);
+            },
+            a, 3);
+        CHECK(std::string(gg::stacks::unwinder()) == "libgcc");
+        gg_test_repeat(gg_test_beta, b, 1);
+        CHECK(a[1] != 0);
+        CHECK(a[1] != b[0]);
+        CHECK(a[1] == a[2]);
+        CHECK(gg::stacks::frames_json(a[1])[0]["symbol"].get<std::string>() == "gg_test_alpha");
+        // Both unwinders report return addresses from capture()'s caller outward, so switching unwinder
+        // does not split a stack in two.
+        if (before == "libunwind") CHECK(a[0] == a[1]);
+        REQUIRE(gg::stacks::unwind::select(before.c_str()));
+    }
+
+    TEST_CASE("no unwinder: capture returns 0 rather than failing") {
+        std::string before = gg::stacks::unwinder();
+        REQUIRE(gg::stacks::unwind::select("none"));
+        CHECK(gg_test_alpha(0) == 0);
+        REQUIRE(gg::stacks::unwind::select(before.c_str()));
+    }
+
+    TEST_CASE("stack table: equal words and tag share an id, a different split does not") {
+        uintptr_t w[] = {0x1000, 0x2000, 0x3000};
+        uint32_t a = gg::stacks::table::intern(w, 3, 3), b = gg::stacks::table::intern(w, 3, 2);
+        CHECK(a != 0);
+        CHECK(a != b);
+        CHECK(gg::stacks::table::intern(w, 3, 3) == a);
+        std::vector<uintptr_t> back;
+        uint32_t tag = 0;
+        REQUIRE(gg::stacks::table::get(a, &back, &tag));
+        CHECK(back == std::vector<uintptr_t>(w, w + 3));
+        CHECK(tag == 3);
+        CHECK(gg::stacks::table::intern(w, 0, 0) == 0);
+    }
+
+    TEST_CASE("Python frames stand before the eval-loop frame that ran them") {
+        using gg::stacks::merge_order;
+        auto order = [](const std::vector<bool> &eval, const std::vector<bool> &entry) {
+            std::string s;
+            for (auto p : merge_order(eval, entry)) s += (p.python ? "p" : "n") + std::to_string(p.index) + " ";
+            return s;
+        };
+        // n0 (torch) <- n1 eval <- n2 (C call) <- n3 eval <- n4 main; Python: p0 p1 in n1's run (p1 entry),
+        // p2 in n3's run (entry).
+        CHECK(order({false, true, false, true, false}, {false, true, true}) == "n0 p0 p1 n1 n2 p2 n3 n4 ");
+        CHECK(order({false, false}, {false, true}) == "n0 n1 p0 p1 ");  // no eval loop seen
+        CHECK(order({true}, {false, true, true}) == "p0 p1 n0 p2 ");    // depth cut: the rest go last
+        CHECK(order({}, {true}) == "p0 ");
+    }
 
 }  // TEST_SUITE

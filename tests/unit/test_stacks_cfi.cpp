@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "shim/stacks/cfi_walker.h"
 #include "shim/stacks/cfi_rule_table.h"
+#include "shim/stacks/cfi_walker.h"
 #include "shim/stacks/unwind.h"
 
 namespace cfi = gg::stacks::cfi;
@@ -43,7 +43,8 @@ _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
 __attribute__((noinline)) void both(Walks *w) {
     w->anchor = __builtin_return_address(0);
     w->cfi.assign(kMax, nullptr);
-    w->cfi_n = w->through_shim ? gg::stacks::unwind::backtrace(w->cfi.data(), kMax) : cfi::walk(w->cfi.data(), kMax, nullptr);
+    w->cfi_n =
+        w->through_shim ? gg::stacks::unwind::backtrace(w->cfi.data(), kMax) : cfi::walk(w->cfi.data(), kMax, nullptr);
     w->cfi.resize(w->cfi_n < 0 ? 0 : size_t(w->cfi_n));
     _Unwind_Backtrace(gcc_step, &w->gcc);
     asm volatile("" ::: "memory");
@@ -136,149 +137,150 @@ void walk_in_handler(int) { both(g_signal_walks); }
 }  // namespace
 
 TEST_SUITE("stacks: caching walker") {
-
-TEST_CASE("the walker gives libgcc's return addresses, to the end of the main thread's stack") {
-    REQUIRE(cfi::available());
-    Walks w;
-    recurse(12, &w);
-    check_same(w);
-    CHECK(w.cfi.size() > 14);
-}
-
-TEST_CASE("the same in a thread, through a frame sized at run time, and through libc's frames") {
-    Walks in_thread, dynamic, sorted;
-    std::thread([&] { recurse(3, &in_thread); }).join();
-    check_same(in_thread);
-    dynamic_frame(5, &dynamic);
-    check_same(dynamic);
-    int values[] = {5, 3, 9, 1, 7};
-    g_sort_walks = &sorted;
-    qsort(values, 5, sizeof(int), compare_and_walk);
-    check_same(sorted);
-    CHECK(values[0] == 1);
-}
-
-TEST_CASE("a stack walked again costs no rule lookups") {
-    Walks first, second;
-    for (Walks *w : {&first, &second}) recurse(6, w);  // one call site, so the same stack twice
-    check_same(second);
-    cfi::Counts before = cfi::counts();
-    Walks third;
-    recurse(6, &third);
-    cfi::Counts after = cfi::counts();
-    CHECK(after.walks == before.walks + 1);
-    // recurse() is called from another line here: only the frame of that call is new.
-    CHECK(after.rule_misses - before.rule_misses <= 2);
-    check_same(third);
-}
-
-TEST_CASE("stop ends the walk at the frame it answers true for") {
-    Walks full, stopped;
-    recurse_to(4, both, &full);
-    check_same(full);
-    // A return address inside the recursion, which both walks below pass through.
-    auto at = std::find(full.cfi.begin(), full.cfi.end(), full.anchor);
-    REQUIRE(full.cfi.end() - at > 3);
-    g_stop_at = at[2];
-    recurse_to(4, walk_with_stop, &stopped);
-    REQUIRE(stopped.cfi_n > 0);
-    CHECK(stopped.cfi.back() == g_stop_at);
-    CHECK(stopped.cfi.size() < full.cfi.size());
-}
-
-TEST_CASE("a realigned frame (its base loaded from below rbp) is walked as libgcc walks it") {
-    Walks w;
-    cfi::Counts before = cfi::counts();
-    realigned(8, &w);
-    check_same(w);
-    CHECK(cfi::counts().fallbacks == before.fallbacks);
-}
-
-TEST_CASE("a signal frame sends the stack to the fallback, which walks it") {
-    Walks w, shim;
-    shim.through_shim = true;
-    for (Walks *x : {&w, &shim}) {  // nothing may allocate inside the handler
-        x->cfi.reserve(kMax);
-        x->gcc.reserve(kMax);
+    TEST_CASE("the walker gives libgcc's return addresses, to the end of the main thread's stack") {
+        REQUIRE(cfi::available());
+        Walks w;
+        recurse(12, &w);
+        check_same(w);
+        CHECK(w.cfi.size() > 14);
     }
-    struct sigaction sa {}, old {};
-    sa.sa_handler = walk_in_handler;
-    REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
-    cfi::Counts before = cfi::counts();
-    g_signal_walks = &w;
-    raise(SIGUSR2);
-    CHECK(w.cfi_n == -1);
-    CHECK(cfi::counts().fallbacks == before.fallbacks + 1);
-    // Through the unwinder the shim uses, the stack is whole: the fallback walked it.
-    REQUIRE(std::string(gg::stacks::unwind::name()) == "cfi");
-    g_signal_walks = &shim;
-    raise(SIGUSR2);
-    sigaction(SIGUSR2, &old, nullptr);
-    check_same(shim);
-    CHECK(shim.gcc.size() > 3);
-}
 
-TEST_CASE("a library loaded keeps the rules learned; one unloaded has them all learned again") {
-    // Each thread compares the loader's counts once every kLoaderCheckEvery walks.
-    const int a_check = cfi::kLoaderCheckEvery + 1;
-    uint64_t learned[4];
-    void *lib = nullptr;
-    for (int phase = 0; phase < 4; ++phase) {  // one call site: the same stack in every phase
-        if (phase == 2) REQUIRE((lib = load_a_new_library()));
-        if (phase == 3) REQUIRE(dlclose(lib) == 0);
-        learned[phase] = rules_learned_over(a_check);
+    TEST_CASE("the same in a thread, through a frame sized at run time, and through libc's frames") {
+        Walks in_thread, dynamic, sorted;
+        std::thread([&] { recurse(3, &in_thread); }).join();
+        check_same(in_thread);
+        dynamic_frame(5, &dynamic);
+        check_same(dynamic);
+        int values[] = {5, 3, 9, 1, 7};
+        g_sort_walks = &sorted;
+        qsort(values, 5, sizeof(int), compare_and_walk);
+        check_same(sorted);
+        CHECK(values[0] == 1);
     }
-    // Phase 0 learns what earlier tests did not. Then: all known; after the load, only the
-    // outermost frames' "end of the stack" answers again; after the unload, every frame from the
-    // test down to _start (more than a handful).
-    CHECK(learned[1] == 0);
-    CHECK(learned[2] <= 2);
-    CHECK(learned[3] > 6);
-}
 
-TEST_CASE("the rule table keeps two return addresses of one set, and makes room by the older") {
-    using Table = cfi::RuleTable<int>;
-    auto table = std::make_unique<Table>();
-    // Three addresses of one set (and one of another), found by trying.
-    std::vector<uintptr_t> same;
-    uintptr_t other = 0;
-    for (uintptr_t pc = 0x7f0000001000; same.size() < 3 || !other; pc += 7) {
-        if (Table::set_of(pc) == Table::set_of(0x7f0000001000)) {
-            if (same.size() < 3) same.push_back(pc);
-        } else if (!other) {
-            other = pc;
+    TEST_CASE("a stack walked again costs no rule lookups") {
+        Walks first, second;
+        for (Walks *w : {&first, &second}) recurse(6, w);  // one call site, so the same stack twice
+        check_same(second);
+        cfi::Counts before = cfi::counts();
+        Walks third;
+        recurse(6, &third);
+        cfi::Counts after = cfi::counts();
+        CHECK(after.walks == before.walks + 1);
+        // recurse() is called from another line here: only the frame of that call is new.
+        CHECK(after.rule_misses - before.rule_misses <= 2);
+        check_same(third);
+    }
+
+    TEST_CASE("stop ends the walk at the frame it answers true for") {
+        Walks full, stopped;
+        recurse_to(4, both, &full);
+        check_same(full);
+        // A return address inside the recursion, which both walks below pass through.
+        auto at = std::find(full.cfi.begin(), full.cfi.end(), full.anchor);
+        REQUIRE(full.cfi.end() - at > 3);
+        g_stop_at = at[2];
+        recurse_to(4, walk_with_stop, &stopped);
+        REQUIRE(stopped.cfi_n > 0);
+        CHECK(stopped.cfi.back() == g_stop_at);
+        CHECK(stopped.cfi.size() < full.cfi.size());
+    }
+
+    TEST_CASE("a realigned frame (its base loaded from below rbp) is walked as libgcc walks it") {
+        Walks w;
+        cfi::Counts before = cfi::counts();
+        realigned(8, &w);
+        check_same(w);
+        CHECK(cfi::counts().fallbacks == before.fallbacks);
+    }
+
+    TEST_CASE("a signal frame sends the stack to the fallback, which walks it") {
+        Walks w, shim;
+        shim.through_shim = true;
+        for (Walks *x : {&w, &shim}) {  // nothing may allocate inside the handler
+            x->cfi.reserve(kMax);
+            x->gcc.reserve(kMax);
+        }
+        struct sigaction sa {
+        }, old{};
+        sa.sa_handler = walk_in_handler;
+        REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
+        cfi::Counts before = cfi::counts();
+        g_signal_walks = &w;
+        raise(SIGUSR2);
+        CHECK(w.cfi_n == -1);
+        CHECK(cfi::counts().fallbacks == before.fallbacks + 1);
+        // Through the unwinder the shim uses, the stack is whole: the fallback walked it.
+        REQUIRE(std::string(gg::stacks::unwind::name()) == "cfi");
+        g_signal_walks = &shim;
+        raise(SIGUSR2);
+        sigaction(SIGUSR2, &old, nullptr);
+        check_same(shim);
+        CHECK(shim.gcc.size() > 3);
+    }
+
+    TEST_CASE("a library loaded keeps the rules learned; one unloaded has them all learned again") {
+        // Each thread compares the loader's counts once every kLoaderCheckEvery walks.
+        const int a_check = cfi::kLoaderCheckEvery + 1;
+        uint64_t learned[4];
+        void *lib = nullptr;
+        for (int phase = 0; phase < 4; ++phase) {  // one call site: the same stack in every phase
+            if (phase == 2) REQUIRE((lib = load_a_new_library()));
+            if (phase == 3) REQUIRE(dlclose(lib) == 0);
+            learned[phase] = rules_learned_over(a_check);
+        }
+        // Phase 0 learns what earlier tests did not. Then: all known; after the load, only the
+        // outermost frames' "end of the stack" answers again; after the unload, every frame from the
+        // test down to _start (more than a handful).
+        CHECK(learned[1] == 0);
+        CHECK(learned[2] <= 2);
+        CHECK(learned[3] > 6);
+    }
+
+    TEST_CASE("the rule table keeps two return addresses of one set, and makes room by the older") {
+        using Table = cfi::RuleTable<int>;
+        auto table = std::make_unique<Table>();
+        // Three addresses of one set (and one of another), found by trying.
+        std::vector<uintptr_t> same;
+        uintptr_t other = 0;
+        for (uintptr_t pc = 0x7f0000001000; same.size() < 3 || !other; pc += 7) {
+            if (Table::set_of(pc) == Table::set_of(0x7f0000001000)) {
+                if (same.size() < 3) same.push_back(pc);
+            } else if (!other) {
+                other = pc;
+            }
+        }
+        CHECK(table->find(same[0]) == nullptr);
+        CHECK(table->store(same[0], 10) == 10);
+        table->store(same[1], 11);
+        table->store(other, 99);
+        REQUIRE(table->find(same[0]));
+        REQUIRE(table->find(same[1]));
+        CHECK(*table->find(same[0]) == 10);
+        CHECK(*table->find(same[1]) == 11);
+        table->store(same[2], 12);  // the set is full: the older, same[0], goes
+        CHECK(table->find(same[0]) == nullptr);
+        CHECK(*table->find(same[1]) == 11);
+        CHECK(*table->find(same[2]) == 12);
+        CHECK(*table->find(other) == 99);
+        table->forget_if([](int rule) { return rule == 12; });
+        CHECK(table->find(same[2]) == nullptr);
+        CHECK(*table->find(same[1]) == 11);
+        table->forget_all();
+        CHECK(table->find(same[1]) == nullptr);
+        CHECK(table->find(other) == nullptr);
+        CHECK(table->find(0) == nullptr);  // 0 marks a free entry: never found
+    }
+
+    TEST_CASE("addresses 4 KiB and 1 MiB apart spread over the table's sets") {
+        using Table = cfi::RuleTable<int>;
+        for (uintptr_t stride : {uintptr_t(4096), uintptr_t(1) << 20}) {
+            std::vector<int> per_set(Table::kSets);
+            int most = 0;
+            for (uintptr_t i = 0; i < Table::kSets; ++i)
+                most = std::max(most, ++per_set[Table::set_of(0x7f0000000123 + i * stride)]);
+            CHECK_MESSAGE(most <= 8, "stride " << stride << ": " << most << " addresses in one set");
         }
     }
-    CHECK(table->find(same[0]) == nullptr);
-    CHECK(table->store(same[0], 10) == 10);
-    table->store(same[1], 11);
-    table->store(other, 99);
-    REQUIRE(table->find(same[0]));
-    REQUIRE(table->find(same[1]));
-    CHECK(*table->find(same[0]) == 10);
-    CHECK(*table->find(same[1]) == 11);
-    table->store(same[2], 12);  // the set is full: the older, same[0], goes
-    CHECK(table->find(same[0]) == nullptr);
-    CHECK(*table->find(same[1]) == 11);
-    CHECK(*table->find(same[2]) == 12);
-    CHECK(*table->find(other) == 99);
-    table->forget_if([](int rule) { return rule == 12; });
-    CHECK(table->find(same[2]) == nullptr);
-    CHECK(*table->find(same[1]) == 11);
-    table->forget_all();
-    CHECK(table->find(same[1]) == nullptr);
-    CHECK(table->find(other) == nullptr);
-    CHECK(table->find(0) == nullptr);  // 0 marks a free entry: never found
-}
-
-TEST_CASE("addresses 4 KiB and 1 MiB apart spread over the table's sets") {
-    using Table = cfi::RuleTable<int>;
-    for (uintptr_t stride : {uintptr_t(4096), uintptr_t(1) << 20}) {
-        std::vector<int> per_set(Table::kSets);
-        int most = 0;
-        for (uintptr_t i = 0; i < Table::kSets; ++i) most = std::max(most, ++per_set[Table::set_of(0x7f0000000123 + i * stride)]);
-        CHECK_MESSAGE(most <= 8, "stride " << stride << ": " << most << " addresses in one set");
-    }
-}
 
 }  // TEST_SUITE

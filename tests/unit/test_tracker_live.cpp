@@ -146,7 +146,7 @@ TEST_CASE("live table: taking from a run that wraps past the last slot moves the
 }
 
 TEST_CASE("live table: random puts and takes agree with std::map, crowded and spread") {
-    random_against_map(100, 200000, 1);      // crowded: few keys, long runs, many replacements
+    random_against_map(100, 200000, 1);       // crowded: few keys, long runs, many replacements
     random_against_map(1u << 20, 200000, 2);  // spread: the table grows to thousands of entries
 }
 

@@ -1,11 +1,11 @@
 #include "tools/cli/files.h"
 
-#include <cerrno>
-#include <climits>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 namespace gg::tool {
 namespace {

@@ -1,8 +1,8 @@
 #include "tools/cli/preload.h"
 
-#include <climits>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <climits>
 
 #include "common/settings/settings.h"
 #include "tools/cli/files.h"
@@ -57,10 +57,8 @@ std::string preload_with(const std::string &lib, const char *existing) {
         cur.clear();
     };
     for (const char *p = existing; *p; p++) {
-        if (*p == ' ' || *p == ':' || *p == '\t')
-            flush();
-        else
-            cur += *p;
+        if (*p == ' ' || *p == ':' || *p == '\t') flush();
+        else cur += *p;
     }
     flush();
     return out;

@@ -47,10 +47,10 @@ std::string wrap(const std::string &text, size_t width, const std::string &inden
             for (const char *u : {"B", "KiB", "MiB", "GiB", "TiB", "PiB"})
                 if (w.rfind(u, 0) == 0 && (w.size() == strlen(u) || !isalnum(static_cast<unsigned char>(w[strlen(u)]))))
                     unit = true;
-            if (unit && !tokens.empty() && !tokens.back().empty() && isdigit(static_cast<unsigned char>(tokens.back().back())))
+            if (unit && !tokens.empty() && !tokens.back().empty() &&
+                isdigit(static_cast<unsigned char>(tokens.back().back())))
                 tokens.back() += " " + w;
-            else
-                tokens.push_back(w);
+            else tokens.push_back(w);
         }
     }
     std::string out, line;
@@ -75,9 +75,7 @@ std::string wrap_hanging(const std::string &text, size_t width, size_t indent) {
     return out;
 }
 
-std::string sentence(const std::string &text) {
-    return text.empty() || text.back() == '.' ? text : text + ".";
-}
+std::string sentence(const std::string &text) { return text.empty() || text.back() == '.' ? text : text + "."; }
 
 std::string plain_text(const std::string &md) {
     std::string out;

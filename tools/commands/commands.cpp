@@ -28,8 +28,9 @@ void print_usage(FILE *out) {
             "\n"
             "commands:\n");
     for (const Command &c : commands()) fprintf(out, "  %-10s %s\n", c.name, c.summary);
-    fprintf(out, "\nRun 'gpuguard <command> --help' for a command's options, 'gpuguard help variables' for every\n"
-                 "variable it reads.\n");
+    fprintf(out,
+            "\nRun 'gpuguard <command> --help' for a command's options, 'gpuguard help variables' for every\n"
+            "variable it reads.\n");
 }
 
 }  // namespace gg::tool

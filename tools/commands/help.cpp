@@ -18,8 +18,8 @@ void variables(bool markdown) {
     }
     printf("Variables gpuguard reads (the shim when a program starts; `gpuguard run` and `doctor` too):\n");
     for (const gg::settings::Row &r : gg::settings::rows()) {
-        std::string text = gg::tool::sentence(gg::tool::plain_text(r.help)) + " Default: " +
-                           gg::tool::sentence(gg::tool::plain_text(r.default_text));
+        std::string text = gg::tool::sentence(gg::tool::plain_text(r.help)) +
+                           " Default: " + gg::tool::sentence(gg::tool::plain_text(r.default_text));
         if (*r.aliases) text += std::string(" HAMi-core's name: ") + r.aliases + ".";
         printf("\n  %s\n      %s\n", r.name, gg::tool::wrap_hanging(text, 100, 6).c_str());
     }

@@ -193,7 +193,8 @@ int cmd_report(int argc, char **argv) {
     int status = 0;
     if (!html.empty() && !write_output(html, render_html(r, an), "HTML viewer")) status = 1;
     if (!folded.empty() && !write_output(folded, render_folded(r, at_peak), "folded stacks")) status = 1;
-    if (!speedscope.empty() && !write_output(speedscope, render_speedscope(r).dump() + "\n", "speedscope profile")) status = 1;
+    if (!speedscope.empty() && !write_output(speedscope, render_speedscope(r).dump() + "\n", "speedscope profile"))
+        status = 1;
     if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an).dump() + "\n", "Chrome trace")) status = 1;
     if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
 

@@ -2,15 +2,15 @@
 // environment, puts libgpuguard.so first in LD_PRELOAD, creates the ledger with the limit, and then
 // either exec()s the command (so its exit status and signals are the command's own) or, as PID 1 or
 // with --init, supervises it like tini: forwards signals, reaps orphans, exits with the child's status.
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
@@ -38,23 +38,23 @@ std::string usage() {
         "options (each falls back to its variable, so `docker run -e GPUGUARD_MEM_LIMIT=8GiB` works):\n";
     for (const gg::settings::Row &r : gg::settings::rows()) {
         if (!*r.run_option) continue;
-        std::string text = gg::tool::plain_text(r.help) + " (" + r.name + "; default: " + gg::tool::plain_text(r.default_text) + ")";
+        std::string text =
+            gg::tool::plain_text(r.help) + " (" + r.name + "; default: " + gg::tool::plain_text(r.default_text) + ")";
         u += "  " + gg::tool::pad_right(r.run_option, 22) + "  " + gg::tool::wrap_hanging(text, 100, 26) + "\n";
     }
-    u +=
-        "  --init                  supervise COMMAND as PID 1 does (forward signals, reap zombies) even\n"
-        "                          when not PID 1; as PID 1 this is automatic\n"
-        "  -h, --help              this help\n"
-        "\n"
-        "The library is GPUGUARD_LIBRARY, else libgpuguard.so beside this program, else ../lib/.\n"
-        "Every variable: gpuguard help variables.\n"
-        "\n"
-        "A ledger that live processes already use keeps its limit: a different --limit is reported\n"
-        "with a warning and has no effect until they have all exited (the next run then sets it).\n"
-        "\n"
-        "Exit status: COMMAND's own status (128+N when it was killed by signal N); 2 bad usage or a bad\n"
-        "option value, an unusable report directory or ledger; 126 COMMAND cannot be executed; 127 COMMAND\n"
-        "or libgpuguard.so not found.\n";
+    u += "  --init                  supervise COMMAND as PID 1 does (forward signals, reap zombies) even\n"
+         "                          when not PID 1; as PID 1 this is automatic\n"
+         "  -h, --help              this help\n"
+         "\n"
+         "The library is GPUGUARD_LIBRARY, else libgpuguard.so beside this program, else ../lib/.\n"
+         "Every variable: gpuguard help variables.\n"
+         "\n"
+         "A ledger that live processes already use keeps its limit: a different --limit is reported\n"
+         "with a warning and has no effect until they have all exited (the next run then sets it).\n"
+         "\n"
+         "Exit status: COMMAND's own status (128+N when it was killed by signal N); 2 bad usage or a bad\n"
+         "option value, an unusable report directory or ledger; 126 COMMAND cannot be executed; 127 COMMAND\n"
+         "or libgpuguard.so not found.\n";
     return u;
 }
 
@@ -62,7 +62,8 @@ std::string usage() {
 [[noreturn]] void exec_or_die(char **cmd) {
     execvp(cmd[0], cmd);
     int e = errno;
-    fprintf(stderr, "gpuguard: %s %s: %s\n", e == ENOENT ? "command not found:" : "cannot execute", cmd[0], strerror(e));
+    fprintf(stderr, "gpuguard: %s %s: %s\n", e == ENOENT ? "command not found:" : "cannot execute", cmd[0],
+            strerror(e));
     _exit(e == ENOENT ? 127 : 126);
 }
 
@@ -162,7 +163,8 @@ int cmd_run(int argc, char **argv) {
     if (have_limit) {
         gg::LimitSpec spec;
         if (limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
-        if (!gg::parse_limit_spec(limit, &spec, &why)) return fail(2, "--limit " + limit + " is not a valid limit: " + why);
+        if (!gg::parse_limit_spec(limit, &spec, &why))
+            return fail(2, "--limit " + limit + " is not a valid limit: " + why);
         setenv("GPUGUARD_MEM_LIMIT", limit.c_str(), 1);
         limit_text = limit;
     } else {
@@ -229,10 +231,10 @@ int cmd_run(int argc, char **argv) {
         o.group = group;
         std::string error, notice;
         gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
-        if (!l)
-            return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        if (!l) return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
         if (!notice.empty())
-            fprintf(stderr, "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
+            fprintf(stderr,
+                    "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
                     notice.c_str());
         delete l;  // the file stays; the command's processes map it
     }

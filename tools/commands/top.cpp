@@ -1,29 +1,29 @@
 // `gpuguard top`: the container's own nvidia-smi, read from the shared ledger. It maps the ledger
 // read-only and never reclaims or writes anything, so watching can never change what it shows.
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
 #include <algorithm>
-#include <cstdarg>
 #include <cerrno>
 #include <csignal>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
-#include <poll.h>
 #include <string>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <termios.h>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
-#include "tools/cli/args.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -158,11 +158,12 @@ std::string render_table(const Snapshot &s, bool live) {
         for (const auto &d : s.devices) {
             size_t i = (size_t)d.index;
             if (i >= p.bytes.size() || (!p.bytes[i] && !p.peak[i])) continue;
-            out += format("%8d %-10s %3d %11s %11s  %s\n", p.pid, state_of(p), d.index, gg::human_bytes(p.bytes[i]).c_str(),
-                          gg::human_bytes(p.peak[i]).c_str(), p.command.c_str());
+            out += format("%8d %-10s %3d %11s %11s  %s\n", p.pid, state_of(p), d.index,
+                          gg::human_bytes(p.bytes[i]).c_str(), gg::human_bytes(p.peak[i]).c_str(), p.command.c_str());
             any = true;
         }
-        if (!any) out += format("%8d %-10s %3s %11s %11s  %s\n", p.pid, state_of(p), "-", "0 B", "0 B", p.command.c_str());
+        if (!any)
+            out += format("%8d %-10s %3s %11s %11s  %s\n", p.pid, state_of(p), "-", "0 B", "0 B", p.command.c_str());
     }
     return out;
 }

@@ -43,10 +43,10 @@ std::string process_desc(const Holder &h) {
 
 const char *phase_name(Phase p) {
     switch (p) {
-    case Phase::Optimizer: return "optimizer step";
-    case Phase::Backward: return "autograd backward";
-    case Phase::Forward: return "forward pass";
-    case Phase::Other: break;
+        case Phase::Optimizer: return "optimizer step";
+        case Phase::Backward: return "autograd backward";
+        case Phase::Forward: return "forward pass";
+        case Phase::Other: break;
     }
     return "other";
 }
@@ -88,7 +88,7 @@ Analysis analyze(const Report &r) {
     const uint64_t live = r.live_bytes();
     const uint64_t container = r.container_bytes.value_or(live);
     const uint64_t request = r.failed && r.failed->bytes ? *r.failed->bytes : 0;
-    const std::string api = r.failed && !r.failed->api.empty() ? r.failed->api
+    const std::string api = r.failed && !r.failed->api.empty()          ? r.failed->api
                             : r.failed && !r.failed->driver_api.empty() ? r.failed->driver_api
                                                                         : std::string("an allocation");
     std::string on_device;
@@ -132,7 +132,8 @@ Analysis analyze(const Report &r) {
         if (r.limit_bytes) {
             bool per_process = r.limit_scope == "process";
             uint64_t held = per_process ? live : container;
-            std::string src = r.limit_source.empty() ? "" : r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
+            std::string src =
+                r.limit_source.empty() ? "" : r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
             a.why.push_back("the " + std::string(per_process ? "per-process" : "container") + " limit is " +
                             human_bytes(*r.limit_bytes) + (src.empty() ? "" : " (" + src + ")") + "; " +
                             (per_process ? "this process" : "the container") + " held " + human_bytes(held) +
@@ -149,13 +150,12 @@ Analysis analyze(const Report &r) {
         a.headline = "OUT OF MEMORY (physical memory): " + api + " of " + human_bytes(request) + on_device +
                      " failed in the driver";
         if (r.device_total && r.device_free)
-            a.why.push_back("the device had " + human_bytes(*r.device_free) + " free of " + human_bytes(*r.device_total) +
-                            (r.device_name.empty() ? "" : " (" + r.device_name + ")"));
+            a.why.push_back("the device had " + human_bytes(*r.device_free) + " free of " +
+                            human_bytes(*r.device_total) + (r.device_name.empty() ? "" : " (" + r.device_name + ")"));
         if (r.limit_bytes)
             a.why.push_back("the quota was not the cause: the container held " + human_bytes(container) + " of its " +
                             human_bytes(*r.limit_bytes) + " limit");
-        else
-            a.why.push_back("no gpuguard quota was set on this device");
+        else a.why.push_back("no gpuguard quota was set on this device");
         if (r.device_total && r.device_free && *r.device_total > *r.device_free) {
             uint64_t used = *r.device_total - *r.device_free;
             if (used > container + used / 10 && used - container > 256 * MiB)
@@ -199,10 +199,9 @@ Analysis analyze(const Report &r) {
 
     // ---- advice ---------------------------------------------------------------------------------
     if (a.sibling) {
-        a.advice.push_back({"sibling",
-                            "Another process of this container holds most of its GPU memory",
-                            process_desc(*a.sibling) + " holds " + human_bytes(a.sibling->bytes) + " of the container's " +
-                                human_bytes(ledger_total) +
+        a.advice.push_back({"sibling", "Another process of this container holds most of its GPU memory",
+                            process_desc(*a.sibling) + " holds " + human_bytes(a.sibling->bytes) +
+                                " of the container's " + human_bytes(ledger_total) +
                                 ". Free it there (a finished evaluation or data-loading process, a cache it keeps), "
                                 "run the two one after the other, or give each its own per-process limit."});
     }
@@ -214,7 +213,8 @@ Analysis analyze(const Report &r) {
         if (request > limit) {
             a.advice.push_back({"request-exceeds-limit", "The failed request alone is larger than the limit",
                                 "It asked for " + human_bytes(request) + " while the whole limit is " +
-                                    human_bytes(limit) + ": no amount of freeing helps; raise GPUGUARD_MEM_LIMIT to at least " +
+                                    human_bytes(limit) +
+                                    ": no amount of freeing helps; raise GPUGUARD_MEM_LIMIT to at least " +
                                     limit_spec_at_least(live + request) + " or make the allocation smaller."});
         } else if (needed > limit && !a.sibling) {
             bool asked_more = a.failure && a.kind == "quota" && live + request >= peak.value_or(0);
@@ -231,8 +231,9 @@ Analysis analyze(const Report &r) {
 
     if (a.caching_allocator_bytes > 0 && live > 0 && percent(a.caching_allocator_bytes, live) >= 25) {
         a.advice.push_back(
-            {"caching-allocator", "PyTorch's caching allocator holds " + human_bytes(a.caching_allocator_bytes) +
-                                      " (" + std::to_string(percent(a.caching_allocator_bytes, live)) + "% of this process)",
+            {"caching-allocator",
+             "PyTorch's caching allocator holds " + human_bytes(a.caching_allocator_bytes) + " (" +
+                 std::to_string(percent(a.caching_allocator_bytes, live)) + "% of this process)",
              "Its segments can be cached but unused or fragmented. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
              "(less fragmentation), and torch.cuda.empty_cache() after a phase that peaks (evaluation, a larger batch)"
              " so that memory goes back to the driver" +
@@ -247,25 +248,26 @@ Analysis analyze(const Report &r) {
         if (held > 0 && percent(held, live) >= 30) {
             std::string share = human_bytes(held) + " (" + std::to_string(percent(held, live)) + "% of live memory)";
             switch (static_cast<Phase>(best)) {
-            case Phase::Optimizer:
-                a.advice.push_back({"optimizer", "The optimizer step holds " + share,
-                                    "Optimizer state (Adam keeps two tensors per parameter) was allocated under torch/optim: "
-                                    "consider a lighter or 8-bit optimizer, foreach=False (fewer temporaries during "
-                                    "the step), or sharding the state (ZeRO, FSDP)."});
-                break;
-            case Phase::Backward:
-                a.advice.push_back({"backward", "Autograd backward holds " + share,
-                                    "Gradients and backward temporaries: try activation checkpointing "
-                                    "(torch.utils.checkpoint), a smaller micro-batch with gradient accumulation, "
-                                    "mixed precision, or zero_grad(set_to_none=True)."});
-                break;
-            case Phase::Forward:
-                a.advice.push_back({"forward", "The forward pass holds " + share,
-                                    "Mostly activations kept for backward: activation checkpointing "
-                                    "(torch.utils.checkpoint), a smaller batch or sequence, mixed precision "
-                                    "(torch.autocast), or torch.no_grad() where no backward follows."});
-                break;
-            case Phase::Other: break;
+                case Phase::Optimizer:
+                    a.advice.push_back(
+                        {"optimizer", "The optimizer step holds " + share,
+                         "Optimizer state (Adam keeps two tensors per parameter) was allocated under torch/optim: "
+                         "consider a lighter or 8-bit optimizer, foreach=False (fewer temporaries during "
+                         "the step), or sharding the state (ZeRO, FSDP)."});
+                    break;
+                case Phase::Backward:
+                    a.advice.push_back({"backward", "Autograd backward holds " + share,
+                                        "Gradients and backward temporaries: try activation checkpointing "
+                                        "(torch.utils.checkpoint), a smaller micro-batch with gradient accumulation, "
+                                        "mixed precision, or zero_grad(set_to_none=True)."});
+                    break;
+                case Phase::Forward:
+                    a.advice.push_back({"forward", "The forward pass holds " + share,
+                                        "Mostly activations kept for backward: activation checkpointing "
+                                        "(torch.utils.checkpoint), a smaller batch or sequence, mixed precision "
+                                        "(torch.autocast), or torch.no_grad() where no backward follows."});
+                    break;
+                case Phase::Other: break;
             }
         }
     }
@@ -283,12 +285,13 @@ Analysis analyze(const Report &r) {
         bool big = ref > 0 && largest * 8 >= ref;
         bool capped_below = c.workspace_cap_bytes && *c.workspace_cap_bytes <= suggestion;
         if ((big || failed_in_cudnn) && !capped_below && largest > suggestion) {
-            a.advice.push_back({"cudnn-workspace", "cuDNN asked for workspaces up to " + human_bytes(largest),
-                                std::string(failed_in_cudnn ? "The failed request was a cuDNN workspace. " : "") +
-                                    "Cap them with GPUGUARD_CUDNN_WORKSPACE_LIMIT=" + mib_spec(suggestion) +
-                                    ": cuDNN then picks algorithms that fit, usually a little slower" +
-                                    (c.workspace_cap_bytes ? " (the cap is now " + human_bytes(*c.workspace_cap_bytes) + ")"
-                                                           : "") + "."});
+            a.advice.push_back(
+                {"cudnn-workspace", "cuDNN asked for workspaces up to " + human_bytes(largest),
+                 std::string(failed_in_cudnn ? "The failed request was a cuDNN workspace. " : "") +
+                     "Cap them with GPUGUARD_CUDNN_WORKSPACE_LIMIT=" + mib_spec(suggestion) +
+                     ": cuDNN then picks algorithms that fit, usually a little slower" +
+                     (c.workspace_cap_bytes ? " (the cap is now " + human_bytes(*c.workspace_cap_bytes) + ")" : "") +
+                     "."});
         }
     }
     return a;
@@ -302,11 +305,12 @@ nlohmann::json to_json(const Analysis &a) {
     j["why"] = a.why;
     if (a.sibling)
         j["sibling"] = {{"pid", a.sibling->pid}, {"command", a.sibling->command}, {"bytes", a.sibling->bytes}};
-    else
-        j["sibling"] = nullptr;
+    else j["sibling"] = nullptr;
     j["caching_allocator_bytes"] = a.caching_allocator_bytes;
-    j["phase_bytes"] = {{"optimizer", a.phase_bytes[0]}, {"backward", a.phase_bytes[1]},
-                        {"forward", a.phase_bytes[2]}, {"other", a.phase_bytes[3]}};
+    j["phase_bytes"] = {{"optimizer", a.phase_bytes[0]},
+                        {"backward", a.phase_bytes[1]},
+                        {"forward", a.phase_bytes[2]},
+                        {"other", a.phase_bytes[3]}};
     j["failed_phase"] = a.failed_phase ? json(phase_name(*a.failed_phase)) : json(nullptr);
     json adv = json::array();
     for (const Advice &x : a.advice) adv.push_back({{"id", x.id}, {"title", x.title}, {"detail", x.detail}});

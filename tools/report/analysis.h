@@ -34,10 +34,10 @@ struct Holder {  // a process of the container's ledger that holds memory on the
 };
 
 struct Analysis {
-    std::string kind;      // "quota" | "physical" | "exit" | "request" | "signal" | "warn" | "unknown"
-    bool failure = false;  // a refused or failed allocation
-    std::string headline;  // "OUT OF MEMORY (quota): cudaMalloc of 512.00 MiB on device 0 was refused"
-    std::vector<std::string> why;  // the lines under the headline
+    std::string kind;               // "quota" | "physical" | "exit" | "request" | "signal" | "warn" | "unknown"
+    bool failure = false;           // a refused or failed allocation
+    std::string headline;           // "OUT OF MEMORY (quota): cudaMalloc of 512.00 MiB on device 0 was refused"
+    std::vector<std::string> why;   // the lines under the headline
     std::optional<Holder> sibling;  // another process holds most of the container's usage
     uint64_t caching_allocator_bytes = 0;
     uint64_t phase_bytes[4] = {0, 0, 0, 0};  // indexed by Phase

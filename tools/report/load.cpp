@@ -119,7 +119,8 @@ std::vector<StackBytes> read_stack_bytes(const json &list) {
         out.push_back(sb);
     }
     // The schema says largest first; sort anyway so a hand-edited file cannot mislead.
-    std::stable_sort(out.begin(), out.end(), [](const StackBytes &a, const StackBytes &b) { return a.bytes > b.bytes; });
+    std::stable_sort(out.begin(), out.end(),
+                     [](const StackBytes &a, const StackBytes &b) { return a.bytes > b.bytes; });
     return out;
 }
 
@@ -350,8 +351,8 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
         return false;
     }
     if (!schema->is_string() || schema->get<std::string>() != gg::schema::kName) {
-        err.message = name + ": not a gpuguard report (schema " + describe(*schema) + ", expected '" +
-                      gg::schema::kName + "')";
+        err.message =
+            name + ": not a gpuguard report (schema " + describe(*schema) + ", expected '" + gg::schema::kName + "')";
         return false;
     }
     auto version = d.find(key::version);

@@ -112,8 +112,7 @@ std::string frame_label(const Frame &f) {
 }
 
 std::string frame_key(const Frame &f) {
-    if (f.python)
-        return "py\x1f" + f.file + "\x1f" + f.function + "\x1f" + (f.line ? std::to_string(*f.line) : "");
+    if (f.python) return "py\x1f" + f.file + "\x1f" + f.function + "\x1f" + (f.line ? std::to_string(*f.line) : "");
     // Instruction pointers move with ASLR; a symbol, or module + offset, does not.
     return "c\x1f" + base_name(f.module) + "\x1f" + (f.symbol.empty() ? f.offset : f.symbol);
 }

@@ -4,8 +4,8 @@
 //   tools/report/render/folded.cpp      Brendan Gregg's folded stacks (flamegraph.pl, speedscope, inferno)
 //   tools/report/render/speedscope.cpp  speedscope's own file format
 //   tools/report/render/perfetto.cpp    Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
-//   tools/report/render/memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz)
-//   tools/report/render/diff.cpp        what grew between two reports
+//   tools/report/render/memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz,
+//   torch.cuda._memory_viz) tools/report/render/diff.cpp        what grew between two reports
 #pragma once
 
 #include "tools/report/analysis.h"

@@ -57,8 +57,8 @@ int probe_library(const std::string &lib);
 
 // ---- small helpers shared by the checks ----
 
-std::string version_text(int v);        // 13000 -> "13.0"
-std::string where(void *handle);        // the path a loaded library came from
+std::string version_text(int v);  // 13000 -> "13.0"
+std::string where(void *handle);  // the path a loaded library came from
 std::string trim(std::string s);
 std::string real_path(const std::string &p);
 template <typename F>

@@ -66,12 +66,10 @@ int cmd_doctor(int argc, char **argv) {
         c.section("command");
         if (lib.empty())
             c.line(kFail, "preload", "not tried: the library does not load (see above)", "see the library line above");
-        else
-            check_command(c, lib, cmd);
+        else check_command(c, lib, cmd);
     }
     printf("\n");
-    if (c.failed())
-        printf("%d check(s) failed, %d warning(s)\n", c.failed(), c.warned());
+    if (c.failed()) printf("%d check(s) failed, %d warning(s)\n", c.failed(), c.warned());
     else
         printf("everything gpuguard needs is in place%s\n",
                c.warned() ? (" (" + std::to_string(c.warned()) + " warning(s))").c_str() : "");

@@ -32,8 +32,7 @@ void check_nvml(Checks &c, std::vector<Gpu> &gpus) {
     char v[96] = "";
     if (version && version(v, sizeof v) == NVML_SUCCESS)
         c.line(kOk, "nvml", std::string("driver ") + v + " (" + where(h) + ")");
-    else
-        c.line(kWarn, "nvml", where(h) + ": no driver version");
+    else c.line(kWarn, "nvml", where(h) + ": no driver version");
     // The memory used on each GPU by every process, ours or not: what a quota cannot see.
     unsigned n = 0;
     if (count && handle && uuid && memory && count(&n) == NVML_SUCCESS) {
@@ -72,7 +71,8 @@ bool check_driver(Checks &c, std::vector<Gpu> &gpus) {
     if (!cu_uuid) cu_uuid = sym<decltype(&::cuDeviceGetUuid_v2)>(h, "cuDeviceGetUuid");
     auto cu_error = sym<decltype(&::cuGetErrorName)>(h, "cuGetErrorName");
     if (!cu_init || !cu_count || !cu_get) {
-        c.line(kFail, "driver", where(h) + " is not a CUDA driver (cuInit missing)", "install the NVIDIA driver's libcuda");
+        c.line(kFail, "driver", where(h) + " is not a CUDA driver (cuInit missing)",
+               "install the NVIDIA driver's libcuda");
         return false;
     }
     int version = 0;
@@ -105,7 +105,8 @@ bool check_driver(Checks &c, std::vector<Gpu> &gpus) {
         size_t total = 0;
         if (cu_total && cu_total(&total, dev) == CUDA_SUCCESS) g.total = total;
         CUuuid u{};
-        if (cu_uuid && cu_uuid(&u, dev) == CUDA_SUCCESS) g.uuid = gg::ledger::uuid_string(reinterpret_cast<uint8_t *>(u.bytes));
+        if (cu_uuid && cu_uuid(&u, dev) == CUDA_SUCCESS)
+            g.uuid = gg::ledger::uuid_string(reinterpret_cast<uint8_t *>(u.bytes));
         gpus.push_back(g);
     }
     check_nvml(c, gpus);
@@ -114,7 +115,8 @@ bool check_driver(Checks &c, std::vector<Gpu> &gpus) {
         if (g.nvml_used >= 0) t += ", " + gg::human_bytes((uint64_t)g.nvml_used) + " in use on the GPU (NVML)";
         c.line(kOk, "gpu " + std::to_string(g.ordinal), t);
     }
-    if (const char *v = settings::env("CUDA_VISIBLE_DEVICES")) c.line(kInfo, "visible", std::string("CUDA_VISIBLE_DEVICES=") + v);
+    if (const char *v = settings::env("CUDA_VISIBLE_DEVICES"))
+        c.line(kInfo, "visible", std::string("CUDA_VISIBLE_DEVICES=") + v);
     return true;
 }
 

@@ -88,12 +88,14 @@ void check_torch(Checks &c, bool driver_ok) {
         return;
     }
     std::string t = "torch " + r.value("torch", std::string("?")) + " (" + py + ")";
-    if (r.contains("cuda_build") && r["cuda_build"].is_string()) t += ", built for CUDA " + r["cuda_build"].get<std::string>();
+    if (r.contains("cuda_build") && r["cuda_build"].is_string())
+        t += ", built for CUDA " + r["cuda_build"].get<std::string>();
     else t += ", a CPU-only build";
     if (r.contains("cudnn") && r["cudnn"].is_number()) t += ", cuDNN " + cudnn_version_text(r["cudnn"].get<size_t>());
     bool available = r.value("cuda_available", false);
     if (available) {
-        c.line(kOk, "pytorch", t + ", torch.cuda available with " + std::to_string(r.value("devices", 0)) + " device(s)");
+        c.line(kOk, "pytorch",
+               t + ", torch.cuda available with " + std::to_string(r.value("devices", 0)) + " device(s)");
     } else if (driver_ok) {
         std::string why_not = r.contains("cuda_error") ? ": " + r["cuda_error"].get<std::string>() : "";
         c.line(kWarn, "pytorch", t + ", but torch.cuda is not available" + why_not);

@@ -87,7 +87,8 @@ std::string check_library(Checks &c) {
         return lib;
     }
     self[n] = '\0';
-    std::vector<std::string> env = gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
+    std::vector<std::string> env =
+        gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
     gg::tool::Finished f;
     if (!gg::tool::run_captured({self, "doctor", "--probe-library", lib}, &env, 30, true, &f, &why)) {
         c.line(kFail, "library", lib + ": " + why, "check the system's process limits");
@@ -106,23 +107,26 @@ std::string check_library(Checks &c) {
     }
     c.line(kOk, "library", lib + " loads as a preload");
     std::string beside = field(f.out, "unwind beside"), system = field(f.out, "unwind system");
-    if (beside == "ok")
-        c.line(kOk, "libunwind", "libunwind.so.8 beside the library loads");
+    if (beside == "ok") c.line(kOk, "libunwind", "libunwind.so.8 beside the library loads");
     else if (!beside.empty())
-        c.line(kWarn, "libunwind", "libunwind.so.8 beside the library does not load (" + beside +
-                                       "); the stacks the caching walker declines use libgcc's unwinder");
+        c.line(kWarn, "libunwind",
+               "libunwind.so.8 beside the library does not load (" + beside +
+                   "); the stacks the caching walker declines use libgcc's unwinder");
     else if (!system.empty() && system != "none")
         c.line(kOk, "libunwind", "not beside the library; the system's loads (" + system + ")");
     else
-        c.line(kWarn, "libunwind", "libunwind.so.8 is neither beside the library nor installed: the stacks the caching "
-                                   "walker declines use libgcc's unwinder (slower); install it beside libgpuguard.so");
+        c.line(kWarn, "libunwind",
+               "libunwind.so.8 is neither beside the library nor installed: the stacks the caching "
+               "walker declines use libgcc's unwinder (slower); install it beside libgpuguard.so");
     const char *pre = settings::env("LD_PRELOAD");
     if (pre && *pre) {
         std::string first = std::string(pre).substr(0, std::string(pre).find_first_of(" :"));
         bool ours = first.size() >= 14 && first.compare(first.size() - 14, 14, "libgpuguard.so") == 0;
-        c.line(kInfo, "LD_PRELOAD", std::string(pre) + (ours ? " (gpuguard first)" : " (gpuguard run puts the library first)"));
+        c.line(kInfo, "LD_PRELOAD",
+               std::string(pre) + (ours ? " (gpuguard first)" : " (gpuguard run puts the library first)"));
     } else {
-        c.line(kInfo, "LD_PRELOAD", "not set in this shell: programs here run unguarded unless started by gpuguard run");
+        c.line(kInfo, "LD_PRELOAD",
+               "not set in this shell: programs here run unguarded unless started by gpuguard run");
     }
     return lib;
 }
@@ -148,7 +152,8 @@ std::string program_kind(const std::string &path) {
     if (n < (ssize_t)sizeof(Elf64_Ehdr) || memcmp(buf, ELFMAG, SELFMAG) != 0) return "";
     if (buf[EI_CLASS] != ELFCLASS64) return "a 32-bit program, which a 64-bit library cannot be loaded into";
     const Elf64_Ehdr *eh = reinterpret_cast<const Elf64_Ehdr *>(buf);
-    if (eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > (uint64_t)n) return "";  // unusual layout: assume fine
+    if (eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > (uint64_t)n)
+        return "";  // unusual layout: assume fine
     for (int i = 0; i < eh->e_phnum; i++) {
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof(Elf64_Phdr), sizeof ph);
@@ -179,7 +184,8 @@ void check_command(Checks &c, const std::string &lib, char **cmd) {
     printf("  running %s with libgpuguard.so preloaded; its output follows\n", cmd[0]);
     fflush(stdout);
     fflush(stderr);
-    std::vector<std::string> env = gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
+    std::vector<std::string> env =
+        gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
     std::vector<char *> envp;
     for (auto &e : env) envp.push_back(const_cast<char *>(e.c_str()));
     envp.push_back(nullptr);
@@ -225,9 +231,10 @@ void check_command(Checks &c, const std::string &lib, char **cmd) {
                "start the program so that LD_PRELOAD reaches it (gpuguard run -- ...); a wrapper that resets the "
                "environment drops it");
     } else {
-        c.line(kWarn, "preload", std::string(cmd[0]) + " exited after " + std::to_string(ms) +
-                                     " ms, before its memory map could be read; give a command that runs a moment "
-                                     "(e.g. add a sleep)");
+        c.line(kWarn, "preload",
+               std::string(cmd[0]) + " exited after " + std::to_string(ms) +
+                   " ms, before its memory map could be read; give a command that runs a moment "
+                   "(e.g. add a sleep)");
     }
     c.line(kInfo, "command", std::string(cmd[0]) + " " + gg::tool::describe_status(status));
 }

@@ -19,12 +19,14 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
     std::string why;
     bool valid = !s.set_but_empty && (s.text.empty() || gg::parse_limit_spec(s.text, &spec, &why));
     if (!valid) {
-        c.line(kFail, "limit", s.source + "=" + s.text + (s.set_but_empty ? " is empty" : " is not valid: " + why) +
-                                   ": every device allocation is refused",
+        c.line(kFail, "limit",
+               s.source + "=" + s.text + (s.set_but_empty ? " is empty" : " is not valid: " + why) +
+                   ": every device allocation is refused",
                "set it to a size like 8GiB or a share like 50%, or unset it for no limit");
     } else if (s.text.empty()) {
-        c.line(kInfo, "limit", "none set: allocations are tracked and reported but not limited "
-                               "(GPUGUARD_MEM_LIMIT or gpuguard run --limit sets one)");
+        c.line(kInfo, "limit",
+               "none set: allocations are tracked and reported but not limited "
+               "(GPUGUARD_MEM_LIMIT or gpuguard run --limit sets one)");
     } else {
         std::string per;
         uint64_t smallest = UINT64_MAX;
@@ -36,9 +38,9 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
         }
         // A number without a unit is bytes: "8" is almost always a forgotten "GiB".
         if (smallest < (1u << 20))
-            c.line(kWarn, "limit", s.text + " from " + s.source + per + ": under 1 MiB, nothing will fit (a unit missing? 8GiB)");
-        else
-            c.line(kOk, "limit", s.text + " from " + s.source + per);
+            c.line(kWarn, "limit",
+                   s.text + " from " + s.source + per + ": under 1 MiB, nothing will fit (a unit missing? 8GiB)");
+        else c.line(kOk, "limit", s.text + " from " + s.source + per);
     }
 
     std::string path = settings::read_ledger_path(settings::process_env());
@@ -74,25 +76,25 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
     std::string theirs = l->limit_spec();
     c.line(kOk, "ledger",
            path + ": limit " + (theirs.empty() ? "none" : theirs) + ", " + std::to_string(l->devices().size()) +
-               " device(s), processes " + std::to_string(alive) + " alive, " + std::to_string(dead) + " dead not yet reclaimed, " +
-               std::to_string(reclaimed) + " reclaimed (gpuguard top shows them)");
+               " device(s), processes " + std::to_string(alive) + " alive, " + std::to_string(dead) +
+               " dead not yet reclaimed, " + std::to_string(reclaimed) + " reclaimed (gpuguard top shows them)");
     for (const auto &d : l->devices())
         c.line(kInfo, "  #" + std::to_string(d.index),
                d.name + " " + d.uuid + ": " + gg::human_bytes(d.used) + " used of " +
                    (d.limit == gg::ledger::kNoLimit ? std::string("no limit") : gg::human_bytes(d.limit)) + ", peak " +
                    gg::human_bytes(d.peak));
     if (valid && theirs != s.text && alive > 0)
-        c.line(kWarn, "ledger", "its limit '" + (theirs.empty() ? std::string("none") : theirs) + "' stands while " +
-                                    std::to_string(alive) + " process(es) use it; this environment's '" +
-                                    (s.text.empty() ? std::string("none") : s.text) + "' applies once they have exited");
+        c.line(kWarn, "ledger",
+               "its limit '" + (theirs.empty() ? std::string("none") : theirs) + "' stands while " +
+                   std::to_string(alive) + " process(es) use it; this environment's '" +
+                   (s.text.empty() ? std::string("none") : s.text) + "' applies once they have exited");
 }
 
 void check_reports(Checks &c) {
     const char *v = settings::value(settings::process_env(), settings::Id::kReportDir);
     std::string dir = v ? v : ".", why;
     std::string shown = v ? dir : "the working directory (" + gg::tool::absolute_path(".") + " here)";
-    if (gg::tool::dir_writable(dir, &why))
-        c.line(kOk, "reports", shown + " is writable");
+    if (gg::tool::dir_writable(dir, &why)) c.line(kOk, "reports", shown + " is writable");
     else
         c.line(kFail, "reports", "reports cannot be written: " + why,
                "create it or mount a writable volume there (gpuguard run --report-dir creates it)");

@@ -34,10 +34,8 @@ bool hami_limit(Variable &v, bool gpuguard_limit) {
     }
     Limit l;
     std::string why;
-    if (!v.value.empty() && !parse_limit(v.value, &l, &why))
-        v.problem = "not a valid limit: " + why;
-    else if (gpuguard_limit)
-        v.problem = "ignored: GPUGUARD_MEM_LIMIT is set and wins", v.warning = true;
+    if (!v.value.empty() && !parse_limit(v.value, &l, &why)) v.problem = "not a valid limit: " + why;
+    else if (gpuguard_limit) v.problem = "ignored: GPUGUARD_MEM_LIMIT is set and wins", v.warning = true;
     return true;
 }
 
@@ -56,7 +54,8 @@ std::vector<Variable> variables_in_effect() {
         if (const settings::Row *r = settings::find(v.name)) {
             // As in the shim, an empty variable is an unset one, except the limit.
             if (!v.value.empty() || r->id == Id::kMemLimit) v.problem = settings::problem(r->id, v.value);
-            if (!v.problem.empty() && r->type == settings::Type::kLimit) v.problem += " (the shim refuses every allocation)";
+            if (!v.problem.empty() && r->type == settings::Type::kLimit)
+                v.problem += " (the shim refuses every allocation)";
         } else if (!hami_limit(v, gpuguard_limit) && v.name != "CUDA_DEVICE_MEMORY_SHARED_CACHE") {
             v.problem = "not a variable gpuguard reads (a typo?)", v.warning = true;
         }
@@ -75,12 +74,9 @@ void check_variables(Checks &c) {
     }
     for (const auto &v : vars) {
         std::string t = v.name + "=" + v.value;
-        if (v.problem.empty())
-            c.line(kOk, "variable", t);
-        else if (v.warning)
-            c.line(kWarn, "variable", t + ": " + v.problem);
-        else
-            c.line(kFail, "variable", t + ": " + v.problem, "correct or unset " + v.name);
+        if (v.problem.empty()) c.line(kOk, "variable", t);
+        else if (v.warning) c.line(kWarn, "variable", t + ": " + v.problem);
+        else c.line(kFail, "variable", t + ": " + v.problem, "correct or unset " + v.name);
     }
 }
 

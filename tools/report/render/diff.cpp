@@ -92,11 +92,11 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
     Style st{opt.color};
     auto u = [](const json &v) { return v.is_number() ? v.get<uint64_t>() : 0; };
     const json &a = d["a"], &b = d["b"];
-    out << st.bold() << "gpuguard report diff" << st.reset() << st.dim() << "  " << a["file"].get<std::string>() << " → "
-        << b["file"].get<std::string>() << st.reset() << "\n\n";
+    out << st.bold() << "gpuguard report diff" << st.reset() << st.dim() << "  " << a["file"].get<std::string>()
+        << " → " << b["file"].get<std::string>() << st.reset() << "\n\n";
     auto line = [&](const char *name, const json &va, const json &vb, const json &delta) {
-        out << "  " << st.dim() << name << st.reset() << "  " << (va.is_number() ? human_bytes(u(va)) : "unknown") << " → "
-            << (vb.is_number() ? human_bytes(u(vb)) : "unknown");
+        out << "  " << st.dim() << name << st.reset() << "  " << (va.is_number() ? human_bytes(u(va)) : "unknown")
+            << " → " << (vb.is_number() ? human_bytes(u(vb)) : "unknown");
         if (delta.is_number()) {
             int64_t dv = delta.get<int64_t>();
             out << "  " << (dv > 0 ? st.red() : dv < 0 ? st.green() : "") << human_delta(dv) << st.reset();
@@ -111,9 +111,10 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
         int64_t dv = s["delta"].get<int64_t>();
         std::string status = s["status"].get<std::string>();
         out << "  " << (dv > 0 ? st.red() : st.green()) << human_delta(dv) << st.reset() << "  " << st.dim()
-            << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"]) << " → "
-            << u(s["count_after"]) << " allocations" << (status == "new" || status == "gone" ? ", " + status : "") << st.reset()
-            << "\n      " << s["where"].get<std::string>() << "\n";
+            << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"])
+            << " → " << u(s["count_after"]) << " allocations"
+            << (status == "new" || status == "gone" ? ", " + status : "") << st.reset() << "\n      "
+            << s["where"].get<std::string>() << "\n";
     };
     size_t grew = 0, shrank = 0, same = 0;
     for (const json &s : d["stacks"]) {
@@ -123,18 +124,20 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
         else ++same;
     }
     if (grew) {
-        out << st.bold() << "Grew" << st.reset() << st.dim() << "  " << grew << " stack" << (grew == 1 ? "" : "s") << ", largest growth first"
-            << st.reset() << "\n";
+        out << st.bold() << "Grew" << st.reset() << st.dim() << "  " << grew << " stack" << (grew == 1 ? "" : "s")
+            << ", largest growth first" << st.reset() << "\n";
         size_t n = 0;
         for (const json &s : d["stacks"])
             if (s["delta"].get<int64_t>() > 0 && n++ < opt.top) print_row(s);
-        if (grew > opt.top) out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
+        if (grew > opt.top)
+            out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
         out << "\n";
     } else {
         out << "No stack grew.\n\n";
     }
     if (shrank) {
-        out << st.bold() << "Shrank" << st.reset() << st.dim() << "  " << shrank << " stack" << (shrank == 1 ? "" : "s") << st.reset() << "\n";
+        out << st.bold() << "Shrank" << st.reset() << st.dim() << "  " << shrank << " stack" << (shrank == 1 ? "" : "s")
+            << st.reset() << "\n";
         std::vector<const json *> list;
         for (const json &s : d["stacks"])
             if (s["delta"].get<int64_t>() < 0) list.push_back(&s);

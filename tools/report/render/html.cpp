@@ -1,10 +1,9 @@
-// The HTML viewer: tools/report/web/report.html with tools/report/web/report.css and tools/report/web/report.js inlined and the data embedded
-// as JSON, so the page is one file that opens offline (no CDN, no fetch). The page's logic lives in
-// tools/report/web/report.js; this file only prepares the data it draws: the report itself, the analysis, and each
+// The HTML viewer: tools/report/web/report.html with tools/report/web/report.css and tools/report/web/report.js inlined
+// and the data embedded as JSON, so the page is one file that opens offline (no CDN, no fetch). The page's logic lives
+// in tools/report/web/report.js; this file only prepares the data it draws: the report itself, the analysis, and each
 // stack's frames already labelled (so the text summary and the page name frames the same way).
 #include "common/base/version.h"
 #include "tools/report/render.h"
-
 
 namespace gg::report {
 
@@ -13,8 +12,8 @@ namespace {
 std::string frame_kind(const Frame &f) {
     if (f.python) {
         bool library = f.file.find("site-packages/") != std::string::npos ||
-                       f.file.find("dist-packages/") != std::string::npos || f.file.find("/lib/python") != std::string::npos ||
-                       (!f.file.empty() && f.file[0] == '<');
+                       f.file.find("dist-packages/") != std::string::npos ||
+                       f.file.find("/lib/python") != std::string::npos || (!f.file.empty() && f.file[0] == '<');
         return library ? "pylib" : "python";
     }
     return is_plumbing(f) ? "plumbing" : "native";
@@ -74,11 +73,11 @@ std::string html_escape(const std::string &s) {
     std::string out;
     for (char c : s) {
         switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&quot;"; break;
-        default: out += c;
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            default: out += c;
         }
     }
     return out;

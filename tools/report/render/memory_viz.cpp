@@ -30,32 +30,32 @@ public:
 
     void value(const json &v) {
         switch (v.type()) {
-        case json::value_t::null: out += 'N'; break;
-        case json::value_t::boolean: out += v.get<bool>() ? '\x88' : '\x89'; break;
-        case json::value_t::number_unsigned: uint(v.get<uint64_t>()); break;
-        case json::value_t::number_integer: sint(v.get<int64_t>()); break;
-        case json::value_t::number_float: real(v.get<double>()); break;
-        case json::value_t::string: string(v.get_ref<const std::string &>()); break;
-        case json::value_t::array:
-            out += ']';  // EMPTY_LIST
-            if (!v.empty()) {
-                out += '(';  // MARK
-                for (const json &e : v) value(e);
-                out += 'e';  // APPENDS
-            }
-            break;
-        case json::value_t::object:
-            out += '}';  // EMPTY_DICT
-            if (!v.empty()) {
-                out += '(';
-                for (auto it = v.begin(); it != v.end(); ++it) {
-                    string(it.key());
-                    value(it.value());
+            case json::value_t::null: out += 'N'; break;
+            case json::value_t::boolean: out += v.get<bool>() ? '\x88' : '\x89'; break;
+            case json::value_t::number_unsigned: uint(v.get<uint64_t>()); break;
+            case json::value_t::number_integer: sint(v.get<int64_t>()); break;
+            case json::value_t::number_float: real(v.get<double>()); break;
+            case json::value_t::string: string(v.get_ref<const std::string &>()); break;
+            case json::value_t::array:
+                out += ']';  // EMPTY_LIST
+                if (!v.empty()) {
+                    out += '(';  // MARK
+                    for (const json &e : v) value(e);
+                    out += 'e';  // APPENDS
                 }
-                out += 'u';  // SETITEMS
-            }
-            break;
-        default: out += 'N'; break;  // binary, discarded: never produced here
+                break;
+            case json::value_t::object:
+                out += '}';  // EMPTY_DICT
+                if (!v.empty()) {
+                    out += '(';
+                    for (auto it = v.begin(); it != v.end(); ++it) {
+                        string(it.key());
+                        value(it.value());
+                    }
+                    out += 'u';  // SETITEMS
+                }
+                break;
+            default: out += 'N'; break;  // binary, discarded: never produced here
         }
     }
 
@@ -112,8 +112,7 @@ json frames_of(const Report &r, const std::string &stack_id) {
     const Stack *s = r.stack(stack_id);
     if (!s) return frames;
     for (const Frame &f : s->frames) {  // innermost first, like PyTorch's
-        if (f.python)
-            frames.push_back({{"filename", f.file}, {"line", f.line.value_or(0)}, {"name", f.function}});
+        if (f.python) frames.push_back({{"filename", f.file}, {"line", f.line.value_or(0)}, {"name", f.function}});
         else if (!(base_name(f.module).rfind("libgpuguard", 0) == 0))
             frames.push_back({{"filename", f.module},
                               {"line", 0},
@@ -128,8 +127,11 @@ uint64_t parse_address(const std::string &s) {
 }
 
 json segment(int device, uint64_t address, uint64_t size, json frames) {
-    json block = {{"address", address},     {"size", size},       {"requested_size", size},
-                  {"state", "active_allocated"}, {"frames", frames}};
+    json block = {{"address", address},
+                  {"size", size},
+                  {"requested_size", size},
+                  {"state", "active_allocated"},
+                  {"frames", frames}};
     return {{"device", device},
             {"address", address},
             {"total_size", size},
@@ -168,7 +170,8 @@ std::string render_memory_viz(const Report &r) {
         frames.insert(frames.begin(),
                       json{{"filename", "gpuguard"},
                            {"line", 0},
-                           {"name", "[" + human_bytes(rest) + " in allocations of this stack that the report does not list one by one (" +
+                           {"name", "[" + human_bytes(rest) +
+                                        " in allocations of this stack that the report does not list one by one (" +
                                         std::to_string(n) + " allocations in all); address made up]"}});
         segments.push_back(segment(default_device, fake, rest, frames));
         fake += (rest + (2u << 20) - 1) / (2u << 20) * (2u << 20);
@@ -186,9 +189,13 @@ std::string render_memory_viz(const Report &r) {
             free = r.device_free.value_or(0);
         }
         double time_us = r.time_unix_ns ? static_cast<double>(*r.time_unix_ns) / 1000.0 : 0.0;
-        traces[static_cast<size_t>(std::max(default_device, 0))].push_back(
-            {{"action", "oom"}, {"addr", 0}, {"size", *r.failed->bytes}, {"stream", 0},
-             {"device_free", free}, {"time_us", static_cast<int64_t>(time_us)}, {"frames", frames_of(r, r.failed->stack)}});
+        traces[static_cast<size_t>(std::max(default_device, 0))].push_back({{"action", "oom"},
+                                                                            {"addr", 0},
+                                                                            {"size", *r.failed->bytes},
+                                                                            {"stream", 0},
+                                                                            {"device_free", free},
+                                                                            {"time_us", static_cast<int64_t>(time_us)},
+                                                                            {"frames", frames_of(r, r.failed->stack)}});
     }
 
     json snapshot = {{"segments", segments}, {"device_traces", traces}};

@@ -5,7 +5,6 @@
 #include "common/base/version.h"
 #include "tools/report/render.h"
 
-
 namespace gg::report {
 
 json render_perfetto(const Report &r, const Analysis &a) {
@@ -20,25 +19,43 @@ json render_perfetto(const Report &r, const Analysis &a) {
     };
 
     json ev = json::array();
-    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", pid},
+    ev.push_back({{"ph", "M"},
+                  {"name", "process_name"},
+                  {"pid", pid},
+                  {"tid", pid},
                   {"args", {{"name", who + " (GPU memory, gpuguard)"}}}});
     const char *track = "GPU memory (live bytes)";
     for (const auto &[t, bytes] : r.timeline)
-        ev.push_back({{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", us(t)}, {"args", {{"bytes", bytes}}}});
+        ev.push_back(
+            {{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", us(t)}, {"args", {{"bytes", bytes}}}});
     double end = at(r.time_unix_ns);
     // Carry the track to the report's moment, so the failure sits at the end of a visible line.
     if (!r.timeline.empty() && end > us(r.timeline.back().first))
-        ev.push_back({{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", end},
+        ev.push_back({{"ph", "C"},
+                      {"name", track},
+                      {"pid", pid},
+                      {"tid", pid},
+                      {"ts", end},
                       {"args", {{"bytes", r.live_bytes()}}}});
     if (r.limit_bytes) {
         double start = r.timeline.empty() ? 0.0 : us(r.timeline.front().first);
         for (double ts : {start, std::max(start, end)})
-            ev.push_back({{"ph", "C"}, {"name", "GPU memory limit"}, {"pid", pid}, {"tid", pid}, {"ts", ts},
+            ev.push_back({{"ph", "C"},
+                          {"name", "GPU memory limit"},
+                          {"pid", pid},
+                          {"tid", pid},
+                          {"ts", ts},
                           {"args", {{"bytes", *r.limit_bytes}}}});
     }
     if (Bytes pk = r.peak(); pk && r.peak_time_unix_ns)
-        ev.push_back({{"ph", "i"}, {"s", "p"}, {"name", "peak " + human_bytes(*pk)}, {"cat", "gpuguard"}, {"pid", pid},
-                      {"tid", pid}, {"ts", at(r.peak_time_unix_ns)}, {"args", {{"bytes", *pk}}}});
+        ev.push_back({{"ph", "i"},
+                      {"s", "p"},
+                      {"name", "peak " + human_bytes(*pk)},
+                      {"cat", "gpuguard"},
+                      {"pid", pid},
+                      {"tid", pid},
+                      {"ts", at(r.peak_time_unix_ns)},
+                      {"args", {{"bytes", *pk}}}});
 
     json args = {{"reason", r.reason}, {"summary", a.headline}};
     if (!r.message.empty()) args["message"] = r.message;
@@ -51,10 +68,19 @@ json render_perfetto(const Report &r, const Analysis &a) {
     }
     args["live_bytes"] = r.live_bytes();
     if (r.limit_bytes) args["limit_bytes"] = *r.limit_bytes;
-    ev.push_back({{"ph", "i"}, {"s", a.failure ? "g" : "p"}, {"name", a.failure ? "OOM: " + a.headline : a.headline},
-                  {"cat", "gpuguard"}, {"pid", pid}, {"tid", tid}, {"ts", end}, {"args", args}});
+    ev.push_back({{"ph", "i"},
+                  {"s", a.failure ? "g" : "p"},
+                  {"name", a.failure ? "OOM: " + a.headline : a.headline},
+                  {"cat", "gpuguard"},
+                  {"pid", pid},
+                  {"tid", tid},
+                  {"ts", end},
+                  {"args", args}});
     if (r.failed && r.failed->thread)
-        ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
+        ev.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", tid},
                       {"args", {{"name", "thread " + std::to_string(tid) + " (failed request)"}}}});
 
     return {{"traceEvents", ev},

@@ -4,7 +4,6 @@
 #include "common/base/version.h"
 #include "tools/report/render.h"
 
-
 #include <unordered_map>
 
 namespace gg::report {
@@ -50,7 +49,7 @@ json profile(const Report &r, const std::vector<StackBytes> &list, const std::st
         weights.push_back(sb.bytes);
         total += sb.bytes;
     }
-    return {{"type", "sampled"}, {"name", name},   {"unit", "bytes"},      {"startValue", 0},
+    return {{"type", "sampled"}, {"name", name},       {"unit", "bytes"},   {"startValue", 0},
             {"endValue", total}, {"samples", samples}, {"weights", weights}};
 }
 

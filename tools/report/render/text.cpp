@@ -23,15 +23,15 @@ constexpr size_t kWidth = 100;
 
 const char *cuda_result_name(int64_t r) {
     switch (r) {
-    case 0: return "CUDA_SUCCESS";
-    case 1: return "CUDA_ERROR_INVALID_VALUE";
-    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
-    case 4: return "CUDA_ERROR_DEINITIALIZED";
-    case 101: return "CUDA_ERROR_INVALID_DEVICE";
-    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
-    case 999: return "CUDA_ERROR_UNKNOWN";
-    default: return nullptr;
+        case 0: return "CUDA_SUCCESS";
+        case 1: return "CUDA_ERROR_INVALID_VALUE";
+        case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+        case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+        case 4: return "CUDA_ERROR_DEINITIALIZED";
+        case 101: return "CUDA_ERROR_INVALID_DEVICE";
+        case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+        case 999: return "CUDA_ERROR_UNKNOWN";
+        default: return nullptr;
     }
 }
 
@@ -76,15 +76,18 @@ void print_frames(std::ostream &out, const Style &st, const Stack &s) {
     }
     const size_t kPy = 8, kNative = 4;
     for (size_t i = 0; i < py.size() && i < kPy; ++i)
-        out << "    " << st.dim() << (i == 0 ? "python " : "       ") << st.reset() << ' '
-            << (i == 0 ? st.bold() : "") << clip(frame_label(*py[i]), kWidth - 12) << st.reset() << "\n";
-    if (py.size() > kPy) out << "            " << st.dim() << "… " << py.size() - kPy << " outer Python frames" << st.reset() << "\n";
+        out << "    " << st.dim() << (i == 0 ? "python " : "       ") << st.reset() << ' ' << (i == 0 ? st.bold() : "")
+            << clip(frame_label(*py[i]), kWidth - 12) << st.reset() << "\n";
+    if (py.size() > kPy)
+        out << "            " << st.dim() << "… " << py.size() - kPy << " outer Python frames" << st.reset() << "\n";
     for (size_t i = 0; i < native.size() && i < kNative; ++i)
         out << "    " << st.dim() << (i == 0 ? "native " : "       ") << ' '
             << clip(frame_label(*native[i]), kWidth - 12) << st.reset() << "\n";
     if (native.size() > kNative)
-        out << "            " << st.dim() << "… " << native.size() - kNative << " more native frames" << st.reset() << "\n";
-    if (py.empty() && native.empty()) out << "    " << st.dim() << "(no frames outside the CUDA libraries)" << st.reset() << "\n";
+        out << "            " << st.dim() << "… " << native.size() - kNative << " more native frames" << st.reset()
+            << "\n";
+    if (py.empty() && native.empty())
+        out << "    " << st.dim() << "(no frames outside the CUDA libraries)" << st.reset() << "\n";
 }
 
 // "best ← caller" into its two halves (the caller is "" when where_label gave none).
@@ -156,24 +159,30 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
     if (r.limit_bytes) {
         std::string src = r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
         row("limit", human_bytes(*r.limit_bytes),
-            st.dim() + std::string(r.limit_scope.empty() ? "" : r.limit_scope) + (src.empty() ? "" : "  " + src) + st.reset());
+            st.dim() + std::string(r.limit_scope.empty() ? "" : r.limit_scope) + (src.empty() ? "" : "  " + src) +
+                st.reset());
     } else {
         row("limit", "none", st.dim() + std::string("no quota on this device") + st.reset());
     }
     if (r.container_bytes && (r.has_ledger || *r.container_bytes != live))
         row("container", human_bytes(*r.container_bytes),
-            scale ? text_bar(*r.container_bytes, scale, 20) + " " + std::to_string(percent(*r.container_bytes, scale)) + "%" : "");
+            scale ? text_bar(*r.container_bytes, scale, 20) + " " + std::to_string(percent(*r.container_bytes, scale)) +
+                        "%"
+                  : "");
     row("process", human_bytes(live),
         (scale ? text_bar(live, scale, 20) + " " + std::to_string(percent(live, scale)) + "%  " : "") + st.dim() +
-            (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) + st.reset());
+            (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) +
+            st.reset());
     if (Bytes pk = r.peak()) {
         std::string when;
         // A peak time of 0 means "never": a process that has held nothing has no peak moment.
         if (r.peak_time_unix_ns && *r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns)
-            when = *r.time_unix_ns - *r.peak_time_unix_ns < 1000000 ? "at the report"
-                                                                     : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
-        row("peak", human_bytes(*pk), (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") +
-                                          st.dim() + when + st.reset());
+            when = *r.time_unix_ns - *r.peak_time_unix_ns < 1000000
+                       ? "at the report"
+                       : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
+        row("peak", human_bytes(*pk),
+            (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") + st.dim() +
+                when + st.reset());
     }
     if (r.failed && r.failed->bytes)
         row("request", human_bytes(*r.failed->bytes),
@@ -182,7 +191,8 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         std::string dev = r.device_name.empty() ? "device" : r.device_name;
         if (r.device_ordinal) dev += " #" + std::to_string(*r.device_ordinal);
         row("device", human_bytes(*r.device_total),
-            st.dim() + dev + (r.device_free ? ", " + human_bytes(*r.device_free) + " free" : std::string()) + st.reset());
+            st.dim() + dev + (r.device_free ? ", " + human_bytes(*r.device_free) + " free" : std::string()) +
+                st.reset());
     }
     uint64_t spark_max = 0;
     std::string spark = sparkline(r, 48, spark_max);
@@ -223,19 +233,21 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
             total += sb.bytes;
             count += sb.count;
         }
-        out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live bytes by stack: " << human_bytes(total) << " in "
-            << count << " allocation" << (count == 1 ? "" : "s") << ", " << r.by_stack.size() << " stack"
+        out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live bytes by stack: " << human_bytes(total)
+            << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", " << r.by_stack.size() << " stack"
             << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
         size_t shown = std::min(opt.top, r.by_stack.size());
         for (size_t i = 0; i < shown; ++i) {
             const StackBytes &sb = r.by_stack[i];
             std::string tag = phase_tag(r, sb.stack);
             auto [best, caller] = split_where(where_label(r, sb.stack));
-            out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' ' << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4)
-                << ' ' << st.cyan() << text_bar(sb.bytes, r.by_stack.front().bytes, 10) << st.reset() << ' '
+            out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
+                << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
+                << text_bar(sb.bytes, r.by_stack.front().bytes, 10) << st.reset() << ' '
                 << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
                 << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
-            if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
+            if (!caller.empty())
+                out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
         }
         if (r.by_stack.size() > shown) {
             uint64_t rest = 0;
@@ -248,7 +260,8 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
 
     // ---- the peak ----
     if (!r.peak_by_stack.empty() && r.peak()) {
-        out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset() << "\n";
+        out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset()
+            << "\n";
         for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
             out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
                 << clip(where_label(r, r.peak_by_stack[i].stack), 84) << "\n";
@@ -262,12 +275,13 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
             << human_bytes(c.largest_workspace_requested_bytes) << st.dim() << " · cap "
             << (c.workspace_cap_bytes ? human_bytes(*c.workspace_cap_bytes) : std::string("off")) << " · in use "
             << human_bytes(c.workspace_in_use_bytes);
-        if (c.workspace_cap_bytes && c.plans_rejected) out << " · " << *c.plans_rejected << " plans rejected by the cap";
+        if (c.workspace_cap_bytes && c.plans_rejected)
+            out << " · " << *c.plans_rejected << " plans rejected by the cap";
         out << st.reset() << "\n";
         for (size_t i = 0; i < c.requests_by_stack.size() && i < 3; ++i) {
             const CudnnStack &cs = c.requests_by_stack[i];
-            out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  " << pad_left(std::to_string(cs.count) + "×", 6)
-                << "  " << clip(where_label(r, cs.stack), 76) << "\n";
+            out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  "
+                << pad_left(std::to_string(cs.count) + "×", 6) << "  " << clip(where_label(r, cs.stack), 76) << "\n";
         }
         out << "\n";
     }
@@ -279,8 +293,9 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         out << st.bold() << "Container processes" << st.reset() << st.dim() << "  " << human_bytes(total) << " held"
             << (r.ledger_path.empty() ? "" : ", ledger " + r.ledger_path) << st.reset() << "\n";
         for (const LedgerProcess &p : r.ledger_processes) {
-            out << "  " << pad_left(human_bytes(p.bytes), 11) << ' ' << pad_left(std::to_string(percent(p.bytes, total)) + "%", 4)
-                << "  pid " << pad_right(std::to_string(p.pid), 8) << clip(p.command, 50) << st.dim()
+            out << "  " << pad_left(human_bytes(p.bytes), 11) << ' '
+                << pad_left(std::to_string(percent(p.bytes, total)) + "%", 4) << "  pid "
+                << pad_right(std::to_string(p.pid), 8) << clip(p.command, 50) << st.dim()
                 << (p.self ? "  (this process)" : "") << (p.alive ? "" : "  (exited)") << st.reset() << "\n";
         }
         out << "\n";
