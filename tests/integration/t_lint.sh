@@ -19,3 +19,17 @@ no_citations_outside_the_repository() {
   expect_eq "$hits" "" "citations of FACTS.md or DESIGN.md"
 }
 check "no citation of FACTS.md or DESIGN.md (the facts are in docs/)" no_citations_outside_the_repository
+
+# The format is the checked-in .clang-format's (applied to the whole tree once): a change that
+# breaks it shows here rather than as noise in the next person's diff.
+formatted() {
+  local files
+  files=$(cd "$ROOT" && git ls-files '*.cpp' '*.h' '*.c' | grep -v '^tests/fuzz/corpus')
+  (cd "$ROOT" && clang-format --dry-run --Werror $files) 2>&1 | head -20
+  return "${PIPESTATUS[0]}"
+}
+if command -v clang-format >/dev/null; then
+  check "every C and C++ file is formatted as .clang-format says" formatted
+else
+  skip "every C and C++ file is formatted as .clang-format says" "no clang-format on this machine"
+fi
