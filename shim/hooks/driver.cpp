@@ -4,6 +4,7 @@
 #include "shim/hooks/hook_table.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
+#include "shim/torch/view.h"
 
 using namespace gg;
 using gg::guard::DriverCall;
@@ -186,6 +187,19 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *hand
 
 GG_EXPORT GG_HOT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return release(KeyKind::kHandle, handle, [&] { return real_call(R().cuMemRelease, handle); });
+}
+
+GG_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                    unsigned long long flags) {
+    CUresult r = real_call(R().cuMemMap, ptr, size, offset, handle, flags);
+    if (r == CUDA_SUCCESS && torch::active()) torch::on_mapping(true, ptr, size);
+    return r;
+}
+
+GG_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    CUresult r = real_call(R().cuMemUnmap, ptr, size);
+    if (r == CUDA_SUCCESS && torch::active()) torch::on_mapping(false, ptr, size);
+    return r;
 }
 
 // ---- Arrays ----

@@ -21,6 +21,16 @@ std::mutex g_mu;
 uint64_t g_last_failure_ns = 0;
 int g_id = 0;
 
+// The current episode's report, so that PyTorch's own view of the out-of-memory, which comes after
+// the failed driver calls (shim/torch/view.h), can be written into it.
+struct Written {
+    int id = 0;
+    std::string path, message;
+    report::Reason reason = report::Reason::kQuota;
+    report::Failure failure{};
+};
+Written g_written;
+
 std::string describe(const Request &r, const DeviceInfo *dev) {
     std::string what =
         std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
@@ -68,9 +78,55 @@ void failed(const Request &r, int skip_frames) {
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
-    std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom,
-                                     message, &f, r.ordinal);
+    report::Reason reason = r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom;
+    std::string path = report::write(reason, message, &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!path.empty() && id == g_id) g_written = {id, path, message, reason, f};
+}
+
+void allocator_out_of_memory(int ordinal, uint64_t requested) {
+    Written w;
+    bool rewrite = false;
+    int id = 0;
+    uint64_t first_unix_ns = 0;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        uint64_t now = mono_ns();
+        bool within = g_id != 0 && now - g_last_failure_ns <= kEpisodeGapNs;
+        g_last_failure_ns = now;
+        if (within) {
+            // The driver failures of this out-of-memory wrote the episode's report: it gets PyTorch's
+            // view too (nothing when no report was written: GPUGUARD_MAX_REPORTS).
+            if (g_written.id != g_id || g_written.path.empty()) return;
+            w = g_written;
+            rewrite = true;
+        } else {
+            id = ++g_id;
+            first_unix_ns = unix_ns();
+            report::begin_episode(id, first_unix_ns);
+        }
+    }
+    const DeviceInfo *dev = device_info(ordinal);
+    std::string name = dev && dev->name[0] ? std::string(" (") + dev->name + ")" : "";
+    if (rewrite) {
+        std::string message =
+            w.message + "; PyTorch then raised OutOfMemoryError for a request of " + human_bytes(requested);
+        report::rewrite(w.path, w.reason, message, &w.failure, w.failure.ordinal);
+        return;
+    }
+    // c10 refused without a driver call failing: its own limit (a memory fraction).
+    stacks::StackId stack = state().cfg->stack_depth > 0 ? stacks::capture(1) : 0;
+    std::string message = "PyTorch's caching allocator refused " + human_bytes(requested) + " on device " +
+                          std::to_string(ordinal) + name +
+                          " without asking the driver (its own limit: torch.cuda.set_per_process_memory_fraction)";
+    Api api = Api::_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE;
+    report::Failure f{api,   api, requested,     ordinal,    (int)CUDA_ERROR_OUT_OF_MEMORY,
+                      stack, id,  first_unix_ns, thread_id()};
+    std::string path = report::write(report::Reason::kAllocatorOom, message, &f, ordinal);
+    log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!path.empty() && id == g_id) g_written = {id, path, message, report::Reason::kAllocatorOom, f};
 }
 
 void lock_for_fork() { g_mu.lock(); }
@@ -79,6 +135,7 @@ void reset_after_fork() {
     // The child is a process of its own: its first failure starts its own episode and report.
     g_id = 0;
     g_last_failure_ns = 0;
+    g_written = Written();
 }
 
 void warn(int ordinal, uint64_t used, uint64_t limit) {

@@ -65,6 +65,7 @@ std::atomic<const RealDriver *> g_driver{nullptr};
 // Constant-initialised tables (shim/resolve/real.h, Lazy): usable by a hook before any constructor.
 RealRuntime g_real_runtime;
 RealNvml g_real_nvml;
+RealTorch g_real_torch;
 
 GG_DLSYM_PATH void *(*find_real_dlsym_fn())(void *, const char *) { return find_real_dlsym(); }
 
@@ -110,6 +111,12 @@ void *real_runtime_fn(const char *symbol) {
 }
 
 // real_cudnn_fn lives in shim/cudnn/resolve.cpp: cuDNN's dispatcher needs more than RTLD_NEXT.
+
+void *real_torch_fn(const char *symbol) {
+    // Python loads torch's libraries RTLD_LOCAL, out of RTLD_NEXT's sight in some builds.
+    void *p = real_dlsym(RTLD_NEXT, symbol);
+    return p ? p : find_in_loaded("libc10.so", symbol);
+}
 
 void *real_nvml_fn(const char *symbol) {
     void *p = real_dlsym(RTLD_NEXT, symbol);

@@ -68,10 +68,19 @@ struct RealNvml {
 extern RealNvml g_real_nvml;
 inline RealNvml &real_nvml() { return g_real_nvml; }
 
+// c10's functions where the program loaded libc10.so.
+struct RealTorch {
+#define TORCH_HOOK(symbol, name) Lazy<decltype(&::symbol)> symbol{#symbol};
+#include "shim/hooks/hooks.def"
+};
+extern RealTorch g_real_torch;
+inline RealTorch &real_torch() { return g_real_torch; }
+
 // The finders the Lazy tables use: the next definition after the shim (RTLD_NEXT), else one in a
 // loaded library whose path contains "libcudart" / "libnvidia-ml".
 void *real_runtime_fn(const char *symbol);
 void *real_nvml_fn(const char *symbol);
+void *real_torch_fn(const char *symbol);
 
 // cuDNN's entry point for `symbol` where the program loaded it (shim/cudnn/resolve.h says why not
 // RTLD_NEXT alone); the hooks themselves call the sub-library's definition.
