@@ -148,6 +148,7 @@ constexpr const char dropped[] = "dropped";
 constexpr const char rows[] = "rows";
 constexpr const char columns[] = "columns";
 constexpr const char peak_by_stack[] = "peak_by_stack";
+constexpr const char refusals_recovered[] = "refusals_recovered";
 }  // namespace key
 
 }  // namespace gg::schema

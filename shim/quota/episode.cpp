@@ -1,5 +1,7 @@
 #include "shim/quota/episode.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "shim/quota/device.h"
 #include "shim/report/report.h"
 #include "shim/stacks/stacks.h"
+#include "shim/torch/view.h"
 #include "shim/track/tracker.h"
 
 namespace gg::episode {
@@ -30,6 +33,24 @@ struct Written {
     report::Failure failure{};
 };
 Written g_written;
+
+// A refusal inside PyTorch's caching allocator, whose report waits for PyTorch's verdict: its
+// allocator frees its cache and retries after a failed driver call, so a refusal it recovers from is
+// no out-of-memory of the program (a generate() loop recovered from dozens, and their reports hid the
+// one that mattered behind GPUGUARD_MAX_REPORTS: seen on the H200). c10's out-of-memory report writes
+// it (allocator_out_of_memory), c10's next block drops it (allocator_recovered), and an exit before
+// either writes it.
+struct Pending {
+    int id = 0;
+    report::Reason reason = report::Reason::kQuota;
+    std::string message;
+    report::Failure failure{};
+};
+Pending g_pending;
+std::atomic<bool> g_has_pending{false};
+std::atomic<uint64_t> g_recovered{0};
+
+void write_pending_at_exit();
 
 std::string describe(const Request &r, const DeviceInfo *dev) {
     std::string what =
@@ -79,6 +100,15 @@ void failed(const Request &r, int skip_frames) {
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
     report::Reason reason = r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom;
+    if (torch::inside_allocator(stack)) {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (id != g_id) return;  // another episode began meanwhile
+        static std::atomic<bool> exit_handler{false};
+        if (!exit_handler.exchange(true)) atexit(write_pending_at_exit);
+        g_pending = {id, reason, message, f};
+        g_has_pending.store(true, std::memory_order_release);
+        return;
+    }
     std::string path = report::write(reason, message, &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
     std::lock_guard<std::mutex> lock(g_mu);
@@ -87,6 +117,7 @@ void failed(const Request &r, int skip_frames) {
 
 void allocator_out_of_memory(int ordinal, uint64_t requested) {
     Written w;
+    Pending p;
     bool rewrite = false;
     int id = 0;
     uint64_t first_unix_ns = 0;
@@ -95,7 +126,12 @@ void allocator_out_of_memory(int ordinal, uint64_t requested) {
         uint64_t now = mono_ns();
         bool within = g_id != 0 && now - g_last_failure_ns <= kEpisodeGapNs;
         g_last_failure_ns = now;
-        if (within) {
+        if (g_has_pending.load(std::memory_order_relaxed) && g_pending.id == g_id) {
+            // The refusal PyTorch did not recover from: its report, with PyTorch's view.
+            p = g_pending;
+            g_pending = Pending();
+            g_has_pending.store(false, std::memory_order_relaxed);
+        } else if (within) {
             // The driver failures of this out-of-memory wrote the episode's report: it gets PyTorch's
             // view too (nothing when no report was written: GPUGUARD_MAX_REPORTS).
             if (g_written.id != g_id || g_written.path.empty()) return;
@@ -109,6 +145,15 @@ void allocator_out_of_memory(int ordinal, uint64_t requested) {
     }
     const DeviceInfo *dev = device_info(ordinal);
     std::string name = dev && dev->name[0] ? std::string(" (") + dev->name + ")" : "";
+    std::string asked = "; PyTorch then raised OutOfMemoryError for a request of " + human_bytes(requested);
+    if (p.id) {
+        std::string message = p.message + asked;
+        std::string path = report::write(p.reason, message, &p.failure, p.failure.ordinal);
+        log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!path.empty() && p.id == g_id) g_written = {p.id, path, message, p.reason, p.failure};
+        return;
+    }
     if (rewrite) {
         std::string message =
             w.message + "; PyTorch then raised OutOfMemoryError for a request of " + human_bytes(requested);
@@ -129,6 +174,35 @@ void allocator_out_of_memory(int ordinal, uint64_t requested) {
     if (!path.empty() && id == g_id) g_written = {id, path, message, report::Reason::kAllocatorOom, f};
 }
 
+void allocator_recovered() {
+    if (!g_has_pending.load(std::memory_order_acquire)) return;  // the common case: one load
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_has_pending.load(std::memory_order_relaxed)) return;
+    g_pending = Pending();
+    g_has_pending.store(false, std::memory_order_relaxed);
+    g_last_failure_ns = 0;  // the episode is over: a refusal after this one is news
+    g_recovered.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t refusals_recovered() { return g_recovered.load(std::memory_order_relaxed); }
+
+namespace {
+
+void write_pending_at_exit() {
+    Pending p;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!g_has_pending.load(std::memory_order_relaxed)) return;
+        p = g_pending;
+        g_pending = Pending();
+        g_has_pending.store(false, std::memory_order_relaxed);
+    }
+    std::string path = report::write(p.reason, p.message, &p.failure, p.failure.ordinal);
+    log_error("%s%s%s", p.message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+}
+
+}  // namespace
+
 void lock_for_fork() { g_mu.lock(); }
 void unlock_after_fork() { g_mu.unlock(); }
 void reset_after_fork() {
@@ -136,6 +210,9 @@ void reset_after_fork() {
     g_id = 0;
     g_last_failure_ns = 0;
     g_written = Written();
+    g_pending = Pending();
+    g_has_pending = false;
+    g_recovered = 0;
 }
 
 void warn(int ordinal, uint64_t used, uint64_t limit) {

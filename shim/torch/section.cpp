@@ -16,6 +16,7 @@
 #include "common/settings/settings.h"
 #include "shim/base/clock.h"
 #include "shim/core/state.h"
+#include "shim/quota/episode.h"
 #include "shim/report/report.h"
 #include "shim/torch/events.h"
 #include "shim/torch/view.h"
@@ -73,6 +74,7 @@ void section(json &r) {
     t[key::reserved_bytes] = tot.reserved;
     t[key::peak_allocated_bytes] = tot.peak_allocated;
     t[key::peak_reserved_bytes] = tot.peak_reserved;
+    t[key::refusals_recovered] = episode::refusals_recovered();  // refusals PyTorch freed its cache for
 
     // The live blocks, largest first, each with the stack that allocated it.
     uint64_t now = mono_ns();

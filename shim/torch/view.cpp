@@ -1,6 +1,10 @@
 #include "shim/torch/view.h"
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <atomic>
+#include <cstring>
 #include <map>
 
 #include "common/base/atomic_max.h"
@@ -99,6 +103,7 @@ __attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t all
         const Config &c = *s.cfg;
         if (c.stack_depth > 0 && a.bytes >= c.stack_min_bytes) a.stack = stacks::capture(kSkipFrames);
         blocks().insert(KeyKind::kPointer, ptr, a);  // false (no host memory for the table): untracked
+        episode::allocator_recovered();              // a refusal before this block was not the program's OOM
     } else {
         Allocation a;
         blocks().take(KeyKind::kPointer, ptr, &a, now);  // false: a block from before the shim saw c10
@@ -134,6 +139,30 @@ void on_mapping(bool mapped, uint64_t address, uint64_t bytes) {
     auto &ranges = mappings_table().ranges;
     if (mapped) ranges[address] = bytes;
     else ranges.erase(address);
+}
+
+bool inside_allocator(stacks::StackId stack) {
+    if (!active() || !stack) return false;
+    // libc10_cuda.so's mapped ranges, looked up on this cold path (a failure) each time: a library
+    // can be loaded or moved, and failures are few.
+    struct Ranges {
+        std::vector<std::pair<uintptr_t, uintptr_t>> r;
+    } ranges;
+    dl_iterate_phdr(
+        [](dl_phdr_info *info, size_t, void *data) -> int {
+            if (!info->dlpi_name || !strstr(info->dlpi_name, "libc10_cuda.so")) return 0;
+            auto *out = static_cast<Ranges *>(data);
+            for (int i = 0; i < info->dlpi_phnum; i++)
+                if (info->dlpi_phdr[i].p_type == PT_LOAD)
+                    out->r.push_back({info->dlpi_addr + info->dlpi_phdr[i].p_vaddr,
+                                      info->dlpi_addr + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz});
+            return 1;
+        },
+        &ranges);
+    for (uintptr_t ip : stacks::native_frames(stack))
+        for (const auto &[lo, hi] : ranges.r)
+            if (ip > lo && ip <= hi) return true;  // a return address: the call is just before it
+    return false;
 }
 
 Totals totals(int device) {

@@ -39,6 +39,10 @@ void on_segment(bool made, uint64_t address, uint64_t bytes, int device);
 // cuMemMap / cuMemUnmap: an expandable segment's page mapped or unmapped at `address`.
 void on_mapping(bool mapped, uint64_t address, uint64_t bytes);
 
+// Whether a stack was captured inside PyTorch's caching allocator (a frame in libc10_cuda.so): a
+// failure there is retried by PyTorch before it becomes an out-of-memory (shim/quota/episode.cpp).
+bool inside_allocator(stacks::StackId stack);
+
 struct Totals {
     bool seen = false;
     uint64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
