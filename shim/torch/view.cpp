@@ -12,6 +12,7 @@
 #include "shim/base/futex_lock.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
+#include "shim/hooks/export.h"
 #include "shim/quota/device.h"
 #include "shim/quota/episode.h"
 #include "shim/stacks/stacks.h"
@@ -217,3 +218,9 @@ void reset_after_fork() {
 }
 
 }  // namespace gg::torch
+
+GG_EXPORT int gpuguard_tensor_view(void) {
+    (void)gg::state();
+    if (!gg::torch::enabled()) return -1;
+    return gg::torch::active() ? 1 : 0;
+}

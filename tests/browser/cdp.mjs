@@ -17,9 +17,19 @@ const chrome = spawn(process.env.CHROMIUM || 'chromium', [
   '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-extensions',
   `--user-data-dir=${profile}`, '--remote-debugging-port=0', '--window-size=1280,800', 'about:blank'], {stdio: 'ignore'});
 const sleep = ms => new Promise(r => setTimeout(r, ms));
+// Removes the profile once Chromium has exited: removed while it still wrote there (slow on a loaded
+// machine), the removal failed with ENOTEMPTY and took the test's exit status with it.
 function finish(code) {
+  const cleanup = () => {
+    try { rmSync(profile, {recursive: true, force: true, maxRetries: 10, retryDelay: 100}); } catch (e) {
+      console.error(`cdp.mjs: could not remove ${profile}: ${e.message}`);
+    }
+    process.exit(code);
+  };
+  if (chrome.exitCode !== null || chrome.signalCode !== null) return cleanup();
+  chrome.once('exit', cleanup);
   chrome.kill();
-  setTimeout(() => { rmSync(profile, {recursive: true, force: true}); process.exit(code); }, 300);
+  setTimeout(cleanup, 5000);  // a Chromium that ignores the signal: leave anyway
 }
 setTimeout(() => { console.error('cdp.mjs: timed out'); finish(2); }, wait + 30000);
 
