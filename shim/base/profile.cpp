@@ -25,6 +25,7 @@ constexpr const char *kNames[kSteps] = {
     "  take (untrack)",
     "  driver's cuMemFree",
     "  finish (ledger release)",
+    "c10 block: the tensor view's share",
 };
 
 // Log-linear buckets: exact below 16 ns, then 8 to each doubling (a value is placed within 6.25%):

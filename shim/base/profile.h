@@ -24,6 +24,7 @@ enum Step {
     kFreeTake,
     kFreeDriver,
     kFreeFinish,
+    kTorchBlock,
     kSteps
 };
 

@@ -4,6 +4,7 @@
 // (docs/platform-facts.md). Each forwards to c10's own first (PyTorch's profiler keeps working),
 // then tells the tensor view (shim/torch/view.h). Called under the allocator's mutex: nothing
 // here takes the GIL, calls back into PyTorch or allocates device memory.
+#include "shim/base/profile.h"
 #include "shim/hooks/export.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
@@ -18,8 +19,9 @@ GG_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
     if (real) real(ptr, alloc_size, total_allocated, total_reserved, device);
     if (device.type != kC10DeviceCuda) return;
     guard::DriverCall scope;  // the shim's own driver calls meanwhile are not the program's
-    if (scope.outermost())
-        torch::on_block(reinterpret_cast<uintptr_t>(ptr), alloc_size, total_allocated, total_reserved, device.index);
+    if (!scope.outermost()) return;
+    GG_PROFILE_STEP(kTorchBlock);
+    torch::on_block(reinterpret_cast<uintptr_t>(ptr), alloc_size, total_allocated, total_reserved, device.index);
 }
 
 GG_EXPORT void _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE(int64_t alloc_size, size_t total_allocated,
