@@ -43,14 +43,16 @@ std::string process_desc(const Holder &h) {
 // that hold the free memory cannot be released (live tensors lie in them).
 void tensor_diagnosis(const Report &r, Analysis &a) {
     if (r.tensor && r.tensor->backend == "cudaMallocAsync")
-        a.why.push_back("PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, so the holders "
-                        "below are its tensors (the segment view is the tensor view)");
+        a.why.push_back(
+            "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, so the holders "
+            "below are its tensors (the segment view is the tensor view)");
     const TensorFacts &t = a.tensor;
     if (!t.present || !a.failure) return;  // the tensor view's section says it for other reports
     std::string line = "PyTorch held " + human_bytes(t.reserved) + " reserved: " + human_bytes(t.allocated) +
                        " allocated to tensors, " + human_bytes(t.unallocated) + " reserved but free";
-    if (t.holes) line += " (" + std::to_string(t.holes) + " holes between live tensors, the largest " +
-                         human_bytes(t.largest_free) + ")";
+    if (t.holes)
+        line += " (" + std::to_string(t.holes) + " holes between live tensors, the largest " +
+                human_bytes(t.largest_free) + ")";
     a.why.push_back(line);
     if (!t.request) return;
     a.why.push_back("PyTorch asked for " + human_bytes(t.request) + "; its largest free block " +
@@ -85,8 +87,8 @@ void fragmentation_advice(const Report &r, Analysis &a) {
     }
     a.advice.push_back(
         {"fragmentation",
-         "Fragmentation: " + human_bytes(t.pinned_free) + " free inside PyTorch's " + (t.expandable ? "pages" : "segments") +
-             ", none of it in one piece of " + human_bytes(t.request),
+         "Fragmentation: " + human_bytes(t.pinned_free) + " free inside PyTorch's " +
+             (t.expandable ? "pages" : "segments") + ", none of it in one piece of " + human_bytes(t.request),
          "The free memory lies between live tensors, and a " + std::string(t.expandable ? "page" : "segment") +
              " goes back to the driver only when nothing in it lives. The tensors that keep them: " + pins +
              ". Give those tensors one lifetime (free them together, or keep the survivors in one preallocated "
@@ -200,7 +202,8 @@ Analysis analyze(const Report &r) {
         a.phase_bytes[static_cast<int>(classify(*s, a.mode))] += sb.bytes;
     }
     for (const StackBytes &sb : r.by_stack)
-        if (const Stack *s = r.stack(sb.stack); s && through_caching_allocator(*s)) a.caching_allocator_bytes += sb.bytes;
+        if (const Stack *s = r.stack(sb.stack); s && through_caching_allocator(*s))
+            a.caching_allocator_bytes += sb.bytes;
     if (r.failed)
         if (const Stack *s = r.stack(r.failed->stack)) a.failed_phase = classify(*s, a.mode);
     uint64_t held_total = 0;  // what the phases divide: tensor bytes, or live segment bytes
@@ -270,10 +273,11 @@ Analysis analyze(const Report &r) {
     if (reason == "allocator_oom") {
         a.kind = "allocator";
         a.failure = true;
-        a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) +
-                     on_device + " was refused without a driver call failing";
-        a.why.push_back("PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
-                        "driver nor a gpuguard quota");
+        a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) + on_device +
+                     " was refused without a driver call failing";
+        a.why.push_back(
+            "PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
+            "driver nor a gpuguard quota");
     }
     tensor_diagnosis(r, a);
     // The shim's message says again what the exit line says; for the other reasons it is the news.
@@ -378,17 +382,12 @@ nlohmann::json to_json(const Analysis &a) {
     j["mode"] = a.mode == Mode::Training ? "training" : a.mode == Mode::Inference ? "inference" : "unknown";
     j["fragmentation"] = a.fragmentation;
     if (a.tensor.present)
-        j["tensor"] = {{"allocated_bytes", a.tensor.allocated},
-                       {"reserved_bytes", a.tensor.reserved},
-                       {"unallocated_bytes", a.tensor.unallocated},
-                       {"requested_bytes", a.tensor.request},
-                       {"largest_free_bytes", a.tensor.largest_free},
-                       {"holes", a.tensor.holes},
-                       {"pinned_segments", a.tensor.pinned_segments},
-                       {"pinned_free_bytes", a.tensor.pinned_free},
+        j["tensor"] = {{"allocated_bytes", a.tensor.allocated},       {"reserved_bytes", a.tensor.reserved},
+                       {"unallocated_bytes", a.tensor.unallocated},   {"requested_bytes", a.tensor.request},
+                       {"largest_free_bytes", a.tensor.largest_free}, {"holes", a.tensor.holes},
+                       {"pinned_segments", a.tensor.pinned_segments}, {"pinned_free_bytes", a.tensor.pinned_free},
                        {"releasable_bytes", a.tensor.releasable}};
-    else
-        j["tensor"] = nullptr;
+    else j["tensor"] = nullptr;
     j["failed_phase"] = a.failed_phase ? json(phase_name(*a.failed_phase)) : json(nullptr);
     json adv = json::array();
     for (const Advice &x : a.advice) adv.push_back({{"id", x.id}, {"title", x.title}, {"detail", x.detail}});

@@ -14,7 +14,6 @@
 
 namespace gg::report {
 
-
 struct Advice {
     std::string id;      // stable name: "raise-limit", "caching-allocator", "optimizer", ... (tests, HTML)
     std::string title;   // one line
@@ -38,8 +37,8 @@ struct Analysis {
     Mode mode = Mode::Unknown;           // training or inference, from the stacks
     uint64_t phase_bytes[kPhases] = {};  // indexed by Phase: tensors when the report has a tensor view
     std::optional<Phase> failed_phase;
-    TensorFacts tensor;                  // the tensor view's facts (tensor.present false without one)
-    bool fragmentation = false;          // the request would fit the memory left, but no free block
+    TensorFacts tensor;          // the tensor view's facts (tensor.present false without one)
+    bool fragmentation = false;  // the request would fit the memory left, but no free block
     std::vector<Advice> advice;
 };
 

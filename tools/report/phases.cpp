@@ -36,7 +36,8 @@ bool moving_weights(const Stack &s) {
 
 bool communication(const Stack &s) {
     for (const Frame &f : s.frames) {
-        if (f.python && (contains(f.file, "torch/distributed/") || contains(f.file, "torch/nn/parallel/distributed.py")))
+        if (f.python &&
+            (contains(f.file, "torch/distributed/") || contains(f.file, "torch/nn/parallel/distributed.py")))
             return true;
         if (!f.python && (contains(f.symbol, "c10d::") || contains(f.module, "libnccl") || contains(f.symbol, "nccl")))
             return true;

@@ -55,7 +55,8 @@ TensorFacts tensor_facts(const Report &r) {
     // Blocks by address, then each range's blocks in one pass.
     std::vector<const TensorBlock *> blocks;
     for (const TensorBlock &b : t.blocks) blocks.push_back(&b);
-    std::sort(blocks.begin(), blocks.end(), [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
+    std::sort(blocks.begin(), blocks.end(),
+              [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
     f.segments = ranges_of(t);
     std::map<std::string, Pin> pins;
     std::map<std::string, std::map<std::string, uint64_t>> by_creator;  // holder -> creator -> bytes

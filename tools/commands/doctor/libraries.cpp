@@ -121,7 +121,8 @@ void check_tensor_view(Checks &c, const std::string &lib, bool torch_cuda) {
         return;
     }
     if (lib.empty()) return;  // the library line says why
-    std::vector<std::string> env = gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
+    std::vector<std::string> env =
+        gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
     env.push_back("GPUGUARD_LEDGER=none");  // a probe: no share of the container's quota
     gg::tool::Finished f;
     std::string why;
@@ -134,16 +135,17 @@ void check_tensor_view(Checks &c, const std::string &lib, bool torch_cuda) {
     if (at != std::string::npos) answer = trim(f.out.substr(at + 12, 3));
     const char *conf = settings::env("PYTORCH_CUDA_ALLOC_CONF");
     bool async = conf && strstr(conf, "cudaMallocAsync");
-    if (answer == "1")
-        c.line(kOk, "tensor view", "PyTorch's caching allocator reports its tensors to the shim");
+    if (answer == "1") c.line(kOk, "tensor view", "PyTorch's caching allocator reports its tensors to the shim");
     else if (answer == "-1")
         c.line(kInfo, "tensor view", "off (GPUGUARD_TENSOR_VIEW=0): reports show driver segments only");
     else if (answer == "0" && async)
-        c.line(kInfo, "tensor view", "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, "
-                                     "which reports show as such");
+        c.line(kInfo, "tensor view",
+               "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, "
+               "which reports show as such");
     else if (answer == "0")
-        c.line(kWarn, "tensor view", "PyTorch allocated a tensor but reported no block: this PyTorch does not call "
-                                     "c10::reportMemoryUsageToProfiler; reports show driver segments only");
+        c.line(kWarn, "tensor view",
+               "PyTorch allocated a tensor but reported no block: this PyTorch does not call "
+               "c10::reportMemoryUsageToProfiler; reports show driver segments only");
     else
         c.line(kWarn, "tensor view", "the PyTorch probe " + gg::tool::describe_status(f.status) + " without answering");
 }

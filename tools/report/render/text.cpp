@@ -141,8 +141,9 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
     uint64_t scale = t.reserved ? t.reserved : 1;
     auto line = [&](const char *name, uint64_t bytes, const std::string &rest) {
         out << "  " << st.dim() << pad_right(name, 11) << st.reset() << st.bold() << pad_left(human_bytes(bytes), 11)
-            << st.reset() << "  " << text_bar(bytes, scale, 20) << " " << pad_left(std::to_string(percent(bytes, scale)) + "%", 4)
-            << "  " << st.dim() << rest << st.reset() << "\n";
+            << st.reset() << "  " << text_bar(bytes, scale, 20) << " "
+            << pad_left(std::to_string(percent(bytes, scale)) + "%", 4) << "  " << st.dim() << rest << st.reset()
+            << "\n";
     };
     line("allocated", t.allocated, std::to_string(v.block_count) + " live tensors (memory_allocated())");
     line("reserved", t.reserved,
@@ -152,9 +153,9 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
     if (t.releasable) free_text += ", " + human_bytes(t.releasable) + " in empty segments";
     line("free", t.unallocated, free_text);
     if (t.request)
-        out << "  " << st.dim() << pad_right("request", 11) << st.reset() << st.bold() << pad_left(human_bytes(t.request), 11)
-            << st.reset() << "  " << st.dim() << "what PyTorch asked for when it raised OutOfMemoryError" << st.reset()
-            << "\n";
+        out << "  " << st.dim() << pad_right("request", 11) << st.reset() << st.bold()
+            << pad_left(human_bytes(t.request), 11) << st.reset() << "  " << st.dim()
+            << "what PyTorch asked for when it raised OutOfMemoryError" << st.reset() << "\n";
     if (v.peak_allocated && v.peak_reserved)
         out << "  " << st.dim() << pad_right("peak", 11) << st.reset() << pad_left(human_bytes(*v.peak_allocated), 11)
             << "  " << st.dim() << "allocated, " << human_bytes(*v.peak_reserved) << " reserved" << st.reset() << "\n";
@@ -171,8 +172,9 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
         const StackBytes &sb = v.by_stack[i];
         std::string tag = phase_tag(r, sb.stack, a.mode, false);
         auto [best, caller] = split_where(where_label(r, sb.stack));
-        out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' ' << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4)
-            << ' ' << st.cyan() << text_bar(sb.bytes, v.by_stack.front().bytes, 10) << st.reset() << ' '
+        out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
+            << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
+            << text_bar(sb.bytes, v.by_stack.front().bytes, 10) << st.reset() << ' '
             << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
             << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
         if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
@@ -180,7 +182,8 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
         if (creator != t.segment_creator.end() && creator->second != sb.stack) {
             std::string made = where_label(r, creator->second);
             if (made != where_label(r, sb.stack))
-                out << std::string(38, ' ') << st.dim() << "in segments made at " << clip(made, 52) << st.reset() << "\n";
+                out << std::string(38, ' ') << st.dim() << "in segments made at " << clip(made, 52) << st.reset()
+                    << "\n";
         }
     }
     if (v.by_stack.size() > shown) {
@@ -307,10 +310,10 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
             count += sb.count;
         }
         out << st.bold() << (segments ? "Segments" : "Top holders") << st.reset() << st.dim()
-            << (segments ? "  device memory from the driver, by the stack that made it grow: " : "  live bytes by stack: ")
-            << human_bytes(total)
-            << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", " << r.by_stack.size() << " stack"
-            << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
+            << (segments ? "  device memory from the driver, by the stack that made it grow: "
+                         : "  live bytes by stack: ")
+            << human_bytes(total) << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", "
+            << r.by_stack.size() << " stack" << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
         size_t shown = std::min(segments ? std::min<size_t>(opt.top, 3) : opt.top, r.by_stack.size());
         for (size_t i = 0; i < shown; ++i) {
             const StackBytes &sb = r.by_stack[i];
