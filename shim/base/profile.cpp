@@ -19,6 +19,7 @@ constexpr const char *kNames[kSteps] = {
     "  driver's cuMemAlloc",
     "  commit (track)",
     "    stack: native unwind",
+    "    stack: native site key",
     "    stack: Python frames",
     "    stack: intern",
     "free: whole hook",

@@ -18,6 +18,7 @@ enum Step {
     kAllocDriver,
     kCommit,
     kCaptureNative,
+    kCaptureNativeKey,
     kCapturePython,
     kCaptureIntern,
     kFreeTotal,

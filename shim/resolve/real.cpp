@@ -81,6 +81,17 @@ GG_HOT const RealDriver &real_driver() { return race_once(g_driver, load_driver)
 
 void install_real_driver_for_test(const RealDriver *d) { g_driver.store(d, std::memory_order_release); }
 
+unsigned long long loader_additions() {
+    unsigned long long adds = 0;
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *info, size_t, void *data) -> int {
+            *static_cast<unsigned long long *>(data) = info->dlpi_adds;
+            return 1;  // every object carries the same counter: the first is enough
+        },
+        &adds);
+    return adds;
+}
+
 void *find_in_loaded(const char *library_stem, const char *symbol) {
     // A library loaded with RTLD_LOCAL (a Python extension's own cudart, say) is invisible to
     // RTLD_NEXT, yet its users' calls land in our exported hooks: look among the loaded objects.

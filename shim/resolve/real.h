@@ -29,19 +29,27 @@ struct RealDriver {
 // Loaded once, on first use; entries the library lacks stay null.
 const RealDriver &real_driver();
 
-// One function of a library found lazily: looked up on first use by `find`, kept once found (not
-// while it is missing: the library may be loaded later). Constant-initialised, so a table of these
-// needs no constructor to run before a hook can use it.
+// How many objects the dynamic loader has added since the process began (glibc's dlpi_adds): a
+// lookup that failed is only worth repeating once this has moved.
+unsigned long long loader_additions();
+
+// One function of a library found lazily: looked up on first use by `find`, kept once found. While
+// it is missing the lookup is repeated only after the loader has added an object (the library may
+// be loaded later): a hook called without its library (a test double, a program that defines the
+// symbol itself) does not pay a dlsym walk per call. Constant-initialised, so a table of these needs
+// no constructor to run before a hook can use it.
 template <typename Fn>
 class Lazy {
 public:
     constexpr explicit Lazy(const char *name) : name_(name) {}
     Fn get(void *(*find)(const char *)) {
         Fn fn = fn_.load(std::memory_order_acquire);
-        if (!fn) {
-            fn = reinterpret_cast<Fn>(find(name_));
-            if (fn) fn_.store(fn, std::memory_order_release);
-        }
+        if (fn) return fn;
+        unsigned long long now = loader_additions();
+        if (now == missed_at_.load(std::memory_order_relaxed)) return nullptr;
+        fn = reinterpret_cast<Fn>(find(name_));
+        if (fn) fn_.store(fn, std::memory_order_release);
+        else missed_at_.store(now, std::memory_order_relaxed);
         return fn;
     }
     const char *name() const { return name_; }
@@ -49,6 +57,7 @@ public:
 private:
     const char *name_;
     std::atomic<Fn> fn_{nullptr};
+    std::atomic<unsigned long long> missed_at_{0};  // 0: never missed (the loader has added the program)
 };
 
 // cudart's functions where the program loaded cudart.
