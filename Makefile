@@ -154,8 +154,9 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic -ldl -pthread
 	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
 
-# The unit tests also link the command's report reader, to read back what the shim's writer wrote.
-UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp
+# The unit tests also link the command's report reader, to read back what the shim's writer wrote, and
+# the what-if (tools/report/whatif/).
+UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp $(sort $(wildcard tools/report/whatif/*.cpp))
 $(UNIT): $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic
