@@ -79,7 +79,9 @@ UNIT       := $(BUILD)/tests/unit
 FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so.1) \
               $(if $(wildcard tests/fake/fake_cudnn.cpp),$(BUILD)/fake/libcudnn.so.9) \
               $(if $(wildcard tests/fake/fake_nvml.cpp),$(BUILD)/fake/libnvidia-ml.so.1) \
-              $(if $(wildcard tests/fake/fake_cudart.cpp),$(BUILD)/fake/libcudart.so.13)
+              $(if $(wildcard tests/fake/fake_cudart.cpp),$(BUILD)/fake/libcudart.so.13) \
+              $(if $(wildcard tests/fake/fake_c10.cpp),$(BUILD)/fake/libc10.so) \
+              $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
 .PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
@@ -153,6 +155,20 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic -ldl -pthread
 	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
+
+# The doubles of PyTorch's c10 libraries: libc10.so defines the two profiler functions; libc10_cuda.so
+# hands out blocks with the what-if's model of the caching allocator (tools/report/whatif/), gets its
+# segments from the test driver, and imports the profiler functions from libc10.so through its PLT
+# (-fplt undoes the project's -fno-plt there), as PyTorch's does, so that a preloaded shim's definitions win.
+$(BUILD)/fake/libc10.so: $(call obj,tests/fake/fake_c10.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libc10.so -pthread
+C10_CUDA_OBJ := $(call obj,tests/fake/fake_c10_cuda.cpp tools/report/whatif/allocator_model.cpp)
+$(BUILD)/fake/libc10_cuda.so: $(C10_CUDA_OBJ) $(BUILD)/fake/libc10.so $(BUILD)/fake/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $(C10_CUDA_OBJ) $(LDFLAGS) -Wl,-soname,libc10_cuda.so -L$(BUILD)/fake -lc10 -lcuda \
+	  -Wl,-rpath,'$$ORIGIN' -pthread
+$(BUILD)/obj/tests/fake/fake_c10_cuda.cpp.o: CXXFLAGS += -fplt
 
 # The unit tests also link the command's report reader, to read back what the shim's writer wrote, and
 # the what-if (tools/report/whatif/).
