@@ -97,6 +97,9 @@ shim_expandable_at_exit() {
   [[ -n $report ]] || { echo "no exit report"; return 1; }
   expect_eq "$(json "$report" 'd["tensor_view"]["source"], d["tensor_view"]["allocator_conf"], d["tensor_view"]["allocated_bytes"], d["tensor_view"]["reserved_bytes"]')" \
     "('c10', 'expandable_segments:True', $((750 * MiB)), $((1060 * MiB)))" "the tensor view's totals" &&
+  # Every page, the first included: c10 maps it before its first report (the shim once missed it).
+  expect_eq "$(json "$report" 'sum(m[1] for m in d["tensor_view"]["mappings"]), len(d["tensor_view"]["mappings"])')" \
+    "($((1060 * MiB)), 53)" "the mapped pages" &&
   expect_eq "$(json "$report" 'len(d["tensor_view"]["events"]["rows"]) > 62')" "True" "the events"
 }
-check "under the shim at exit with expandable segments: the tensor view's totals are the double's" shim_expandable_at_exit
+check "under the shim at exit with expandable segments: the tensor view's totals and mapped pages are the double's" shim_expandable_at_exit
