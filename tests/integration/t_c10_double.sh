@@ -1,7 +1,7 @@
 # The test double of PyTorch's c10 libraries (tests/fake/fake_c10.cpp, fake_c10_cuda.cpp): first alone,
 # where its numbers are the rules of c10's caching allocator worked out by hand; then under the shim,
 # which must forward every report of a block to c10's own profiler functions and build its tensor view
-# from them.
+# from them, which `gpuguard report --what-if` then replays exactly.
 #
 # The scenarios (bin/c10_app steps):
 #   fragmented  440 blocks of 4 MiB (five to a 20 MiB segment: 1760 MiB), every other one freed (880 MiB
@@ -82,9 +82,14 @@ shim_fragmented() {
   expect_eq "$(json "$report" 'd["tensor_view"]["oom"]["requested_bytes"], d["tensor_view"]["blocks"]["count"]')" \
     "($((600 * MiB)), 220)" "the refused request and the live blocks" &&
   expect_eq "$(json "$report" '[sum(r[1] == a for r in d["tensor_view"]["events"]["rows"]) for a in "afoS"]')" \
-    "[440, 220, 1, 87]" "the events: blocks, frees, the refusal, the segments after c10's first report"
+    "[440, 220, 1, 87]" "the events: blocks, frees, the refusal, the segments after c10's first report" || return 1
+  "$CLI" report --what-if --json "$report" > w.json || return 1
+  expect_eq "$(json w.json 'd["model_check"]["trusted"], d["model_check"]["largest_difference_bytes"], d["events"]["replayed"]')" \
+    "(True, 0, 661)" "the replay of the double's report" &&
+  expect_eq "$(json w.json 'd["expandable_segments"]["avoids_oom"], d["smallest_budget"]["as_configured_bytes"], d["smallest_budget"]["expandable_segments_bytes"]')" \
+    "(False, $((2360 * MiB)), $((2360 * MiB)))" "its answers"
 }
-check "under the shim: c10's own profiler sees every call; the quota report's tensor view is the double's" shim_fragmented
+check "under the shim: c10's own profiler sees every call; the quota report's tensor view is the double's and replays exactly" shim_fragmented
 
 shim_expandable_at_exit() {
   fresh
@@ -100,6 +105,9 @@ shim_expandable_at_exit() {
   # Every page, the first included: c10 maps it before its first report (the shim once missed it).
   expect_eq "$(json "$report" 'sum(m[1] for m in d["tensor_view"]["mappings"]), len(d["tensor_view"]["mappings"])')" \
     "($((1060 * MiB)), 53)" "the mapped pages" &&
-  expect_eq "$(json "$report" 'len(d["tensor_view"]["events"]["rows"]) > 62')" "True" "the events"
+  expect_eq "$(json "$report" 'len(d["tensor_view"]["events"]["rows"]) > 62')" "True" "the events" || return 1
+  "$CLI" report --what-if --json "$report" > w.json || return 1
+  expect_eq "$(json w.json 'd["recorded"]["expandable_segments"], d["model_check"]["trusted"], d["model_check"]["largest_difference_bytes"]')" \
+    "(True, True, 0)" "the replay of an expandable run"
 }
-check "under the shim at exit with expandable segments: the tensor view's totals and mapped pages are the double's" shim_expandable_at_exit
+check "under the shim at exit with expandable segments: the tensor view's totals and mapped pages are the double's, replayed exactly" shim_expandable_at_exit
