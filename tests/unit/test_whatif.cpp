@@ -61,6 +61,7 @@ TEST_CASE("model: requests round to 512 B, segments to c10's sizes, pools split 
     CHECK(round_size(512) == 512);
     CHECK(round_size(513) == 1024);
     CHECK(round_size(MiB) == MiB);
+    CHECK(round_size(UINT64_MAX) == UINT64_MAX - 511);  // an edited report's size: no wrap to 0
     CHECK(allocation_size(512) == 2 * MiB);
     CHECK(allocation_size(MiB) == 2 * MiB);         // the largest small request
     CHECK(allocation_size(MiB + 512) == 20 * MiB);  // the smallest large one

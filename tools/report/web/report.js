@@ -566,7 +566,8 @@
     function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
     const check = obj(w.model_check), budget = obj(w.budget), small = obj(w.smallest_budget);
     card('model check', check.trusted ? 'trusted' : 'not trusted', check.why || '');
-    card('budget for PyTorch', bytes(num(budget.bytes)), budget.scope ? 'the ' + budget.scope + "'s limit less what others hold" : '');
+    card('budget for PyTorch', bytes(num(budget.bytes)),
+         budget.scope === 'device' ? "no quota: the device's memory" : budget.scope ? 'the ' + budget.scope + ' limit, less what others hold' : '');
     const e = w.expandable_segments && typeof w.expandable_segments === 'object' ? w.expandable_segments : null;
     card('expandable_segments:True', e ? (e.avoids_oom ? 'avoids it' : 'does not') : 'unknown',
          e && !e.avoids_oom ? (e.runs_out_earlier ? 'runs out earlier' : 'refuses the request too') : '');

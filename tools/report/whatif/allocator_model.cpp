@@ -13,6 +13,8 @@ uint64_t round_up(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * un
 
 uint64_t round_size(uint64_t request) {
     if (request < kMinBlockSize) return kMinBlockSize;
+    // The largest multiple of 512 B for the last 511 values, which would wrap round to 0.
+    if (request > UINT64_MAX - kMinBlockSize) return UINT64_MAX / kMinBlockSize * kMinBlockSize;
     return round_up(request, kMinBlockSize);
 }
 

@@ -49,7 +49,7 @@ constexpr uint64_t kNoLimit = UINT64_MAX;
 // below then never overflow 64 bits (reports are files anyone can edit).
 constexpr uint64_t kMaxRequest = 1ull << 50;
 
-uint64_t round_size(uint64_t request);
+uint64_t round_size(uint64_t request);  // never wraps: UINT64_MAX rounds down to the last multiple
 // The size of the segment a new request of `size` (rounded) gets.
 uint64_t allocation_size(uint64_t size);
 
