@@ -46,7 +46,7 @@ nothing_to_replay() {
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["tensor_view"]["events"]["rows"]=[]; json.dump(d, open("empty.json","w"))' "$WI"
   out=$("$CLI" report --what-if --json empty.json 2>err); rc=$?; err=$(cat err)
   expect_eq "$rc" 2 "exit status without events" && expect_eq "$out" "" "stdout" &&
-  expect_eq "$err" "gpuguard: empty.json has no block events to replay (tensor_view.events is empty; GPUGUARD_TENSOR_EVENTS=0 keeps none)" "the message"
+  expect_eq "$err" "gpuguard: empty.json has no block events to replay (tensor_view.events holds none; GPUGUARD_TENSOR_EVENTS=0 keeps none)" "the message"
 }
 check "report --what-if on a report without a tensor view or without events: exit 2, one line" nothing_to_replay
 

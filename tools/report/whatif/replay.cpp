@@ -49,7 +49,7 @@ std::string cannot_replay(const Report &r) {
         return "has no blocks of PyTorch's caching allocator (tensor_view.source is \"" + r.tensor->source +
                "\": the cudaMallocAsync backend, or a PyTorch without the report call): nothing to replay";
     if (block_events(*r.tensor) == 0)
-        return "has no block events to replay (tensor_view.events is empty; GPUGUARD_TENSOR_EVENTS=0 keeps none)";
+        return "has no block events to replay (tensor_view.events holds none; GPUGUARD_TENSOR_EVENTS=0 keeps none)";
     return "";
 }
 
