@@ -25,6 +25,14 @@ check "the HTML report of a PyTorch quota OOM renders: no script error, timeline
 check "the HTML report of a C program's driver OOM renders" html_renders "$DATA/driver_oom.json"
 check "the HTML report written at exit renders" html_renders "$DATA/exit_report.json"
 
+whatif_page() {
+  html_renders "$DATA/whatif_quota.json" --dom-only || return 1
+  [[ -f shots-whatif_quota/dom.html ]] || return 0  # no Chromium: html_renders said so
+  expect_contains shots-whatif_quota/dom.html '<section id="whatif-section">' "the page (the what-if section shown)" &&
+    expect_contains shots-whatif_quota/dom.html 'avoids it' "the what-if section"
+}
+check "the HTML report of a PyTorch OOM with block events shows the what-if replay" whatif_page
+
 minimal_page() {
   echo '{"schema": "gpuguard.report", "version": 1, "reason": "signal"}' > minimal.json
   html_renders "$PWD/minimal.json" --dom-only

@@ -4,6 +4,7 @@
 // stack's frames already labelled (so the text summary and the page name frames the same way).
 #include "common/base/version.h"
 #include "tools/report/render.h"
+#include "tools/report/whatif/replay.h"
 
 namespace gg::report {
 
@@ -52,6 +53,8 @@ json view_of(const Report &r, const Analysis &a) {
     Bytes pk = r.peak();
     v["peak_bytes"] = pk ? json(*pk) : json(nullptr);
     v["time"] = r.time_unix_ns ? json(human_time_unix_ns(*r.time_unix_ns)) : json(nullptr);
+    // The what-if replay's answers, when the report has PyTorch's block events (tools/report/whatif/).
+    v["what_if"] = whatif::cannot_replay(r).empty() ? whatif::to_json(whatif::what_if(r)) : json(nullptr);
     (void)a;
     return v;
 }

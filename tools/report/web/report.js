@@ -556,6 +556,28 @@
     box.append(dl, el('h3', {class: 'sub', text: ''}), frameList(failedStack, 14));
   }
 
+  // The what-if replay (tools/report/whatif/): its answers as `gpuguard report --what-if --json` gives them.
+  function drawWhatIf() {
+    const w = V.what_if && typeof V.what_if === 'object' ? V.what_if : null;
+    if (!w) return;
+    document.getElementById('whatif-section').hidden = false;
+    const box = document.getElementById('whatif');
+    const cards = el('div', {class: 'cards'});
+    function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
+    const check = obj(w.model_check), budget = obj(w.budget), small = obj(w.smallest_budget);
+    card('model check', check.trusted ? 'trusted' : 'not trusted', check.why || '');
+    card('budget for PyTorch', bytes(num(budget.bytes)),
+         budget.scope === 'device' ? "no quota: the device's memory" : budget.scope ? 'the ' + budget.scope + ' limit, less what others hold' : '');
+    const e = w.expandable_segments && typeof w.expandable_segments === 'object' ? w.expandable_segments : null;
+    card('expandable_segments:True', e ? (e.avoids_oom ? 'avoids it' : 'does not') : 'unknown',
+         e && !e.avoids_oom ? (e.runs_out_earlier ? 'runs out earlier' : 'refuses the request too') : '');
+    const splits = arr(w.max_split_size_mb).filter(o => o && o.avoids_oom).map(o => String(o.mb));
+    card('max_split_size_mb', splits.length ? splits.join(', ') : 'none', splits.length ? 'avoid it' : 'of ' + arr(w.max_split_size_mb).map(o => obj(o).mb).join(', '));
+    card('smallest budget', bytes(num(small.as_configured_bytes)), 'allocated peak ' + bytes(num(small.allocated_peak_bytes)) + ' · expandable ' + bytes(num(small.expandable_segments_bytes)));
+    box.append(cards);
+    for (const c of arr(obj(w.events).caveats)) box.append(el('p', {class: 'banner warn', text: 'approximate: ' + c}));
+  }
+
   function drawCudnn() {
     const c = R.cudnn && typeof R.cudnn === 'object' ? R.cudnn : null;
     if (!c) return;
@@ -652,6 +674,7 @@
   drawFailed();
   drawHolders();
   drawAllocs();
+  drawWhatIf();
   drawCudnn();
   drawLedger();
   drawDetails();
