@@ -415,9 +415,48 @@ assert [x["delta"] for x in s] == sorted((x["delta"] for x in s), reverse=True)
 assert s[0]["delta"] == 3 * GiB + 192 * MiB and s[0]["status"] == "grew" and "log_metrics" in s[0]["where"]
 assert {x["status"] for x in s} == {"grew", "new", "same", "shrank", "gone"}
 assert len(s) == 5
+assert "tensor" not in d                                 # neither report has a tensor view
 PY
 }
 check "diff --json gives totals and per-stack changes" diff_json
+
+# Two reports of a PyTorch program: the tensors are compared too, growth first (tests/data/tensor_fixtures.py:
+# the metrics stack went from 10 to 60 blocks of 4 MiB, the attention stack from 150 to 160, and the
+# 20 gradient buffers went).
+diff_tensor_text() {
+  local out; out=$("$CLI" report diff --no-color "$DATA/tensor_before.json" "$TV") || return 1
+  expect_contains "$out" "allocated   720.00 MiB → 880.00 MiB  +160.00 MiB" "allocated total" &&
+  expect_contains "$out" "reserved    1.29 GiB → 1.68 GiB  +400.00 MiB" "reserved total" || return 1
+  local grew; grew=$(sed -n '/^Tensors grew/,/^$/p' <<<"$out")
+  expect_contains "$(sed -n 1p <<<"$grew")" "2 stacks, largest growth first" "tensor growth heading" &&
+  expect_contains "$(sed -n 2p <<<"$grew")" "+200.00 MiB  40.00 MiB → 240.00 MiB, 10 → 60 tensors" "largest tensor growth first" &&
+  expect_contains "$(sed -n 3p <<<"$grew")" "log_metrics (work/train.py:57)" "where the tensors grew" &&
+  expect_contains "$(sed -n 5p <<<"$grew")" "forward (work/model.py:41)" "second growth" &&
+  expect_contains "$(sed -n '/^Tensors shrank/,/^$/p' <<<"$out")" "80.00 MiB → 0 B, 20 → 0 tensors, gone" "a stack of tensors gone" || return 1
+  # the driver allocations' comparison is still there, after the tensors'
+  local t d; t=$(grep -n '^Tensors grew' <<<"$out" | cut -d: -f1); d=$(grep -n '^Driver allocations grew' <<<"$out" | cut -d: -f1)
+  [[ -n $t && -n $d && $t -lt $d ]] || { echo "tensors ($t) should come before driver allocations ($d):"; echo "$out"; return 1; }
+}
+check "diff of two reports with tensor views: allocated, reserved, and tensor bytes by stack, growth first" diff_tensor_text
+
+diff_tensor_json() {
+  "$CLI" report diff --json "$DATA/tensor_before.json" "$TV" > dt.json || return 1
+  python3 - dt.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); t = d["tensor"]; MiB = 1 << 20
+assert t["a"]["allocated_bytes"] == 720 * MiB and t["b"]["allocated_bytes"] == 880 * MiB
+assert t["allocated_bytes_delta"] == 160 * MiB and t["reserved_bytes_delta"] == 400 * MiB
+assert t["a"]["blocks"] == 180 and t["b"]["blocks"] == 220 and t["b"]["source"] == "c10"
+s = t["stacks"]
+assert [(x["where"], x["delta"], x["status"], x["count_before"], x["count_after"]) for x in s] == [
+    ("log_metrics (work/train.py:57)", 200 * MiB, "grew", 10, 60),
+    ("forward (work/model.py:41)", 40 * MiB, "grew", 150, 160),
+    ("zero_grad (torch/optim/optimizer.py:1002) ← accumulate (work/train.py:49)", -80 * MiB, "gone", 20, 0)], s
+assert s[0]["frames"][0] == "<module> (work/train.py:118)"
+assert d["live_bytes_delta"] == 400 * MiB and len(d["stacks"]) == 3          # the driver allocations, as before
+PY
+}
+check "diff --json of two reports with tensor views has a 'tensor' section" diff_tensor_json
 
 diff_errors() {
   local rc
