@@ -8,7 +8,7 @@ which the browser tests need anyway.
 
 Opens URL, waits for its load event and WAIT_MS more (default 0), evaluates EXPRESSION in the page and
 prints its value as JSON (an exception thrown by it is printed to stderr, exit status 1). Exit status
-2 when Chromium did not start or answer in time.
+2 when Chromium did not start or answer within a minute (generous: the test machines are shared).
 
 With --remote-debugging-pipe Chromium reads commands from its fd 3 and writes answers and events to
 its fd 4, each a JSON message ended by a NUL byte.
@@ -60,7 +60,7 @@ class Browser:
         while b'\0' not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.from_chrome], [], [], left)[0]:
-                raise TimeoutError('Chromium did not answer in time')
+                raise TimeoutError('Chromium did not answer within a minute')
             chunk = os.read(self.from_chrome, 1 << 20)
             if not chunk:
                 raise TimeoutError('Chromium closed its pipe')
@@ -68,7 +68,7 @@ class Browser:
         raw, self.buffer = self.buffer.split(b'\0', 1)
         return json.loads(raw)
 
-    def call(self, method, params=None, session=None, timeout=30):
+    def call(self, method, params=None, session=None, timeout=60):
         self.next_id += 1
         msg = {'id': self.next_id, 'method': method, 'params': params or {}}
         if session:
@@ -83,7 +83,7 @@ class Browser:
                 return m.get('result', {})
             self.events.append(m)
 
-    def wait_event(self, method, session, timeout=30):
+    def wait_event(self, method, session, timeout=60):
         deadline = time.monotonic() + timeout
         while True:
             for i, m in enumerate(self.events):
