@@ -225,7 +225,9 @@ json segments_with_blocks(const Report &r, const TensorView &tv) {
     // expandable segment's mapped pages; a range overlapping a driver allocation or an earlier range
     // (neither can happen) is left out.
     size_t last = SIZE_MAX;  // the expandable region being extended
-    for (const auto &[address, bytes] : tv.mappings) {
+    for (const auto &range : tv.mappings) {
+        // Not a structured binding: a C++17 lambda cannot capture one (clang refuses; gcc lets it pass).
+        const uint64_t address = range.first, bytes = range.second;
         bool overlaps = std::any_of(tv.segments.begin(), tv.segments.end(), [&](const TensorSegment &s) {
             return address < end_of(s.address, s.bytes) && s.address < end_of(address, bytes);
         });
