@@ -58,3 +58,19 @@ whatif_in_help_and_page() {
   expect_contains page.html 'id="whatif-section"' "the HTML page"
 }
 check "--what-if is in report --help and the README; the HTML page carries the answers" whatif_in_help_and_page
+
+# The report's own summary gives the replay's verdict as advice where the model follows the run, and
+# only there: on a fixture whose events the model does not follow, the summary points to --what-if.
+summary_advice() {
+  local out
+  out=$("$CLI" report --no-color "$WI") || return 1
+  expect_contains "$out" "Replayed: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids this OOM" "the advice's title" &&
+  expect_contains "$("$CLI" report --json "$WI")" "serve every block, reserving at most 260.00 MiB; max_split_size_mb avoids it at none" \
+    "the advice's numbers" &&
+  expect_eq "$("$CLI" report --json "$WI" | python3 -c 'import json,sys; print([a["id"] for a in json.load(sys.stdin)["analysis"]["advice"]])')" \
+    "['fragmentation', 'what-if']" "advice ids" &&
+  out=$("$CLI" report --no-color "$DATA/tensor_fragmentation.json") || return 1
+  expect_not_contains "$out" "Replayed:" "advice from a replay that does not follow the run" &&
+  expect_contains "$out" "gpuguard report --what-if" "the pointer to --what-if"
+}
+check "the summary's advice gives the replay's verdict only where the model follows the run" summary_advice

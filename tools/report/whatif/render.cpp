@@ -102,6 +102,47 @@ json to_json(const WhatIf &w) {
     return j;
 }
 
+std::optional<Verdict> verdict(const WhatIf &w) {
+    if (!w.check.trusted || !w.budget || !w.expandable) return std::nullopt;
+    const uint64_t budget = w.budget->bytes;
+    std::string avoiding;  // the max_split_size_mb values that avoid it
+    for (const Outcome &o : w.max_split)
+        if (o.avoids) avoiding += (avoiding.empty() ? "" : ", ") + std::to_string(o.config.max_split_size >> 20);
+    Verdict v;
+    const Outcome &e = *w.expandable;
+    if (e.avoids && !w.recorded.expandable)
+        v.title = "Replayed: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids this OOM";
+    else if (!avoiding.empty())
+        v.title = "Replayed: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:" + avoiding.substr(avoiding.rfind(' ') + 1) +
+                  " avoids this OOM";
+    else v.title = "Replayed: no allocator option avoids this OOM";
+    v.detail = "A model of PyTorch's caching allocator replays this run's " + std::to_string(w.events) +
+               " block events and follows it (reserved within 2 MiB of PyTorch's at " +
+               std::to_string(report::percent(w.check.within, w.check.compared)) + "% of them" +
+               (w.check.reproduces_oom == true ? ", the same request refused" : "") + "). Under the same " +
+               human_bytes(budget) + " for PyTorch, expandable segments ";
+    if (w.recorded.expandable) v.detail += "(already on) ";
+    if (e.avoids) v.detail += "serve every block, reserving at most " + human_bytes(e.peak_reserved);
+    else
+        v.detail +=
+            std::string(e.runs_out_earlier ? "run out earlier" : "refuse it too") + " (" + why_not(e, budget) + ")";
+    v.detail += "; max_split_size_mb " +
+                (avoiding.empty()
+                     ? std::string("avoids it at none of 32 to 1024")
+                     : avoiding + " avoid" + std::string(avoiding.find(',') == std::string::npos ? "s" : "") + " it");
+    v.detail += ". The run needs at least " +
+                (w.smallest_configured ? human_bytes(*w.smallest_configured) : std::string("more than tried")) +
+                " for PyTorch as configured";
+    if (w.smallest_expandable && !w.recorded.expandable)
+        v.detail += ", " + human_bytes(*w.smallest_expandable) + " with expandable segments";
+    if (w.budget->others || w.budget->outside)
+        v.detail += " (a quota needs " + human_bytes(w.budget->others + w.budget->outside) +
+                    " more, for other processes and this process's memory outside PyTorch)";
+    v.detail += "; no allocator does with less than its " + human_bytes(w.needed) + " allocated peak.";
+    if (w.approximate) v.detail += " Approximate: the ring had dropped older events.";
+    return v;
+}
+
 void render_text(const WhatIf &w, bool color, std::ostream &out) {
     Style s{color};
     // Labels padded to the longest, "expandable_segments:True", so that the answers line up.

@@ -140,4 +140,12 @@ nlohmann::json to_json(const WhatIf &w);
 // A few lines a person reads in ten seconds.
 void render_text(const WhatIf &w, bool color, std::ostream &out);
 
+// The replay's answer as one piece of advice for the report's summary (tools/report/analysis.cpp):
+// a title naming the option that avoids the OOM (or none) and a detail with the numbers. Empty when
+// the model does not follow the run (not trusted) or there was no budget: then it says nothing.
+struct Verdict {
+    std::string title, detail;
+};
+std::optional<Verdict> verdict(const WhatIf &w);
+
 }  // namespace gg::whatif
