@@ -86,7 +86,8 @@ void fragmentation_advice(const Report &r, Analysis &a) {
         const Pin &p = t.pins[i];
         pins += (i ? "; " : "") + where_label(r, p.stack) + ": " + std::to_string(p.blocks) + " tensor" +
                 (p.blocks == 1 ? "" : "s") + " (" + human_bytes(p.bytes) + ") in " + std::to_string(p.segments) +
-                (t.expandable ? " page" : " segment") + (p.segments == 1 ? "" : "s") + " holding " + human_bytes(p.free_held) + " free";
+                (t.expandable ? " page" : " segment") + (p.segments == 1 ? "" : "s") + " holding " +
+                human_bytes(p.free_held) + " free";
     }
     a.advice.push_back(
         {"fragmentation",
