@@ -110,6 +110,7 @@ constexpr const char symbol[] = "symbol";
 constexpr const char t0_unix_ns[] = "t0_unix_ns";
 constexpr const char tag[] = "tag";
 constexpr const char thread[] = "thread";
+constexpr const char threads[] = "threads";
 constexpr const char time_unix_ns[] = "time_unix_ns";
 constexpr const char timeline[] = "timeline";
 constexpr const char top_allocations[] = "top_allocations";

@@ -231,7 +231,8 @@ ReuseCounts reuse_counts() {
     const reuse::Counts &c = reuse::counts();
     return {c.reused.load(std::memory_order_relaxed),         c.unwound.load(std::memory_order_relaxed),
             c.checks.load(std::memory_order_relaxed),         c.changes.load(std::memory_order_relaxed),
-            c.unstable_sites.load(std::memory_order_relaxed), c.evicted.load(std::memory_order_relaxed)};
+            c.unstable_sites.load(std::memory_order_relaxed), c.evicted.load(std::memory_order_relaxed),
+            c.threads.load(std::memory_order_relaxed)};
 }
 
 WalkerCounts walker_counts() {

@@ -2,6 +2,8 @@
 
 namespace gg::stacks::reuse {
 
+SiteCache::SiteCache() { counts().threads.fetch_add(1, std::memory_order_relaxed); }
+
 SiteCache::Slot *SiteCache::find(uint64_t key) {
     Slot *set = set_of(key);
     for (int w = 0; w < kWays; ++w)

@@ -54,6 +54,8 @@ public:
     void checked(uint64_t key, bool same, StackId fresh);
     static constexpr int kMaxChanges = 3;
 
+    SiteCache();
+
     // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then every 1024th.
     static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : n % 1024 == 0; }
     // The set a key lies in.
@@ -79,6 +81,8 @@ struct Counts {
     std::atomic<uint64_t> reused{0}, unwound{0}, checks{0}, changes{0}, unstable_sites{0};
     // sites dropped from a full set for a newer one: many means more sites than the cache holds
     std::atomic<uint64_t> evicted{0};
+    // caches made: one per thread that captured a stack (a new thread starts with an empty cache)
+    std::atomic<uint64_t> threads{0};
 };
 Counts &counts();
 
