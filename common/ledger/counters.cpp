@@ -13,6 +13,7 @@
 #include "common/base/atomic_max.h"
 #include "common/base/hot.h"
 #include "common/base/log.h"
+#include "common/base/saturating.h"
 #include "common/ledger/internal.h"
 
 namespace gg::ledger {
@@ -156,27 +157,40 @@ void Ledger::on_fork_child() {
     slot_pid_.store(0);
 }
 
+// Saturating: a count near UINT64_MAX (forged, or a bug) must not wrap the container's usage around to
+// a small number that admits what it should refuse.
 GG_HOT uint64_t Ledger::sum(int dev) const {
     uint64_t total = 0;
     uint32_t high = header_->slot_high.load();
-    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) total += header_->slots[i].bytes[dev].load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++)
+        total = sat_add(total, header_->slots[i].bytes[dev].load());
     return total;
 }
 
 GG_HOT bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used) {
-    if (!join()) return false;
+    if (!join()) {
+        if (container_used) *container_used = sum(dev);
+        return false;
+    }
     Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
+    std::atomic<uint64_t> &own = slot_->bytes[dev];
     uint64_t limit = header_->devices[dev].limit.load();
     for (int attempt = 0; attempt < 4; attempt++) {
-        uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
+        // A request larger than the whole limit never fits; one that would wrap this process's count
+        // cannot be counted (SIZE_MAX: a negative size cast to size_t). Nothing is charged for either,
+        // so the rollback of its failure has nothing to take back.
+        if (bytes > limit || !add_without_wrap(own, bytes)) {
+            if (container_used) *container_used = sum(dev);
+            return false;
+        }
         uint64_t total = sum(dev);
         if (total <= limit) {
-            raise_to(slot_->peak[dev], mine);
+            raise_to(slot_->peak[dev], own.load());
             raise_to(header_->devices[dev].peak, total);
             if (container_used) *container_used = total;
             return true;
         }
-        slot_->bytes[dev].fetch_sub(bytes);
+        take_off(own, bytes);  // exactly what was added above
         // Two admissions racing near the limit can both see the other's bytes and both back out;
         // try again while the bytes would fit without this request.
         uint64_t without = sum(dev);
@@ -186,23 +200,19 @@ GG_HOT bool Ledger::try_charge(int dev, uint64_t bytes, uint64_t *container_used
     return false;
 }
 
-GG_HOT void Ledger::charge(int dev, uint64_t bytes) {
-    if (!join()) return;
+GG_HOT bool Ledger::charge(int dev, uint64_t bytes) {
+    if (!join()) return false;
     Slot *slot_ = this->slot_.load(std::memory_order_relaxed);
-    uint64_t mine = slot_->bytes[dev].fetch_add(bytes) + bytes;
-    raise_to(slot_->peak[dev], mine);
+    if (!add_without_wrap(slot_->bytes[dev], bytes)) return false;
+    raise_to(slot_->peak[dev], slot_->bytes[dev].load());
     raise_to(header_->devices[dev].peak, sum(dev));
+    return true;
 }
 
 GG_HOT uint64_t Ledger::release(int dev, uint64_t bytes) {
     Slot *slot = slot_.load(std::memory_order_acquire);
     if (!slot || slot_pid_.load(std::memory_order_relaxed) != self_pid()) return 0;
-    std::atomic<uint64_t> &b = slot->bytes[dev];
-    uint64_t cur = b.load();
-    uint64_t take;
-    do {
-        take = cur < bytes ? cur : bytes;
-    } while (!b.compare_exchange_weak(cur, cur - take));
+    uint64_t take = take_off(slot->bytes[dev], bytes);
     if (take < bytes)
         log_debug("released %llu bytes on device %d but the process held %llu", (unsigned long long)bytes, dev,
                   (unsigned long long)take);

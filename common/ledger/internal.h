@@ -25,6 +25,24 @@ void init_header(Header *h, const std::string &spec);
 // `replace`, renamed) into place, so nobody maps a half-written file.
 bool create_file(const std::string &path, const std::string &spec, int group, bool replace, std::string *error);
 
+// Adds `bytes` to a count unless that would wrap it; false (and nothing added) when it would.
+inline bool add_without_wrap(std::atomic<uint64_t> &count, uint64_t bytes) {
+    uint64_t cur = count.load();
+    do {
+        if (cur > UINT64_MAX - bytes) return false;
+    } while (!count.compare_exchange_weak(cur, cur + bytes));
+    return true;
+}
+
+// Takes `bytes` off a count, never below zero; returns what was taken.
+inline uint64_t take_off(std::atomic<uint64_t> &count, uint64_t bytes) {
+    uint64_t cur = count.load(), take;
+    do {
+        take = cur < bytes ? cur : bytes;
+    } while (!count.compare_exchange_weak(cur, cur - take));
+    return take;
+}
+
 inline bool slot_is_live(const Slot &s) { return s.state.load() == kSlotLive; }
 
 // A text field of the shared file as a string for display: any process of the user may write those

@@ -63,11 +63,13 @@ public:
     void leave();
 
     // Admission: true and the bytes are charged to this process, or false and nothing changed.
-    // *container_used receives the container's usage on the device as seen by the decision.
+    // *container_used receives the container's usage on the device as seen by the decision. No sum
+    // wraps: a request larger than the limit, or one that would wrap a count, is refused uncharged.
     bool try_charge(int dev, uint64_t bytes, uint64_t *container_used);
-    // Unconditional charge (an allocation that grew after admission, e.g. a pitch).
-    void charge(int dev, uint64_t bytes);
-    // Returns what was charged; subtraction is clamped and never underflows. Returns the bytes
+    // Unconditional charge (an allocation that grew after admission, e.g. a pitch); false, and
+    // nothing charged, when the count would wrap or the process has no slot.
+    bool charge(int dev, uint64_t bytes);
+    // Takes back what a charge added: exactly `bytes`, clamped at zero, never more. Returns the bytes
     // actually released (less than asked when the slot held less: a bug or a foreign pointer).
     uint64_t release(int dev, uint64_t bytes);
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/base/log.h"
+#include "common/base/saturating.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "shim/core/state.h"
@@ -29,7 +30,11 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
         if (r.limit == 0)
             return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source +
                    "), every allocation is refused";
-        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) +
+        if (r.bytes > r.limit)
+            return "refused " + what + ": more than the container's whole limit of " + human_bytes(r.limit) +
+                   " (the container holds " + human_bytes(r.container_used) + ", this process " +
+                   human_bytes(tracker().live_bytes()) + ")";
+        return "refused " + what + ": the container would hold " + human_bytes(sat_add(r.container_used, r.bytes)) +
                " of its " + human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) +
                ")";
     }

@@ -378,3 +378,54 @@ TEST_CASE("ledger: forged text fields are shown bounded and without control byte
     delete l;
     unlink(path.c_str());
 }
+
+// Issue 18, defect 1: counts that cannot wrap, and a rollback that takes back exactly its charge.
+TEST_CASE("ledger: no count wraps; a refused request leaves nothing charged") {
+    OpenOptions o;
+    o.limit_spec = "1000";
+    std::string error, notice;
+    Ledger *l = Ledger::open(o, &error, &notice);
+    REQUIRE(l);
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(d, 600, &used));
+    for (uint64_t huge : {UINT64_MAX, UINT64_MAX - 599, UINT64_MAX - 600, uint64_t(1) << 63, uint64_t(1001)}) {
+        CHECK_FALSE(l->try_charge(d, huge, &used));
+        CHECK(used == 600);
+        CHECK(l->own_bytes(d) == 600);
+    }
+    CHECK_FALSE(l->charge(d, UINT64_MAX));  // would wrap: nothing added
+    CHECK(l->own_bytes(d) == 600);
+    CHECK(l->release(d, 600) == 600);
+    delete l;
+
+    o.limit_spec = "";
+    l = Ledger::open(o, &error, &notice);
+    REQUIRE(l);
+    d = l->device_index(kUuid, kNoLimit, 5000, "gpu");
+    REQUIRE(l->try_charge(d, 600, &used));
+    CHECK_FALSE(l->try_charge(d, UINT64_MAX, &used));  // would wrap this process's count
+    CHECK(l->own_bytes(d) == 600);
+    REQUIRE(l->try_charge(d, UINT64_MAX - 600, &used));  // fits exactly: no limit
+    CHECK(l->container_used(d) == UINT64_MAX);
+    CHECK(l->release(d, UINT64_MAX - 600) == UINT64_MAX - 600);
+    CHECK(l->container_used(d) == 600);
+    // A forged count near UINT64_MAX in another slot saturates the sum instead of wrapping it.
+    l->header()->slots[kMaxSlots - 1].bytes[d].store(UINT64_MAX - 100);
+    l->header()->slot_high.store(kMaxSlots);
+    CHECK(l->container_used(d) == UINT64_MAX);
+    delete l;
+}
+
+#include "shim/quota/sizes.h"
+
+TEST_CASE("sizes: a pitch or an array that would wrap saturates instead") {
+    using namespace gg::sizes;
+    CHECK(pitch_estimate(1, 1) == 512);
+    CHECK(pitch_estimate(1000, 3) == 3 * 1024);
+    CHECK(pitch_estimate(UINT64_MAX, 1) >= UINT64_MAX - 511);
+    CHECK(pitch_estimate(UINT64_MAX - 10, 2) == UINT64_MAX);
+    CHECK(pitch_estimate(1 << 20, uint64_t(1) << 50) == UINT64_MAX);
+    CHECK(array_bytes(4, 0, 10, 0, 0) == 40);
+    CHECK(array_bytes(4, 4, uint64_t(1) << 40, uint64_t(1) << 30, 1) == UINT64_MAX);
+}
