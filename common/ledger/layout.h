@@ -9,10 +9,19 @@ namespace gg::ledger {
 
 constexpr int kMaxDevices = 32;
 constexpr int kMaxSlots = 512;
-constexpr uint32_t kLayoutVersion = 1;
+// 2: a slot's owner is alive while it holds an open-file-description lock on the slot's bytes
+// (liveness no longer by pid: version-1 processes would reclaim version-2 slots), a slot records
+// its PID namespace instead of its start time.
+constexpr uint32_t kLayoutVersion = 2;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
+// Ownership is not in these states but in the kernel: a process owns a slot (or a device entry it
+// registers) while it holds an F_OFD_SETLK write lock on that slot's (entry's) byte range of the
+// file, taken before it writes there. The kernel drops the lock when the process dies, by any
+// signal, in any PID namespace, and at exec (the descriptor is close-on-exec). So a slot whose lock
+// is free belongs to nobody, whatever its state says: the state is what its last owner got to write.
+// Free and reclaimed slots hold no bytes.
 enum DeviceState : uint32_t { kDeviceFree = 0, kDeviceClaiming = 1, kDeviceReady = 2 };
 enum SlotState : uint32_t { kSlotFree = 0, kSlotClaiming = 1, kSlotLive = 2, kSlotReclaiming = 3, kSlotReclaimed = 4 };
 
@@ -28,8 +37,8 @@ struct DeviceEntry {
 
 struct Slot {
     std::atomic<uint32_t> state;
-    std::atomic<int32_t> pid;
-    std::atomic<uint64_t> start_ticks;  // /proc/<pid>/stat field 22: tells a reused pid from the old process
+    std::atomic<int32_t> pid;      // in the owner's PID namespace: for people, never for liveness
+    std::atomic<uint64_t> pid_ns;  // that namespace's inode (/proc/self/ns/pid), 0 when unknown
     char command[96];
     std::atomic<uint64_t> bytes[kMaxDevices];
     std::atomic<uint64_t> peak[kMaxDevices];

@@ -108,6 +108,7 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         return l;
     }
     l->path_ = o.path;
+    l->pid_ns_ = pid_namespace();
     for (int attempt = 0; attempt < 8; attempt++) {
         int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !o.read_only) {
@@ -148,12 +149,17 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
             break;
         }
         void *p = mmap(nullptr, sizeof(Header), o.read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
         if (p == MAP_FAILED) {
             *error = "cannot map ledger " + o.path + ": " + errno_text(errno);
+            close(fd);
             break;
         }
         std::string why = validate(p, size);
+        // Who owns a slot is an OFD lock on it (common/ledger/processes.cpp): a file system without
+        // them cannot tell a live process's slot from a dead one's.
+        if (why.empty() && held_by_another(fd, all_slots_range()) == Held::kUnknown)
+            why = "its file system has no open file description locks (" + errno_text(errno) +
+                  "), which tell live processes from dead ones";
         if (why.empty() && !o.read_only && (st.st_mode & 0002)) {
             char mode[8];
             snprintf(mode, sizeof mode, "%03o", (unsigned)(st.st_mode & 0777));
@@ -161,24 +167,38 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         }
         if (!why.empty()) {
             munmap(p, sizeof(Header));
+            close(fd);
             *error = "ledger " + o.path + ": " + why;
             break;
         }
         l->header_ = static_cast<Header *>(p);
         l->map_size_ = sizeof(Header);
+        // The mapping keeps its open file description referenced for as long as it exists, also in
+        // a forked child that inherits it; so the locks are taken on another description, which only
+        // this process holds (common/ledger/processes.cpp says why it matters).
+        int lock_fd = o.read_only ? fd : reopen(fd, o.path);
+        if (lock_fd < 0) {
+            *error = "cannot open ledger " + o.path + " again: " + errno_text(errno);
+            munmap(p, sizeof(Header));
+            l->header_ = nullptr;
+            close(fd);
+            break;
+        }
+        if (lock_fd != fd) close(fd);
+        fd = lock_fd;
+        l->fd_ = fd;
+        l->fd_pid_.store(getpid());
         if (o.read_only) return l;
         std::string theirs = l->limit_spec();
         if (theirs != o.limit_spec) {
             // The limit belongs to the processes using the ledger now. When none is alive (the
             // ledger is left from an earlier run) this process's limit replaces it.
-            l->reclaim_dead(false);
-            bool idle = true;
-            // Clamped again although validate() checked it: the file can change after the check.
-            for (uint32_t i = 0; i < l->header_->slot_high.load() && i < (uint32_t)kMaxSlots; i++)
-                if (slot_is_live(l->header_->slots[i])) idle = false;
-            if (idle) {
+            // Idle: no slot is locked, so no process of the ledger is alive.
+            if (held_by_another(fd, all_slots_range()) == Held::kNo) {
                 munmap(p, sizeof(Header));
                 l->header_ = nullptr;
+                close(fd);
+                l->fd_ = -1;
                 if (!create_file(o.path, o.limit_spec, o.group, true, error)) break;
                 continue;
             }
@@ -202,6 +222,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         l->leave();
         munmap(p, sizeof(Header));
         l->header_ = nullptr;
+        close(l->fd_);
+        l->fd_ = -1;
         notice->clear();
     }
     if (error->empty()) *error = "cannot open ledger " + o.path;
@@ -210,16 +232,19 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
 }
 
 void Ledger::leave() {
+    std::lock_guard<std::mutex> lock(join_mu_);
     Slot *slot = slot_.load();
     if (!slot || slot_pid_.load() != getpid()) return;
     for (auto &b : slot->bytes) b.store(0);
     slot->state.store(kSlotReclaimed);
+    if (fd_ >= 0 && fd_pid_.load() == getpid()) unlock(fd_, slot_range((int)(slot - header_->slots)));
     slot_.store(nullptr);
 }
 
 Ledger::~Ledger() {
     leave();
     if (header_) munmap(header_, map_size_);
+    if (fd_ >= 0) close(fd_);
     if (remembered_ && rescue_.load() == kIntact) munmap(remembered_, sizeof(Header));
 }
 

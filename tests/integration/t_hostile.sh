@@ -23,3 +23,79 @@ huge_request() {
   expect_not_contains err "holds 0 B" "the message"
 }
 check "defect 1: a SIZE_MAX request is refused and its rollback takes nothing else off the ledger" huge_request
+
+# Starts `shimmed PROG ARGS... wait` in the background with its stdin on a FIFO, and waits for its
+# "ready": it holds what it allocated until release_holder (or a kill). Sets HOLDER_PID (the
+# subshell's) and HOLDER_FD.
+hold() {
+  local fifo=$1; shift
+  mkfifo "$fifo"
+  ( shimmed "$@" < "$fifo" > "$fifo.out" 2>"$fifo.err" ) &
+  HOLDER_PID=$!
+  exec {HOLDER_FD}>"$fifo"
+  for _ in $(seq 200); do grep -q ready "$fifo.out" 2>/dev/null && break; sleep 0.05; done
+  grep -q ready "$fifo.out" || { echo "holder did not start"; cat "$fifo.out" "$fifo.err"; return 1; }
+}
+release_holder() { exec {HOLDER_FD}>&-; wait "$HOLDER_PID" 2>/dev/null; }
+
+# Whether this machine lets us make PID namespaces (root, or unprivileged user namespaces).
+can_unshare_pid() { unshare --pid --fork --mount-proc true 2>/dev/null; }
+
+# 4: two clients in PID namespaces of their own (Kubernetes containers sharing /dev/shm, a metrics
+# sidecar): each sees the other's pid as dead, or as another process. The one in the second
+# namespace is started through a shell so that the two pids differ (both would be 1 otherwise).
+namespaces() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=500MiB
+  hold "$TMP/h" unshare --pid --fork --mount-proc sh -c '"$@"; exit $?' sh "$BIN/drv_linked" linked alloc $((400*MIB)) wait || return 1
+  local out; out=$(shimmed timeout 30 unshare --pid --fork --mount-proc "$BIN/drv_linked" linked alloc $((400*MIB)) info 2>err)
+  local top; top=$("$CLI" top --json --ledger "$TMP/ledger")
+  release_holder
+  expect_contains "$out" "alloc $((400*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "the second namespace's 400 MiB refused" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((100*MIB)) total=$((500*MIB))" "the first one's bytes still counted" &&
+  expect_eq "$(python3 -c 'import json,sys; d=json.load(sys.stdin); print([(p["state"], p["pid_namespace"]) for p in d["processes"] if p["bytes"]])' <<<"$top")" "[('alive', 'other')]" "the holder, alive in another namespace, in gpuguard top"
+}
+if can_unshare_pid; then
+  check "defect 4: clients in two PID namespaces on one ledger never reclaim each other's live bytes" namespaces
+else
+  skip "defect 4: clients in two PID namespaces on one ledger" "unshare --pid is not allowed here (needs root or user namespaces)"
+fi
+
+# 5: 512 claimers SIGKILLed while claiming a slot (taken, not yet live) leave every slot in that state:
+# what each such kill leaves, written at once. The slots are seen (gpuguard top), reclaimed, and an
+# allocation succeeds, with a limit or without.
+killed_claimers() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger
+  unset GPUGUARD_MEM_LIMIT
+  shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB > /dev/null 2>&1 || return 1
+  "$BIN/ledger_poke" "$TMP/ledger" claiming-all 999999 || return 1
+  local top; top=$("$CLI" top --json --ledger "$TMP/ledger")
+  expect_eq "$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(p["state"]=="dead" for p in d["processes"]))' <<<"$top")" 512 "gpuguard top shows the 512 dead claimers" || return 1
+  local out; out=$(shimmed timeout 30 "$BIN/drv_linked" linked alloc $((100*MIB)) 2>err)
+  expect_eq "$out" "alloc $((100*MIB)) -> CUDA_SUCCESS" "an allocation with no limit" &&
+  expect_eq "$(cat err)" "" "no line" &&
+  expect_contains "$("$BIN/ledger_poke" "$TMP/ledger" states)" "claiming=0" "no slot left claiming" || return 1
+  "$BIN/ledger_poke" "$TMP/ledger" claiming-all 999999 || return 1
+  out=$(GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $((100*MIB)) 2>err)
+  expect_eq "$out" "alloc $((100*MIB)) -> CUDA_SUCCESS" "an allocation under a limit"
+}
+check "defect 5: slots left by claimers killed while claiming are seen and reclaimed" killed_claimers
+
+# 13: a process that allocated and then exec'd (a shell wrapper, a launcher): the new image has none of
+# that memory, so a newcomer is admitted; and a process that exited without freeing counts nothing in
+# gpuguard top, although nobody has allocated since.
+after_exec() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=300MiB
+  hold "$TMP/h" "$BIN/drv_linked" linked alloc $((200*MIB)) exec sh -c 'echo ready; cat > /dev/null' || return 1
+  local out; out=$(shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) 2>err)
+  release_holder
+  expect_eq "$out" "alloc $((200*MIB)) -> CUDA_SUCCESS" "the newcomer admitted while the exec'd image runs" || return 1
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger
+  shimmed timeout 30 "$BIN/drv_linked" linked alloc $((100*MIB)) > /dev/null || return 1
+  local used; used=$("$CLI" top --json --ledger "$TMP/ledger" | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["used_bytes"])')
+  expect_eq "$used" 0 "bytes gpuguard top shows as used after a clean exit without frees"
+}
+check "defect 13: bytes of an exec'd image are free for a newcomer; a clean exit shows 0 used in top" after_exec

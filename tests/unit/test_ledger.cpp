@@ -159,7 +159,7 @@ TEST_CASE("ledger: foreign, truncated, other-version and symlinked files are ref
     unlink(good.c_str());
 }
 
-TEST_CASE("ledger: a dead process's slot is reclaimed, and a reused pid is not mistaken for it") {
+TEST_CASE("ledger: a dead process's slot is reclaimed, whatever its pid says") {
     std::string path = temp_path("reclaim");
     Ledger *l = open_ledger(path, "1000");
     int d = l->device_index(kUuid, 1000, 5000, "gpu");
@@ -189,10 +189,10 @@ TEST_CASE("ledger: a dead process's slot is reclaimed, and a reused pid is not m
     CHECK(l->try_charge(d, 1000, &used));
     l->release(d, 1000);
 
-    // A slot whose pid is alive (ours) but whose start time differs: the pid was reused.
+    // A slot that says live, with a pid that is alive (our parent's), but whose lock nobody holds:
+    // its owner is gone (a pid in another PID namespace, or a process that exec'd, looks just so).
     Slot &fake = l->header()->slots[kMaxSlots - 1];
     fake.pid.store(getppid());
-    fake.start_ticks.store(12345);  // not the parent's real start time
     fake.bytes[d].store(300);
     fake.state.store(kSlotLive);
     l->header()->slot_high.store(kMaxSlots);
@@ -428,4 +428,120 @@ TEST_CASE("sizes: a pitch or an array that would wrap saturates instead") {
     CHECK(pitch_estimate(1 << 20, uint64_t(1) << 50) == UINT64_MAX);
     CHECK(array_bytes(4, 0, 10, 0, 0) == 40);
     CHECK(array_bytes(4, 4, uint64_t(1) << 40, uint64_t(1) << 30, 1) == UINT64_MAX);
+}
+
+namespace {
+int g_die_at_step = 0;
+void die_at(int step) {
+    if (step == g_die_at_step) _exit(42);
+}
+
+// Runs `body` in a child process; returns its exit status (-1 when it did not exit).
+template <typename F>
+int in_child(F body) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        body();
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+// Issue 18, defect 5: a process killed while it claimed its slot left the slot "claiming" for good:
+// invisible to gpuguard top, never reclaimed, and with every slot so, every allocation refused.
+TEST_CASE("ledger: a process killed at any step of claiming its slot leaks nothing") {
+    std::string path = temp_path("claim-kill");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(d, 100, &used));
+    for (int step = 1; step <= 4; step++) {
+        CAPTURE(step);
+        // A child takes over a dead process's slot (its bytes still counted), and dies at `step`.
+        Slot &dead = l->header()->slots[kMaxSlots - 1];
+        dead.bytes[d].store(500);
+        dead.state.store(kSlotLive);
+        l->header()->slot_high.store(kMaxSlots);
+        for (int i = 0; i < kMaxSlots; i++)  // so that the child's only choice is the dead one
+            if (&l->header()->slots[i] != &dead && l->header()->slots[i].state.load() != kSlotLive)
+                l->header()->slots[i].state.store(kSlotLive);
+        int status = in_child([&] {
+            g_die_at_step = step;
+            Ledger::claim_step_for_test = die_at;
+            Ledger *c = open_ledger(path, "1000");
+            uint64_t u;
+            c->try_charge(d, 10, &u);
+            _exit(1);
+        });
+        CHECK(status == 42);
+        CHECK(l->container_used(d) <= 600);  // the dead slot's 500, or nothing of it: never more
+        l->reclaim_dead(false);
+        CHECK(l->container_used(d) == 100);  // ours alone: every other slot was reclaimed
+        int left = 0;
+        for (int i = 0; i < kMaxSlots; i++) {
+            uint32_t st = l->header()->slots[i].state.load();
+            if (st != kSlotFree && st != kSlotReclaimed && l->header()->slots[i].pid.load() != getpid()) left++;
+        }
+        CHECK(left == 0);
+    }
+    // Every slot left "claiming" by a killed claimer: a newcomer still gets one.
+    for (int i = 0; i < kMaxSlots; i++)
+        if (l->header()->slots[i].pid.load() != getpid()) l->header()->slots[i].state.store(kSlotClaiming);
+    CHECK(in_child([&] {
+              Ledger *c = open_ledger(path, "1000");
+              uint64_t u;
+              _exit(c->try_charge(d, 10, &u) ? 0 : 1);
+          }) == 0);
+    delete l;
+    unlink(path.c_str());
+}
+
+// Issue 18, defects 4 and 13: liveness is the kernel's lock on a slot, not a pid. A forked child
+// shares its parent's open file description (and so its locks) until it opens its own.
+TEST_CASE("ledger: a forked child neither shares its parent's slot nor keeps it alive after the parent dies") {
+    std::string path = temp_path("fork-lock");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    for (bool handler : {true, false}) {  // fork()'s child handler, or a clone() that runs none
+        CAPTURE(handler);
+        int to_parent[2];
+        REQUIRE(pipe(to_parent) == 0);
+        pid_t a = fork();
+        if (a == 0) {
+            Ledger *c = open_ledger(path, "1000");
+            uint64_t u;
+            if (!c->try_charge(d, 300, &u)) _exit(1);
+            pid_t b = fork();
+            if (b == 0) {
+                if (handler) c->on_fork_child();
+                else if (!c->try_charge(d, 200, &u)) _exit(1);  // joins: a slot of its own
+                pid_t me = getpid();
+                (void)!write(to_parent[1], &me, sizeof me);
+                pause();
+                _exit(0);
+            }
+            pause();
+            _exit(0);
+        }
+        pid_t b = 0;
+        REQUIRE(read(to_parent[0], &b, sizeof b) == (ssize_t)sizeof b);
+        uint64_t expect = handler ? 300 : 500;
+        CHECK(l->container_used(d) == expect);
+        CHECK(l->reclaim_dead(false) == 0);  // A and B alive
+        kill(a, SIGKILL);
+        waitpid(a, nullptr, 0);
+        CHECK(l->reclaim_dead(false) == 1);  // A's slot, although B shared its description once
+        CHECK(l->container_used(d) == expect - 300);
+        int alive = 0;
+        for (const auto &p : l->processes()) alive += p.alive && !p.self;
+        CHECK(alive == (handler ? 0 : 1));  // B, when it joined
+        kill(b, SIGKILL);                   // an orphan now, reaped by whoever adopted it
+        close(to_parent[0]);
+        close(to_parent[1]);
+    }
+    delete l;
+    unlink(path.c_str());
 }

@@ -1,0 +1,46 @@
+// Writes into a ledger file what a killed or foreign process could leave there, for the tests of
+// issue 18 (t_hostile.sh): slots a claimer was killed in the middle of claiming, and reads them back.
+//   ledger_poke FILE claiming-all PID   every slot in the state "claiming" by PID, as 512 claimers
+//                                      SIGKILLed between taking a slot and marking it live leave it
+//   ledger_poke FILE states            one line: how many slots are in each state
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/ledger/layout.h"
+
+using namespace gg::ledger;
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: ledger_poke FILE claiming-all PID | states\n");
+        return 2;
+    }
+    int fd = open(argv[1], O_RDWR | O_CLOEXEC);
+    void *p = fd < 0 ? MAP_FAILED : mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        perror(argv[1]);
+        return 2;
+    }
+    Header *h = static_cast<Header *>(p);
+    if (!strcmp(argv[2], "claiming-all") && argc == 4) {
+        for (Slot &s : h->slots) {
+            s.pid.store(atoi(argv[3]));
+            s.state.store(kSlotClaiming);
+        }
+        h->slot_high.store(kMaxSlots);
+        return 0;
+    }
+    if (!strcmp(argv[2], "states")) {
+        int n[8] = {};
+        for (const Slot &s : h->slots) n[s.state.load() < 8 ? s.state.load() : 7]++;
+        printf("free=%d claiming=%d live=%d reclaiming=%d reclaimed=%d other=%d\n", n[0], n[1], n[2], n[3], n[4],
+               n[5] + n[6] + n[7]);
+        return 0;
+    }
+    fprintf(stderr, "ledger_poke: unknown command %s\n", argv[2]);
+    return 2;
+}
