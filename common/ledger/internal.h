@@ -31,6 +31,7 @@ struct Range {
 Range slot_range(int i);
 Range device_range(int i);
 Range all_slots_range();
+Range replace_range();  // the magic's bytes: held by a process while it replaces an idle ledger
 // F_OFD_SETLK of a write lock: true when this open file description holds it now (it may have
 // held it already: the kernel checks other descriptions only, so callers serialise their threads).
 bool try_lock(int fd, Range r);
@@ -43,9 +44,6 @@ int reopen(int fd, const std::string &path);
 // a read-only descriptor.
 Held held_by_another(int fd, Range r);
 void init_header(Header *h, const std::string &spec);
-// Creates a complete ledger at `path`: written under a temporary name, then linked (or, when
-// `replace`, renamed) into place, so nobody maps a half-written file.
-bool create_file(const std::string &path, const std::string &spec, int group, bool replace, std::string *error);
 
 // Adds `bytes` to a count unless that would wrap it; false (and nothing added) when it would.
 inline bool add_without_wrap(std::atomic<uint64_t> &count, uint64_t bytes) {

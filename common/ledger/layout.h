@@ -12,7 +12,8 @@ constexpr int kMaxSlots = 512;
 // 2: a slot's owner is alive while it holds an open-file-description lock on the slot's bytes
 // (liveness no longer by pid: version-1 processes would reclaim version-2 slots), a slot records
 // its PID namespace instead of its start time.
-constexpr uint32_t kLayoutVersion = 2;
+// 3: Header::retired, and the replacement protocol of Ledger::open around it.
+constexpr uint32_t kLayoutVersion = 3;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -56,7 +57,10 @@ struct Header {
     uint32_t reserved;
     char limit_spec[256];             // the limit as the creator gave it; empty for none. Never changes.
     std::atomic<uint32_t> slot_high;  // slots [0, slot_high) have been used at least once
-    uint32_t reserved2;
+    // 1 while a process that found this ledger idle replaces it (it holds the lock on the magic's
+    // bytes meanwhile), and for good once it has: a process that joins and then reads 1 leaves and
+    // opens the path again (Ledger::open says why this makes the decision one).
+    std::atomic<uint32_t> retired;
     std::atomic<uint64_t> reclaimed_processes;
     std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
     DeviceEntry devices[kMaxDevices];

@@ -155,9 +155,14 @@ private:
     std::atomic<int> rescue_{0};
     std::atomic<uint64_t> rescued_at_ns_{0};
     uint64_t sum(int dev) const;
-    bool owner_alive(int i) const;      // slot i's owner (common/ledger/processes.cpp)
-    bool own_descriptor();              // an open file description of this process's own
-    int reclaim_locked(bool periodic);  // reclaim_dead with join_mu_ held
+    bool owner_alive(int i) const;  // slot i's owner (common/ledger/processes.cpp)
+    bool own_descriptor();          // an open file description of this process's own
+    // Ledger::open's steps (common/ledger/open.cpp).
+    bool adopt(int fd, void *map, std::string *error);
+    void drop();
+    enum class Publish { kDone, kExists, kFailed };
+    Publish publish_new(const OpenOptions &o, bool replace, std::string *error);
+    void finish_open();
 };
 
 // Validation of a mapped file, shared with the fuzz target: "" when good, else why not.

@@ -36,39 +36,6 @@ void internal::init_header(Header *h, const std::string &spec) {
     snprintf(h->limit_spec, sizeof h->limit_spec, "%s", spec.c_str());
 }
 
-// Creates a complete ledger at `path`: written under a temporary name, then linked (or, when
-// `replace`, renamed) into place, so nobody maps a half-written file.
-bool internal::create_file(const std::string &path, const std::string &spec, int group, bool replace,
-                           std::string *error) {
-    std::string tmp = path + ".tmp." + std::to_string(getpid());
-    mode_t mode = group >= 0 ? 0660 : 0600;
-    int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0) {
-        *error = "cannot create ledger " + path + ": " + errno_text(errno);
-        return false;
-    }
-    bool ok = ftruncate(fd, sizeof(Header)) == 0;
-    if (ok && group >= 0) ok = fchown(fd, (uid_t)-1, (gid_t)group) == 0 && fchmod(fd, mode) == 0;
-    void *p = ok ? mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-    if (p == MAP_FAILED) {
-        *error = "cannot create ledger " + path + ": " + errno_text(errno);
-        close(fd);
-        unlink(tmp.c_str());
-        return false;
-    }
-    init_header(static_cast<Header *>(p), spec);
-    munmap(p, sizeof(Header));
-    close(fd);
-    int rc = replace ? rename(tmp.c_str(), path.c_str()) : link(tmp.c_str(), path.c_str());
-    int e = errno;
-    unlink(tmp.c_str());
-    if (rc != 0 && !(e == EEXIST && !replace)) {
-        *error = "cannot create ledger " + path + ": " + errno_text(e);
-        return false;
-    }
-    return true;  // EEXIST: another process created it first; the caller opens theirs
-}
-
 std::string default_path() {
     struct stat st;
     const char *dir =
@@ -92,6 +59,175 @@ std::string validate(const void *data, size_t size) {
     return "";
 }
 
+namespace {
+
+// What is at the path: opened, checked and mapped, not yet adopted by a Ledger. 1: found; 0: nothing
+// there; -1: refused, with *error set.
+int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string *error) {
+    int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return 0;
+    if (fd < 0) {
+        *error = "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        *error = "ledger " + o.path + " is not a regular file";
+        close(fd);
+        return -1;
+    }
+    // Whoever can write the file can set the limit and forge the counts (docs/threat-model.md),
+    // so it is trusted only when it is ours, or shared with the group GPUGUARD_LEDGER_GROUP names;
+    // never when another user left it at the path (a squatter in a shared /dev/shm or /tmp would
+    // otherwise set our quota), nor when every user may write it.
+    bool group_shared = o.group >= 0 && st.st_gid == (gid_t)o.group && (st.st_mode & 0060) == 0060;
+    if (!o.read_only && st.st_uid != geteuid() && !group_shared) {
+        *error = "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")" +
+                 ((st.st_mode & 0060) == 0060 ? " and is not shared with the group GPUGUARD_LEDGER_GROUP names" : "");
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < sizeof(Header)) {
+        // Read what is there to say precisely what it is; never map past the end of the file.
+        char head[64] = {};
+        ssize_t n = pread(fd, head, sizeof head, 0);
+        close(fd);
+        std::string why = validate(head, n > 0 ? (size_t)n : 0);
+        *error = "ledger " + o.path + ": " + (why.empty() ? "truncated ledger" : why);
+        return -1;
+    }
+    void *p = mmap(nullptr, sizeof(Header), o.read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        *error = "cannot map ledger " + o.path + ": " + errno_text(errno);
+        close(fd);
+        return -1;
+    }
+    std::string why = validate(p, size);
+    // Who owns a slot is an OFD lock on it (common/ledger/processes.cpp): a file system without
+    // them cannot tell a live process's slot from a dead one's.
+    if (why.empty() && held_by_another(fd, all_slots_range()) == Held::kUnknown)
+        why = "its file system has no open file description locks (" + errno_text(errno) +
+              "), which tell live processes from dead ones";
+    if (why.empty() && !o.read_only && (st.st_mode & 0002)) {
+        char mode[8];
+        snprintf(mode, sizeof mode, "%03o", (unsigned)(st.st_mode & 0777));
+        why = std::string("writable by every user (mode ") + mode + "), so anyone could set its limit";
+    }
+    if (!why.empty()) {
+        munmap(p, sizeof(Header));
+        close(fd);
+        *error = "ledger " + o.path + ": " + why;
+        return -1;
+    }
+    *fd_out = fd;
+    *map_out = p;
+    return 1;
+}
+
+// A complete new ledger under a temporary name next to the path: created exclusively, sized, mapped
+// and initialised. Nobody can see it until it is linked or renamed into place.
+bool create_temp(const OpenOptions &o, std::string *tmp, int *fd_out, void **map_out, std::string *error) {
+    *tmp = o.path + ".tmp." + std::to_string(getpid());
+    mode_t mode = o.group >= 0 ? 0660 : 0600;
+    int fd = ::open(tmp->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) {
+        *error = "cannot create ledger " + o.path + ": " + errno_text(errno);
+        return false;
+    }
+    bool ok = ftruncate(fd, sizeof(Header)) == 0;
+    if (ok && o.group >= 0) ok = fchown(fd, (uid_t)-1, (gid_t)o.group) == 0 && fchmod(fd, mode) == 0;
+    void *p = ok ? mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        *error = "cannot create ledger " + o.path + ": " + errno_text(errno);
+        close(fd);
+        unlink(tmp->c_str());
+        return false;
+    }
+    init_header(static_cast<Header *>(p), o.limit_spec);
+    *fd_out = fd;
+    *map_out = p;
+    return true;
+}
+
+// A little wait before trying again while another process replaces the ledger (microseconds of
+// work); spread so that racing processes do not retry in step.
+void pause_briefly(int attempt) { usleep((useconds_t)(500 + (getpid() * 7919 + attempt * 104729) % 1500)); }
+
+}  // namespace
+
+// Takes over a mapped file: the mapping, and a description of its own for the locks (the mapping's
+// keeps its description referenced, also in a forked child; common/ledger/processes.cpp).
+bool Ledger::adopt(int fd, void *map, std::string *error) {
+    int lock_fd = read_only_ ? fd : reopen(fd, path_);
+    if (lock_fd < 0) {
+        *error = "cannot open ledger " + path_ + " again: " + errno_text(errno);
+        munmap(map, sizeof(Header));
+        close(fd);
+        return false;
+    }
+    if (lock_fd != fd) close(fd);
+    header_ = static_cast<Header *>(map);
+    map_size_ = sizeof(Header);
+    fd_ = lock_fd;
+    fd_pid_.store(getpid());
+    return true;
+}
+
+// Lets go of the file adopted last: its slot, its mapping, its locks.
+void Ledger::drop() {
+    leave();
+    if (header_) munmap(header_, map_size_);
+    if (fd_ >= 0) close(fd_);
+    header_ = nullptr;
+    fd_ = -1;
+}
+
+// Creates a ledger and puts it at the path, this process already joined: busy from the moment
+// anyone can see it, so no other process takes it for idle and replaces it. `replace`: renamed over
+// an idle ledger this process has retired; else linked, which fails when another process was first.
+Ledger::Publish Ledger::publish_new(const OpenOptions &o, bool replace, std::string *error) {
+    std::string tmp;
+    int fd;
+    void *map;
+    if (!create_temp(o, &tmp, &fd, &map, error)) return Publish::kFailed;
+    if (!adopt(fd, map, error)) {
+        unlink(tmp.c_str());
+        return Publish::kFailed;
+    }
+    if (!join()) {
+        *error = "cannot join the new ledger " + o.path;
+        drop();
+        unlink(tmp.c_str());
+        return Publish::kFailed;
+    }
+    int rc = replace ? rename(tmp.c_str(), o.path.c_str()) : link(tmp.c_str(), o.path.c_str());
+    int e = errno;
+    if (rc != 0 || !replace) unlink(tmp.c_str());
+    if (rc == 0) return Publish::kDone;
+    drop();
+    if (!replace && e == EEXIST) return Publish::kExists;  // another process created it first
+    *error = "cannot create ledger " + o.path + ": " + errno_text(e);
+    return Publish::kFailed;
+}
+
+// The private copy for rescue_fault(): address space only until remember() writes it.
+void Ledger::finish_open() {
+    void *copy =
+        mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (copy != MAP_FAILED) remembered_ = static_cast<Header *>(copy);
+    remember();
+}
+
+// Replacing an idle ledger is one decision, made on the file replaced, by one process at a time:
+//   the replacer  takes the lock on the magic's bytes (one replacer), stores retired = 1, then asks
+//                 the kernel whether any slot is locked; if none, it puts a new file at the path
+//                 (publish_new, joined before it is visible); if one is, it stores retired = 0.
+//   a joiner      takes its slot's lock, then reads retired; if 1, it leaves and opens the path again.
+// The kernel orders the two locks' operations: when the joiner's lock came first, the replacer sees
+// it and does not replace; when the replacer's question came first, its store came before that, and
+// the joiner's read after its own lock sees it. So no process stays on a file that is replaced, and
+// two replacers cannot both win (they used to, and ended on two files: defect 3 of issue 18).
 Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *notice) {
     Ledger *l = new Ledger();
     l->read_only_ = o.read_only;
@@ -109,124 +245,95 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
     }
     l->path_ = o.path;
     l->pid_ns_ = pid_namespace();
-    for (int attempt = 0; attempt < 8; attempt++) {
-        int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT && !o.read_only) {
-            if (!create_file(o.path, o.limit_spec, o.group, false, error)) break;
+    bool failed = false;
+    for (int attempt = 0; attempt < 200 && !failed; attempt++) {
+        notice->clear();
+        int fd;
+        void *map;
+        int found = open_existing(o, &fd, &map, error);
+        if (found < 0) break;
+        if (found == 0) {
+            if (o.read_only) {
+                *error = "no ledger at " + o.path;
+                break;
+            }
+            Publish p = l->publish_new(o, false, error);
+            if (p == Publish::kDone) {
+                l->finish_open();
+                return l;
+            }
+            failed = p == Publish::kFailed;
             continue;
         }
-        if (fd < 0) {
-            *error =
-                "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
-            break;
-        }
-        struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            *error = "ledger " + o.path + " is not a regular file";
-            close(fd);
-            break;
-        }
-        // Whoever can write the file can set the limit and forge the counts (docs/threat-model.md),
-        // so it is trusted only when it is ours, or shared with the group GPUGUARD_LEDGER_GROUP names;
-        // never when another user left it at the path (a squatter in a shared /dev/shm or /tmp would
-        // otherwise set our quota), nor when every user may write it.
-        bool group_shared = o.group >= 0 && st.st_gid == (gid_t)o.group && (st.st_mode & 0060) == 0060;
-        if (!o.read_only && st.st_uid != geteuid() && !group_shared) {
-            *error =
-                "ledger " + o.path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")" +
-                ((st.st_mode & 0060) == 0060 ? " and is not shared with the group GPUGUARD_LEDGER_GROUP names" : "");
-            close(fd);
-            break;
-        }
-        size_t size = (size_t)st.st_size;
-        if (size < sizeof(Header)) {
-            // Read what is there to say precisely what it is; never map past the end of the file.
-            char head[64] = {};
-            ssize_t n = pread(fd, head, sizeof head, 0);
-            close(fd);
-            std::string why = validate(head, n > 0 ? (size_t)n : 0);
-            *error = "ledger " + o.path + ": " + (why.empty() ? "truncated ledger" : why);
-            break;
-        }
-        void *p = mmap(nullptr, sizeof(Header), o.read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            *error = "cannot map ledger " + o.path + ": " + errno_text(errno);
-            close(fd);
-            break;
-        }
-        std::string why = validate(p, size);
-        // Who owns a slot is an OFD lock on it (common/ledger/processes.cpp): a file system without
-        // them cannot tell a live process's slot from a dead one's.
-        if (why.empty() && held_by_another(fd, all_slots_range()) == Held::kUnknown)
-            why = "its file system has no open file description locks (" + errno_text(errno) +
-                  "), which tell live processes from dead ones";
-        if (why.empty() && !o.read_only && (st.st_mode & 0002)) {
-            char mode[8];
-            snprintf(mode, sizeof mode, "%03o", (unsigned)(st.st_mode & 0777));
-            why = std::string("writable by every user (mode ") + mode + "), so anyone could set its limit";
-        }
-        if (!why.empty()) {
-            munmap(p, sizeof(Header));
-            close(fd);
-            *error = "ledger " + o.path + ": " + why;
-            break;
-        }
-        l->header_ = static_cast<Header *>(p);
-        l->map_size_ = sizeof(Header);
-        // The mapping keeps its open file description referenced for as long as it exists, also in
-        // a forked child that inherits it; so the locks are taken on another description, which only
-        // this process holds (common/ledger/processes.cpp says why it matters).
-        int lock_fd = o.read_only ? fd : reopen(fd, o.path);
-        if (lock_fd < 0) {
-            *error = "cannot open ledger " + o.path + " again: " + errno_text(errno);
-            munmap(p, sizeof(Header));
-            l->header_ = nullptr;
-            close(fd);
-            break;
-        }
-        if (lock_fd != fd) close(fd);
-        fd = lock_fd;
-        l->fd_ = fd;
-        l->fd_pid_.store(getpid());
+        if (!l->adopt(fd, map, error)) break;
         if (o.read_only) return l;
+        Header *h = l->header_;
+        if (h->retired.load()) {  // being replaced, or replaced: the path will name the new file
+            l->drop();
+            pause_briefly(attempt);
+            continue;
+        }
         std::string theirs = l->limit_spec();
         if (theirs != o.limit_spec) {
             // The limit belongs to the processes using the ledger now. When none is alive (the
             // ledger is left from an earlier run) this process's limit replaces it.
-            // Idle: no slot is locked, so no process of the ledger is alive.
-            if (held_by_another(fd, all_slots_range()) == Held::kNo) {
-                munmap(p, sizeof(Header));
-                l->header_ = nullptr;
-                close(fd);
-                l->fd_ = -1;
-                if (!create_file(o.path, o.limit_spec, o.group, true, error)) break;
+            if (!try_lock(l->fd_, replace_range())) {  // another process is deciding
+                l->drop();
+                pause_briefly(attempt);
+                continue;
+            }
+            bool replaced = false;
+            if (!h->retired.load()) {
+                h->retired.store(1);
+                if (held_by_another(l->fd_, all_slots_range()) == Held::kNo) {
+                    // Idle. The old file stays mapped, and its replace lock held, until the new one
+                    // is at the path: whoever opens the old one meanwhile sees it retired.
+                    int old_fd = l->fd_;
+                    l->header_ = nullptr;
+                    l->fd_ = -1;
+                    Publish p = l->publish_new(o, true, error);
+                    if (p != Publish::kDone) h->retired.store(0);
+                    munmap(h, sizeof(Header));
+                    close(old_fd);  // and with it the replace lock
+                    if (p != Publish::kDone) break;
+                    l->finish_open();
+                    return l;
+                }
+                h->retired.store(0);  // busy: the limit stands
+            } else {
+                replaced = true;
+            }
+            unlock(l->fd_, replace_range());
+            if (replaced) {
+                l->drop();
+                pause_briefly(attempt);
                 continue;
             }
             if (!o.limit_spec.empty())
                 *notice = "the limit '" + o.limit_spec + "' differs from the limit '" +
                           (theirs.empty() ? "none" : theirs) + "' of the shared ledger " + o.path + ", which stands";
         }
-        // Two processes starting together on an idle ledger may both replace it; the one whose
-        // file lost the race maps a file no longer at the path. Joining first makes the ledger
-        // busy (nobody replaces a busy ledger), then the file at the path must be the one mapped.
-        l->join();
-        struct stat now;
-        if (stat(o.path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
-            // The private copy for rescue_fault(): address space only until remember() writes it.
-            void *copy = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (copy != MAP_FAILED) l->remembered_ = static_cast<Header *>(copy);
-            l->remember();
+        if (!l->join()) {
+            // Every slot held by a live process: the file is not this process's to share.
+            *error = "ledger " + o.path + ": all " + std::to_string(kMaxSlots) + " slots are held by live processes";
+            break;
+        }
+        if (h->retired.load()) {  // a replacer decided before this process's lock: go where it went
+            l->drop();
+            pause_briefly(attempt);
+            continue;
+        }
+        // A file removed or replaced by hand (not by gpuguard) leaves this one off the path: the
+        // processes that open the path from now on would never see this one's bytes.
+        struct stat mapped, now;
+        if (fstat(l->fd_, &mapped) == 0 && stat(o.path.c_str(), &now) == 0 && now.st_ino == mapped.st_ino &&
+            now.st_dev == mapped.st_dev) {
+            l->finish_open();
             return l;
         }
-        l->leave();
-        munmap(p, sizeof(Header));
-        l->header_ = nullptr;
-        close(l->fd_);
-        l->fd_ = -1;
-        notice->clear();
+        l->drop();
     }
-    if (error->empty()) *error = "cannot open ledger " + o.path;
+    if (error->empty()) *error = "cannot open ledger " + o.path + ": it kept changing while this process opened it";
     delete l;
     return nullptr;
 }

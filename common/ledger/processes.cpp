@@ -46,6 +46,7 @@ Range internal::device_range(int i) {
     return {(off_t)(offsetof(Header, devices) + (size_t)i * sizeof(DeviceEntry)), (off_t)sizeof(DeviceEntry)};
 }
 Range internal::all_slots_range() { return {(off_t)offsetof(Header, slots), (off_t)sizeof(Header::slots)}; }
+Range internal::replace_range() { return {0, (off_t)sizeof(Header::magic)}; }
 
 bool internal::try_lock(int fd, Range r) {
     struct flock fl;

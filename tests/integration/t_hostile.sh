@@ -99,3 +99,22 @@ after_exec() {
   expect_eq "$used" 0 "bytes gpuguard top shows as used after a clean exit without frees"
 }
 check "defect 13: bytes of an exec'd image are free for a newcomer; a clean exit shows 0 used in top" after_exec
+
+# 3: processes that start together over an idle ledger with another limit (left by an earlier run)
+# each replace it; all must end on one file. Two limits that differ, and two equal ones over a stale
+# ledger: in each trial both ask for 200 MiB under 300 or 350 MiB, so that one file admits one of them.
+replace_race() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MAX_REPORTS=0
+  local trial both=0 a b
+  for trial in $(seq 30); do
+    "$CLI" run --ledger "$TMP/ledger" --limit 100MiB true || return 1
+    if ((trial % 2)); then a=300MiB b=350MiB; else a=300MiB b=300MiB; fi
+    GPUGUARD_MEM_LIMIT=$a shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) sleep 400 > "$TMP/a" 2>/dev/null &
+    GPUGUARD_MEM_LIMIT=$b shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) sleep 400 > "$TMP/b" 2>/dev/null &
+    wait
+    if grep -q SUCCESS "$TMP/a" && grep -q SUCCESS "$TMP/b"; then both=$((both + 1)); echo "trial $trial ($a, $b): both admitted"; fi
+  done
+  expect_eq "$both" 0 "trials where the two processes ended on two ledgers (400 MiB held under 300)"
+}
+check "defect 3: processes racing to replace an idle ledger end on one file (30 trials)" replace_race

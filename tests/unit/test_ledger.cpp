@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -543,5 +544,63 @@ TEST_CASE("ledger: a forked child neither shares its parent's slot nor keeps it 
         close(to_parent[1]);
     }
     delete l;
+    unlink(path.c_str());
+}
+
+// Issue 18, defect 3: processes that replaced an idle ledger at the same time could end on two files.
+TEST_CASE("ledger: processes racing to replace an idle ledger all end on the file at the path") {
+    std::string path = temp_path("replace-race");
+    for (int round = 0; round < 20; round++) {
+        CAPTURE(round);
+        delete open_ledger(path, "1MiB");  // idle, with a limit nobody below asks for
+        int go[2], in[2], release[2];
+        REQUIRE(pipe(go) == 0);
+        REQUIRE(pipe(in) == 0);
+        REQUIRE(pipe(release) == 0);
+        std::vector<pid_t> kids;
+        for (int k = 0; k < 6; k++) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(go[1]);
+                close(release[1]);
+                char c;
+                (void)!read(go[0], &c, 1);  // all start together: when the parent closes `go`
+                OpenOptions o;
+                o.path = path;
+                o.limit_spec = std::to_string(2 + k % 3) + "MiB";
+                std::string error, notice;
+                Ledger *l = Ledger::open(o, &error, &notice);
+                if (!l) _exit(2);
+                (void)!write(in[1], "x", 1);
+                (void)!read(release[0], &c, 1);  // every child holds its slot until all are in
+                // The file at the path is the one this process's slot is in (its creation time and
+                // creator tell it from any other), and the slot is alive in it.
+                Header at{};
+                int fd = ::open(path.c_str(), O_RDONLY);
+                bool same = fd >= 0 && pread(fd, &at, offsetof(Header, limit_spec), 0) > 0 &&
+                            at.created_unix_ns == l->header()->created_unix_ns &&
+                            at.creator_pid == l->header()->creator_pid;
+                bool mine = false;
+                for (const auto &p : l->processes()) mine |= p.self && p.alive;
+                _exit(same && mine ? 0 : 1);
+            }
+            kids.push_back(pid);
+        }
+        close(in[1]);
+        close(go[0]);
+        close(go[1]);
+        char c;
+        for (int n = 0; n < 6 && read(in[0], &c, 1) == 1;) n++;
+        close(release[0]);
+        close(release[1]);
+        int ok = 0;
+        for (pid_t k : kids) {
+            int status = 0;
+            waitpid(k, &status, 0);
+            ok += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        }
+        CHECK(ok == 6);
+        close(in[0]);
+    }
     unlink(path.c_str());
 }
