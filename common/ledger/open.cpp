@@ -3,6 +3,7 @@
 #include "common/ledger/ledger.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,6 +62,32 @@ std::string validate(const void *data, size_t size) {
 
 namespace {
 
+// Backs every page of the ledger's size in the file with storage, so that no access to the mapping
+// can fault for lack of it. A new file (nobody sees it yet) is grown to the size; an existing one
+// keeps its size and has its holes filled (a file another program made sparse). Where the file
+// system cannot reserve (no fallocate), a new file is written with zeros, and an existing one must
+// already have all its blocks. False with errno set when the space is not there.
+bool reserve(int fd, bool existing) {
+    if (fallocate(fd, existing ? FALLOC_FL_KEEP_SIZE : 0, 0, (off_t)sizeof(Header)) == 0) return true;
+    if (errno != EOPNOTSUPP && errno != ENOSYS) return false;
+    if (existing) {
+        struct stat st;
+        if (fstat(fd, &st) != 0) return false;
+        if ((uint64_t)st.st_blocks * 512 >= sizeof(Header)) return true;
+        errno = EOPNOTSUPP;
+        return false;
+    }
+    static const char zeros[65536] = {};
+    for (size_t off = 0; off < sizeof(Header);) {
+        size_t n = sizeof(Header) - off < sizeof zeros ? sizeof(Header) - off : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        off += (size_t)w;
+    }
+    return true;
+}
+
 // What is at the path: opened, checked and mapped, not yet adopted by a Ledger. 1: found; 0: nothing
 // there; -1: refused, with *error set.
 int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string *error) {
@@ -114,10 +141,16 @@ int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string
         snprintf(mode, sizeof mode, "%03o", (unsigned)(st.st_mode & 0777));
         why = std::string("writable by every user (mode ") + mode + "), so anyone could set its limit";
     }
+    int e = 0;
+    if (why.empty() && !o.read_only && !reserve(fd, true)) {
+        e = errno;
+        why = "cannot reserve its pages: " + errno_text(e) + " (joining would write pages the file system cannot back)";
+    }
     if (!why.empty()) {
         munmap(p, sizeof(Header));
         close(fd);
         *error = "ledger " + o.path + ": " + why;
+        errno = e;
         return -1;
     }
     *fd_out = fd;
@@ -135,13 +168,18 @@ bool create_temp(const OpenOptions &o, std::string *tmp, int *fd_out, void **map
         *error = "cannot create ledger " + o.path + ": " + errno_text(errno);
         return false;
     }
-    bool ok = ftruncate(fd, sizeof(Header)) == 0;
+    // Its space is reserved before it is mapped: a page of a shared mapping that the file system
+    // cannot back raises SIGBUS when first written (a full /dev/shm killed the program here).
+    bool ok = reserve(fd, false);
     if (ok && o.group >= 0) ok = fchown(fd, (uid_t)-1, (gid_t)o.group) == 0 && fchmod(fd, mode) == 0;
     void *p = ok ? mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (p == MAP_FAILED) {
-        *error = "cannot create ledger " + o.path + ": " + errno_text(errno);
+        int e = errno;
+        *error = "cannot create ledger " + o.path + ": " + errno_text(e) + " (it needs " +
+                 std::to_string(sizeof(Header) >> 10) + " KiB)";
         close(fd);
         unlink(tmp->c_str());
+        errno = e;
         return false;
     }
     init_header(static_cast<Header *>(p), o.limit_spec);
@@ -206,6 +244,7 @@ Ledger::Publish Ledger::publish_new(const OpenOptions &o, bool replace, std::str
     if (rc != 0 || !replace) unlink(tmp.c_str());
     if (rc == 0) return Publish::kDone;
     drop();
+    errno = e;
     if (!replace && e == EEXIST) return Publish::kExists;  // another process created it first
     *error = "cannot create ledger " + o.path + ": " + errno_text(e);
     return Publish::kFailed;
@@ -246,12 +285,16 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
     l->path_ = o.path;
     l->pid_ns_ = pid_namespace();
     bool failed = false;
+    int cause = 0;  // errno of the failure, for the caller (gpuguard run tells a full disk apart)
     for (int attempt = 0; attempt < 200 && !failed; attempt++) {
         notice->clear();
         int fd;
         void *map;
         int found = open_existing(o, &fd, &map, error);
-        if (found < 0) break;
+        if (found < 0) {
+            cause = errno;
+            break;
+        }
         if (found == 0) {
             if (o.read_only) {
                 *error = "no ledger at " + o.path;
@@ -262,6 +305,7 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
                 l->finish_open();
                 return l;
             }
+            cause = errno;
             failed = p == Publish::kFailed;
             continue;
         }
@@ -292,6 +336,7 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
                     l->header_ = nullptr;
                     l->fd_ = -1;
                     Publish p = l->publish_new(o, true, error);
+                    cause = errno;
                     if (p != Publish::kDone) h->retired.store(0);
                     munmap(h, sizeof(Header));
                     close(old_fd);  // and with it the replace lock
@@ -335,6 +380,7 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
     }
     if (error->empty()) *error = "cannot open ledger " + o.path + ": it kept changing while this process opened it";
     delete l;
+    errno = cause;
     return nullptr;
 }
 

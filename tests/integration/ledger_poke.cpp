@@ -2,6 +2,9 @@
 // issue 18 (t_hostile.sh): slots a claimer was killed in the middle of claiming, and reads them back.
 //   ledger_poke FILE claiming-all PID   every slot in the state "claiming" by PID, as 512 claimers
 //                                      SIGKILLed between taking a slot and marking it live leave it
+//   ledger_poke FILE live-to-new-page PID   slots from 1 on live, owned by PID (a joiner passes over
+//                                      them), up to the first whose bytes begin on a page that no
+//                                      earlier write touched: the next joiner's slot (its index printed)
 //   ledger_poke FILE states            one line: how many slots are in each state
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,7 +19,7 @@ using namespace gg::ledger;
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: ledger_poke FILE claiming-all PID | states\n");
+        fprintf(stderr, "usage: ledger_poke FILE claiming-all PID | live-to-new-page PID | states\n");
         return 2;
     }
     int fd = open(argv[1], O_RDWR | O_CLOEXEC);
@@ -32,6 +35,20 @@ int main(int argc, char **argv) {
             s.state.store(kSlotClaiming);
         }
         h->slot_high.store(kMaxSlots);
+        return 0;
+    }
+    if (!strcmp(argv[2], "live-to-new-page") && argc == 4) {
+        auto page = [h](const void *p) { return ((const char *)p - (const char *)h) / 4096; };
+        int to = 2;
+        while (to < kMaxSlots && (page(&h->slots[to]) == page(&h->slots[to - 1]) ||
+                                  page(&h->slots[to]) <= page(&h->slots[0].peak[kMaxDevices - 1])))
+            to++;
+        for (int i = 1; i < to; i++) {
+            h->slots[i].pid.store(atoi(argv[3]));
+            h->slots[i].state.store(kSlotLive);
+        }
+        if (h->slot_high.load() < (uint32_t)to) h->slot_high.store((uint32_t)to);
+        printf("%d\n", to);
         return 0;
     }
     if (!strcmp(argv[2], "states")) {

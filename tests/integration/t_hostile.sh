@@ -118,3 +118,59 @@ replace_race() {
   expect_eq "$both" 0 "trials where the two processes ended on two ledgers (400 MiB held under 300)"
 }
 check "defect 3: processes racing to replace an idle ledger end on one file (30 trials)" replace_race
+
+# A tmpfs of SIZE KiB at $TMP/shm for one check (mounting needs root: can_mount says whether).
+can_mount() {
+  mkdir -p "$TMP/probe" && mount -t tmpfs -o size=64k tmpfs "$TMP/probe" 2>/dev/null && umount "$TMP/probe"
+}
+# Unmounted when the check's subshell exits.
+small_tmpfs() {
+  mkdir -p "$TMP/shm" && mount -t tmpfs -o "size=$1k" tmpfs "$TMP/shm" || return 1
+  SHM_KIB=$1
+  trap 'umount -l "$TMP/shm" 2>/dev/null' EXIT
+}
+# Fills the small tmpfs; never more than its size, and nothing at all unless it is mounted.
+fill() {
+  mountpoint -q "$TMP/shm" || { echo "fill: $TMP/shm is not mounted"; return 1; }
+  dd if=/dev/zero of="$TMP/shm/fill" bs=4k count=$((SHM_KIB / 4 + 1)) 2>/dev/null
+  true
+}
+
+# 2: a full /dev/shm. The ledger's pages were not reserved: writing its header at creation, or a slot
+# on a page never touched before when joining, raised SIGBUS and killed the program.
+full_shm() {
+  fresh
+  small_tmpfs 2048 || return 1
+  export GPUGUARD_MAX_REPORTS=0
+  fill || return 1
+  local out rc
+  out=$("$CLI" run --ledger "$TMP/shm/ledger" --limit 1GiB -- env LD_LIBRARY_PATH="$FAKE" "$BIN/drv_linked" linked alloc $((100*MIB)) alloc $((2048*MIB)) 2>err); rc=$?
+  expect_eq "$rc" 0 "gpuguard run's exit status (135: SIGBUS)" &&
+  expect_contains "$out" "alloc $((100*MIB)) -> CUDA_SUCCESS" "the program runs" &&
+  expect_contains "$out" "alloc $((2048*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "under a quota of its own" &&
+  expect_eq "$(grep -c 'No space left on device' err)" 1 "lines saying why" &&
+  expect_eq "$(ls "$TMP/shm" | grep -c tmp)" 0 "temporary files left in /dev/shm" || { cat err; return 1; }
+  # The shim on its own: the same.
+  out=$(GPUGUARD_LEDGER=$TMP/shm/ledger GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $((2048*MIB)) alloc $MIB 2>err); rc=$?
+  expect_eq "$rc" 0 "the program's exit status" &&
+  expect_eq "$out" "alloc $((2048*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY
+alloc $MIB -> CUDA_SUCCESS" "the quota, per process" &&
+  expect_contains err "the quota applies to this process alone" "one line" || return 1
+  # Joining: a ledger made while there was room, then the disk fills; a second process joins, in a
+  # slot on a page nobody touched yet (the slots before it said live).
+  rm -f "$TMP/shm/fill"
+  export GPUGUARD_LEDGER=$TMP/shm/ledger GPUGUARD_MEM_LIMIT=1GiB
+  hold "$TMP/h" "$BIN/drv_linked" linked alloc $((100*MIB)) wait || return 1
+  "$BIN/ledger_poke" "$TMP/shm/ledger" live-to-new-page $$ > /dev/null || return 1
+  fill || return 1
+  out=$(shimmed timeout 30 "$BIN/drv_linked" linked alloc $((1000*MIB)) alloc $((900*MIB)) 2>err); rc=$?
+  release_holder
+  expect_eq "$rc" 0 "the joiner's exit status (135: SIGBUS)" &&
+  expect_eq "$out" "alloc $((1000*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY
+alloc $((900*MIB)) -> CUDA_SUCCESS" "the shared quota holds"
+}
+if can_mount; then
+  check "defect 2: a full /dev/shm: no signal, one line, a per-process quota, no temporary file left" full_shm
+else
+  skip "defect 2: a full /dev/shm" "mounting a small tmpfs needs root (CAP_SYS_ADMIN)"
+fi

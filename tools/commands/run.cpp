@@ -231,7 +231,15 @@ int cmd_run(int argc, char **argv) {
         o.group = group;
         std::string error, notice;
         gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
-        if (!l) return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        if (!l && (errno == ENOSPC || errno == EDQUOT)) {
+            // A full /dev/shm: the command still runs, each of its processes under a quota of its own
+            // (the shim would otherwise print the same line in every one of them).
+            fprintf(stderr, "gpuguard: warning: %s; each process of the command gets a quota of its own\n",
+                    error.c_str());
+            setenv("GPUGUARD_LEDGER", "none", 1);
+        } else if (!l) {
+            return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        }
         if (!notice.empty())
             fprintf(stderr,
                     "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
