@@ -88,10 +88,26 @@ bool reserve(int fd, bool existing) {
     return true;
 }
 
+// The file's first sizeof(Header) bytes in private memory; *size becomes what could be read.
+void *snapshot(int fd, size_t *size) {
+    void *p = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return p;
+    size_t got = 0;
+    while (got < sizeof(Header)) {
+        ssize_t n = pread(fd, static_cast<char *>(p) + got, sizeof(Header) - got, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    *size = got;
+    return p;
+}
+
 // What is at the path: opened, checked and mapped, not yet adopted by a Ledger. 1: found; 0: nothing
 // there; -1: refused, with *error set.
 int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string *error) {
-    int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO (or a device) at the path must not hang the open; it is refused below.
+    int fd = ::open(o.path.c_str(), (o.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) return 0;
     if (fd < 0) {
         *error = "cannot open ledger " + o.path + ": " + (errno == ELOOP ? "it is a symbolic link" : errno_text(errno));
@@ -124,9 +140,12 @@ int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string
         *error = "ledger " + o.path + ": " + (why.empty() ? "truncated ledger" : why);
         return -1;
     }
-    void *p = mmap(nullptr, sizeof(Header), o.read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // A reader (gpuguard top, doctor) reads a copy: a file truncated or rewritten in place while it
+    // reads cannot fault (SIGBUS), and what it shows is one moment's state.
+    void *p =
+        o.read_only ? snapshot(fd, &size) : mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        *error = "cannot map ledger " + o.path + ": " + errno_text(errno);
+        *error = "cannot " + std::string(o.read_only ? "read" : "map") + " ledger " + o.path + ": " + errno_text(errno);
         close(fd);
         return -1;
     }

@@ -174,3 +174,50 @@ if can_mount; then
 else
   skip "defect 2: a full /dev/shm" "mounting a small tmpfs needs root (CAP_SYS_ADMIN)"
 fi
+
+# 9: a FIFO at the ledger path (another user can make one at /dev/shm/gpuguard-<uid>.ledger) hung top
+# and doctor in open(); and top --once, which mapped the file, died of SIGBUS when it was rewritten in
+# place while top read it.
+fifo_ledger() {
+  fresh
+  mkfifo "$TMP/ledger"
+  local out rc
+  out=$(timeout 10 "$CLI" top --once --ledger "$TMP/ledger" 2>&1); rc=$?
+  expect_eq "$rc" 2 "top's exit status (124: hung)" &&
+  expect_contains "$out" "is not a regular file" "top's line" || return 1
+  out=$(GPUGUARD_LEDGER=$TMP/ledger timeout 20 "$CLI" doctor 2>&1); rc=$?
+  expect_eq "$rc" 1 "doctor's exit status (124: hung)" &&
+  expect_contains "$out" "is not a regular file" "doctor's FAIL line" || return 1
+  out=$(GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 10 "$BIN/drv_linked" linked alloc $((2048*MIB)) 2>&1); rc=$?
+  expect_eq "$rc" 0 "the program's exit status" &&
+  expect_contains "$out" "is not a regular file; the quota applies to this process alone" "the shim's line"
+}
+check "defect 9: a FIFO at the ledger path: top, doctor and the shim refuse it at once" fifo_ledger
+
+rewritten_ledger() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger
+  GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB > /dev/null || return 1
+  cp "$TMP/ledger" "$TMP/copy"
+  # Rewritten in place, over and over: emptied, then written back.
+  python3 - "$TMP/ledger" "$TMP/copy" "$TMP/stop" <<'PY' &
+import os, sys, time
+data = open(sys.argv[2], 'rb').read()
+fd = os.open(sys.argv[1], os.O_RDWR)
+while not os.path.exists(sys.argv[3]):
+    os.ftruncate(fd, 0)
+    time.sleep(0.0005)
+    os.pwrite(fd, data, 0)
+    time.sleep(0.0005)
+PY
+  local writer=$! i rc bus=0 shown=0
+  for i in $(seq 150); do
+    timeout 10 "$CLI" top --once --ledger "$TMP/ledger" > /dev/null 2>&1; rc=$?
+    ((rc == 135)) && bus=$((bus + 1))
+    ((rc == 0)) && shown=$((shown + 1))
+  done
+  touch "$TMP/stop"; wait "$writer"
+  expect_eq "$bus" 0 "runs of top --once killed by SIGBUS (of 150)" &&
+  ((shown > 0)) || { echo "top never showed the ledger"; return 1; }
+}
+check "defect 9: top --once never dies of SIGBUS while the ledger is rewritten in place" rewritten_ledger
