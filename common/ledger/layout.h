@@ -13,7 +13,8 @@ constexpr int kMaxSlots = 512;
 // (liveness no longer by pid: version-1 processes would reclaim version-2 slots), a slot records
 // its PID namespace instead of its start time.
 // 3: Header::retired, and the replacement protocol of Ledger::open around it.
-constexpr uint32_t kLayoutVersion = 3;
+// 4: limit_spec holds 4096 bytes: every spec the parser accepts (common/units/size_spec.h).
+constexpr uint32_t kLayoutVersion = 4;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -55,7 +56,7 @@ struct Header {
     uint64_t created_unix_ns;
     int32_t creator_pid;
     uint32_t reserved;
-    char limit_spec[256];             // the limit as the creator gave it; empty for none. Never changes.
+    char limit_spec[4096];            // the limit as the creator gave it; empty for none. Never changes.
     std::atomic<uint32_t> slot_high;  // slots [0, slot_high) have been used at least once
     // 1 while a process that found this ledger idle replaces it (it holds the lock on the magic's
     // bytes meanwhile), and for good once it has: a process that joins and then reads 1 leaves and

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/ledger/internal.h"
+#include "common/units/size_spec.h"
 
 namespace gg::ledger {
 
@@ -24,6 +25,8 @@ uint64_t internal::now_ns(clockid_t clock) {
 }
 
 std::string internal::errno_text(int e) { return strerror(e); }
+
+static_assert(sizeof(Header::limit_spec) > kMaxLimitSpecLength, "a spec the parser accepts must fit the ledger whole");
 
 void internal::init_header(Header *h, const std::string &spec) {
     memcpy(h->magic, kMagic, sizeof kMagic);
@@ -300,6 +303,12 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         l->map_size_ = sizeof(Header);
         init_header(l->header_, o.limit_spec);
         return l;
+    }
+    if (o.limit_spec.size() >= sizeof(Header::limit_spec)) {  // the parser refuses these: never cut one
+        *error = "cannot open ledger " + o.path + ": its limit is longer than " +
+                 std::to_string(sizeof(Header::limit_spec) - 1) + " characters";
+        delete l;
+        return nullptr;
     }
     l->path_ = o.path;
     l->pid_ns_ = pid_namespace();

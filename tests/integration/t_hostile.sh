@@ -221,3 +221,82 @@ PY
   ((shown > 0)) || { echo "top never showed the ledger"; return 1; }
 }
 check "defect 9: top --once never dies of SIGBUS while the ledger is rewritten in place" rewritten_ledger
+
+# gpuguard doctor with the test driver, the environment as given.
+doctor() { env -u LD_PRELOAD LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$CLI" doctor "$@"; }
+
+# 6: limits the parser accepted but the ledger stored mangled: control bytes became '?', and specs were
+# cut at 255 characters (six full-UUID entries are 282), so every allocation was refused while
+# doctor said ok. Now a control byte is refused by the parser (the shim fails closed, doctor fails),
+# and a spec the parser accepts fits the ledger whole.
+mangled_limits() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger
+  local v out rc
+  for v in $'1GiB\n' $'1GiB,\t0=2GiB' $'\r1GiB' $'1G\x1b[2J'; do
+    out=$(GPUGUARD_MEM_LIMIT=$v shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB 2>err)
+    expect_eq "$out" "alloc $MIB -> CUDA_ERROR_OUT_OF_MEMORY" "$(printf %q "$v"): fail closed" &&
+    expect_contains err "control character" "$(printf %q "$v"): the line says why" || return 1
+    out=$(GPUGUARD_MEM_LIMIT=$v doctor 2>&1); rc=$?
+    expect_eq "$rc" 1 "$(printf %q "$v"): doctor's exit status" &&
+    expect_contains "$out" "control character" "$(printf %q "$v"): doctor's FAIL line" || return 1
+    out=$("$CLI" run --limit "$v" true 2>&1); rc=$?
+    expect_eq "$rc" 2 "$(printf %q "$v"): gpuguard run's exit status" || return 1
+    rm -f "$TMP/ledger"
+  done
+  # Six devices, each by its full UUID: 282 characters.
+  unset GPUGUARD_MEM_LIMIT
+  export FAKE_CUDA_DEVICES=6
+  shimmed timeout 30 "$BIN/drv_linked" linked device 0 alloc 1 device 1 alloc 1 device 2 alloc 1 device 3 alloc 1 \
+    device 4 alloc 1 device 5 alloc 1 > /dev/null || return 1
+  local spec; spec=$("$CLI" top --json --ledger "$TMP/ledger" | python3 -c 'import json,sys
+print(",".join(d["uuid"] + ("=300MiB" if d["index"] == 0 else "=1GiB") for d in json.load(sys.stdin)["devices"]))')
+  rm -f "$TMP/ledger"
+  ((${#spec} > 255)) || { echo "the spec is only ${#spec} characters: $spec"; return 1; }
+  export GPUGUARD_MEM_LIMIT=$spec
+  hold "$TMP/h" "$BIN/drv_linked" linked alloc $((100*MIB)) wait || return 1
+  out=$(shimmed timeout 30 "$BIN/drv_linked" linked alloc $((250*MIB)) alloc $((150*MIB)) 2>err)
+  release_holder
+  expect_eq "$out" "alloc $((250*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY
+alloc $((150*MIB)) -> CUDA_SUCCESS" "a second process under the ${#spec}-character spec, read back from the ledger" &&
+  expect_eq "$(grep -c . err)" 1 "lines (the refusal's)" &&
+  expect_contains err "of its 300.00 MiB limit" "the refusal"
+}
+check "defect 6: control bytes in a limit are refused alike by the shim, doctor and run; a long spec fits the ledger" mangled_limits
+
+# 7: typos that meant no limit, without a word: a device selector that matches no device, a relative
+# ledger path (one ledger per working directory), 'none ' with a trailing space (a file so named).
+typos() {
+  fresh
+  export GPUGUARD_LEDGER=none
+  local out rc
+  out=$(GPUGUARD_MEM_LIMIT=00=100MiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) 2>/dev/null)
+  expect_eq "$out" "alloc $((200*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "00=100MiB is device 0's limit" || return 1
+  for v in 7=100MiB GPU-deadbeef=100MiB; do
+    out=$(GPUGUARD_MEM_LIMIT=$v shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) 2>err)
+    expect_eq "$out" "alloc $((200*MIB)) -> CUDA_SUCCESS" "$v: no device has that limit" &&
+    expect_eq "$(grep -c . err)" 1 "$v: lines" &&
+    expect_contains err "selects no device" "$v: the line" || return 1
+    out=$(GPUGUARD_MEM_LIMIT=$v doctor 2>&1); rc=$?
+    expect_eq "$rc" 1 "$v: doctor's exit status" &&
+    expect_contains "$out" "selects no device" "$v: doctor's FAIL line" || return 1
+  done
+  out=$(GPUGUARD_MEM_LIMIT=GPU-nonexist=100MiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) 2>err)
+  expect_eq "$out" "alloc $((200*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "GPU-nonexist: not a UUID, fail closed" &&
+  expect_contains err "not a device" "GPU-nonexist: the line" || return 1
+  mkdir "$TMP/a" && cd "$TMP/a" || return 1
+  out=$(GPUGUARD_LEDGER=rel.ledger GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB 2>err)
+  expect_eq "$(grep -c . err)" 1 "relative ledger: lines" &&
+  expect_contains err "GPUGUARD_LEDGER=rel.ledger is a relative path" "relative ledger: the line" || return 1
+  out=$(GPUGUARD_LEDGER=rel.ledger doctor 2>&1); rc=$?
+  expect_eq "$rc" 1 "relative ledger: doctor's exit status" &&
+  expect_contains "$out" "relative path" "relative ledger: doctor's FAIL line" || return 1
+  out=$(GPUGUARD_LEDGER="none " GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB 2>err)
+  expect_eq "$(grep -c . err)" 1 "'none ': lines" &&
+  expect_contains err "GPUGUARD_LEDGER='none ' has spaces at its start or end" "'none ': the line" &&
+  [[ ! -e "$TMP/a/none " ]] || { echo "a file named 'none ' was created"; return 1; }
+  out=$(GPUGUARD_LEDGER="none " doctor 2>&1); rc=$?
+  expect_eq "$rc" 1 "'none ': doctor's exit status" &&
+  expect_contains "$out" "spaces at its start or end" "'none ': doctor's FAIL line"
+}
+check "defect 7: a selector that matches no device, a relative ledger, 'none ': one line each, doctor fails" typos

@@ -177,8 +177,8 @@ int cmd_run(int argc, char **argv) {
     }
 
     const gg::settings::Lookup env = gg::settings::process_env();
-    if (const char *set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
-        std::string v = have_cudnn ? cudnn : set;
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
+        std::string v = have_cudnn ? cudnn : *set;
         const char *what = have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
         std::string problem = v.empty() ? "" : gg::settings::problem(Id::kCudnnWorkspaceLimit, v);
         if (!problem.empty()) return fail(2, what + v + " is " + problem);
@@ -187,8 +187,8 @@ int cmd_run(int argc, char **argv) {
 
     // Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
     // since the command may change its working directory before it runs out of memory.
-    if (const char *set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
-        report_dir = set;
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
+        report_dir = *set;
         have_report = true;
     }
     if (have_report) {

@@ -346,8 +346,9 @@ int cmd_top(int argc, char **argv) {
     if (!have_path) {
         path = gg::settings::read_ledger_path(gg::settings::process_env());
         if (path.empty()) {
-            const char *set = gg::settings::value(gg::settings::process_env(), gg::settings::Id::kLedger);
-            return a.usage_error("GPUGUARD_LEDGER=" + std::string(set ? set : "none") +
+            std::optional<std::string> set =
+                gg::settings::value(gg::settings::process_env(), gg::settings::Id::kLedger);
+            return a.usage_error("GPUGUARD_LEDGER=" + (set ? *set : std::string("none")) +
                                  " means a per-process quota with no shared ledger to show; pass --ledger PATH");
         }
     }

@@ -53,7 +53,8 @@ void check_nvml(Checks &c, std::vector<Gpu> &gpus) {
 
 // Returns false when there is no usable driver or GPU.
 bool check_driver(Checks &c, std::vector<Gpu> &gpus) {
-    const char *real = settings::value(settings::process_env(), settings::Id::kRealLibcuda);
+    std::optional<std::string> real_text = settings::value(settings::process_env(), settings::Id::kRealLibcuda);
+    const char *real = real_text ? real_text->c_str() : nullptr;
     std::string name = real ? real : "libcuda.so.1";
     void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
