@@ -300,3 +300,52 @@ typos() {
   expect_contains "$out" "spaces at its start or end" "'none ': doctor's FAIL line"
 }
 check "defect 7: a selector that matches no device, a relative ledger, 'none ': one line each, doctor fails" typos
+
+# Runs a command; prints "<exit status> <peak RSS in MiB>".
+rss_of() {
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)
+print(r.returncode if r.returncode >= 0 else 128 - r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$@"
+}
+
+# 8: gpuguard report on hostile files: a 200 KB report nested 100,000 levels deep overflowed the stack
+# (SIGSEGV) in every mode; /dev/zero ended in an uncaught bad_alloc (abort); --memory-viz of a 126 MB
+# report took 4 GB.
+hostile_reports() {
+  fresh
+  python3 - "$TMP" <<'PY'
+import sys
+head = '{"schema": "gpuguard.report", "version": 1, "reason": "quota", "deep": '
+open(sys.argv[1] + "/deep.json", "w").write(head + "[" * 100000 + "]" * 100000 + "}")
+open(sys.argv[1] + "/deep_obj.json", "w").write(head + '{"a":' * 60000 + "1" + "}" * 60000 + "}")
+PY
+  local f mode rc out
+  for f in deep deep_obj; do
+    for mode in "" --json "--html $TMP/o.html" "--memory-viz $TMP/o.viz" "--folded $TMP/o.folded" \
+                "--speedscope $TMP/o.ss" "--perfetto $TMP/o.pf"; do
+      # shellcheck disable=SC2086
+      out=$(timeout 60 "$CLI" report $mode "$TMP/$f.json" 2>&1 >/dev/null); rc=$?
+      expect_eq "$rc" 2 "report ${mode:-(text)} of $f.json: exit status (139: SIGSEGV)" &&
+      expect_contains "$out" "nested more than" "report ${mode:-(text)} of $f.json: the line" || return 1
+    done
+    out=$(timeout 60 "$CLI" report diff "$TMP/$f.json" "$TMP/$f.json" 2>&1 >/dev/null); rc=$?
+    expect_eq "$rc" 2 "report diff of $f.json: exit status" || return 1
+  done
+  out=$(timeout 60 "$CLI" report /dev/zero 2>&1 >/dev/null); rc=$?
+  expect_eq "$rc" 2 "report /dev/zero: exit status (134: abort)" &&
+  expect_contains "$out" "larger than" "report /dev/zero: the line" || return 1
+  # A 126 MB report (40,000 allocations with stacks of their own): refused before it is read whole.
+  python3 - "$ROOT/tests/data/pytorch_quota.json" "$TMP/big.json" <<'PY'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+a0, s0 = d["top_allocations"][0], next(iter(d["stacks"].values()))
+d["top_allocations"] = [dict(a0, stack="x%d" % i, address=hex(0x7f0000000000 + i * 4096)) for i in range(40000)]
+d["stacks"] = {"x%d" % i: s0 for i in range(40000)}
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  local rss; read -r rc rss < <(rss_of "$CLI" report --memory-viz "$TMP/o.viz" "$TMP/big.json" 2>"$TMP/err")
+  expect_eq "$rc" 2 "--memory-viz of a $(($(stat -c %s "$TMP/big.json") >> 20)) MiB report: exit status" &&
+  expect_contains "$TMP/err" "larger than" "the line" &&
+  ((rss < 400)) || { echo "    --memory-viz of the big report took $rss MiB"; return 1; }
+}
+check "defect 8: gpuguard report refuses reports nested 100,000 deep, /dev/zero and 126 MB, in every mode" hostile_reports

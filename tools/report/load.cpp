@@ -5,7 +5,11 @@
 
 #include "common/report/schema.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
+
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
@@ -303,37 +307,111 @@ std::string describe(const json &v) {
 
 }  // namespace
 
-bool load(const std::string &path, Report &out, LoadError &err) {
+std::string size_text(size_t bytes) {
+    return bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+// Reads at most max + 1 bytes: enough to tell a file over the limit (/dev/zero never ends).
+bool read_bounded(int fd, size_t max, std::string *text, std::string *error) {
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            *error = strerror(errno);
+            return false;
+        }
+        if (n == 0) return true;
+        text->append(buf, (size_t)n);
+        if (text->size() > max) return true;
+    }
+}
+
+// The deepest nesting of arrays and objects, counted before anything is parsed (strings skipped);
+// stops counting past `max`.
+int nesting(const std::string &text, int max) {
+    int depth = 0, deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > deepest && (deepest = depth) > max) return deepest;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
+bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits) {
     out = Report();
     out.path = path;
     out.name = path;
-    std::stringstream ss;
+    std::string text, why;
     if (path == "-") {
         out.name = "<stdin>";
-        ss << std::cin.rdbuf();
+        if (!read_bounded(STDIN_FILENO, limits.max_bytes, &text, &why)) {
+            err.message = "<stdin>: cannot read: " + why;
+            return false;
+        }
     } else {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
             err.message = path + ": cannot open: " + strerror(errno);
             return false;
         }
-        ss << in.rdbuf();
+        // A file that says it is too large is refused before a byte is read; one that does not say
+        // (a pipe, a device such as /dev/zero) is read up to the limit.
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > limits.max_bytes) {
+            close(fd);
+            err.message =
+                path + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
+            return false;
+        }
+        bool ok = read_bounded(fd, limits.max_bytes, &text, &why);
+        close(fd);
+        if (!ok) {
+            err.message = path + ": cannot read: " + why;
+            return false;
+        }
     }
     std::string name = out.name;  // a copy: parse starts by clearing `out`
-    bool ok = parse(ss.str(), name, out, err);
+    bool ok = parse(text, name, out, err, limits);
     out.path = path;
     return ok;
 }
 
-bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err) {
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err, const Limits &limits) {
     out = Report();
     out.path = name;
     out.name = name;
+    if (text.size() > limits.max_bytes) {
+        err.message =
+            name + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
+        return false;
+    }
+    if (nesting(text, limits.max_depth) > limits.max_depth) {
+        err.message = name + ": nested more than " + std::to_string(limits.max_depth) +
+                      " levels deep, which no gpuguard report is; not read";
+        return false;
+    }
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
         err.message = name + ": empty file, not a gpuguard report";
         return false;
     }
-    json d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    json d;
+    try {
+        d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    } catch (const std::bad_alloc &) {
+        err.message = name + ": out of memory while parsing it";
+        return false;
+    }
     if (d.is_discarded()) {
         // Tell a cut-off file (a crash while writing, a full disk) from one that never was JSON.
         bool looks_json = text[text.find_first_not_of(" \t\r\n")] == '{';
@@ -367,6 +445,9 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
     }
     try {
         read_body(d, out);
+    } catch (const std::bad_alloc &) {
+        err.message = name + ": out of memory while reading it";
+        return false;
     } catch (const std::exception &e) {  // lenient accessors should make this unreachable
         err.message = name + ": unreadable report: " + e.what();
         return false;
