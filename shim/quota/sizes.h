@@ -11,9 +11,11 @@ namespace gg::sizes {
 
 constexpr uint64_t kPitchAlign = 512;
 
+// The width rounded up to the alignment, times the height: exact below UINT64_MAX, UINT64_MAX above.
 inline uint64_t pitch_estimate(uint64_t width, uint64_t height) {
-    uint64_t rows = sat_add(width, kPitchAlign - 1) / kPitchAlign;
-    return sat_mul(sat_mul(rows, kPitchAlign), height);
+    unsigned __int128 pitch = ((unsigned __int128)width + kPitchAlign - 1) / kPitchAlign * kPitchAlign;
+    if (pitch > UINT64_MAX) return height ? UINT64_MAX : 0;
+    return sat_mul((uint64_t)pitch, height);
 }
 
 // A zero channel count, height or depth means one (a 1D or 2D array).
