@@ -1,5 +1,6 @@
 // gpuguard: the command. Each subcommand lives in its own file (tools/commands/<name>.cpp) and is
 // listed in tools/commands/commands.cpp.
+#include "common/base/log.h"
 #include "common/base/version.h"
 #include "tools/commands/commands.h"
 
@@ -30,6 +31,6 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    fprintf(stderr, "gpuguard: unknown command '%s' (try 'gpuguard --help')\n", argv[1]);
+    gg::log_error("unknown command '%s' (try 'gpuguard --help')", argv[1]);
     return 2;
 }

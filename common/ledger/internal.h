@@ -6,6 +6,7 @@
 #include <ctime>
 #include <string>
 
+#include "common/base/printable.h"
 #include "common/ledger/ledger.h"
 
 namespace gg::ledger::internal {
@@ -64,14 +65,12 @@ inline uint64_t take_off(std::atomic<uint64_t> &count, uint64_t bytes) {
 }
 
 // A text field of the shared file as a string for display: any process of the user may write those
-// bytes, so the string stops at the field's end even without a NUL, and control bytes (a terminal
-// escape sequence in a forged command line) become '?' before `gpuguard top` prints them.
+// bytes, so the string stops at the field's end even without a NUL, and control characters, C0 and
+// C1 (a terminal escape sequence in a forged command line), become '?' before `gpuguard top` prints
+// them (common/base/printable.h).
 template <size_t N>
 std::string field_text(const char (&field)[N]) {
-    std::string s(field, strnlen(field, N));
-    for (char &c : s)
-        if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
-    return s;
+    return printable(std::string(field, strnlen(field, N)));
 }
 
 }  // namespace gg::ledger::internal

@@ -349,3 +349,41 @@ PY
   ((rss < 400)) || { echo "    --memory-viz of the big report took $rss MiB"; return 1; }
 }
 check "defect 8: gpuguard report refuses reports nested 100,000 deep, /dev/zero and 126 MB, in every mode" hostile_reports
+
+# Counts the terminal controls in a file: C0 but newline, DEL, C1 as UTF-8 (U+0080 to U+009F), and
+# bytes that are not UTF-8 (a lone 0x9b is CSI to an 8-bit terminal); with a second argument, the
+# SGR colour codes of our own are not counted.
+controls() {
+  python3 -c 'import re, sys
+b = open(sys.argv[1], "rb").read()
+if len(sys.argv) > 2: b = re.sub(rb"\x1b\[[0-9;]*m", b"", b)
+t = b.decode("utf-8", "surrogateescape")
+print(sum(1 for ch in t if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f or 0xdc80 <= ord(ch) <= 0xdcff))' "$@"
+}
+
+# 10: report's text output printed ESC and BEL from the program's argv raw (with --no-color too); top
+# filtered C0 controls but passed C1 (U+009B, CSI: an escape sequence without ESC).
+escapes() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB
+  # The program's own name carries them: first in its command line, which the report's header clips.
+  local name=$'\e]0;owned\a\xc2\x9b2J\x9b31m'
+  ln -s "$BIN/drv_linked" "$TMP/$name" && cd "$TMP" || return 1
+  hold "$TMP/h" "./$name" linked alloc $((2048*MIB)) alloc $MIB wait || return 1
+  "$CLI" top --once --ledger "$TMP/ledger" > "$TMP/top.txt" 2>&1
+  "$CLI" top --json --ledger "$TMP/ledger" > "$TMP/top.json" 2>&1
+  GPUGUARD_REPORT_DIR=$'\e[31mred' doctor > "$TMP/doctor.txt" 2>&1
+  release_holder
+  local r; r=$(ls "$TMP"/gpuguard-quota-*.json) || return 1
+  "$CLI" report --no-color "$r" > "$TMP/report.txt" 2>&1
+  "$CLI" report --json "$r" > "$TMP/report.json" 2>&1
+  "$CLI" report diff --no-color "$r" "$r" > "$TMP/diff.txt" 2>&1
+  GPUGUARD_LEDGER=$'rel\e[2J' GPUGUARD_MEM_LIMIT=$'1G\x9b' shimmed "$BIN/drv_linked" linked alloc 1 > /dev/null 2> "$TMP/shim.txt"
+  "$CLI" run --limit $'1G\e[2J' true 2> "$TMP/run.txt"
+  grep -q "owned" "$TMP/report.txt" || { echo "the report does not show the command"; return 1; }
+  local f
+  for f in top.txt top.json doctor.txt report.txt report.json diff.txt shim.txt run.txt; do
+    expect_eq "$(controls "$TMP/$f")" 0 "control characters in $f" || { od -c "$TMP/$f" | grep -E '033|007|302 233|233' | head -3; return 1; }
+  done
+}
+check "defect 10: no C0 or C1 control reaches the terminal from report, top, doctor, run or the shim" escapes

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/base/log.h"
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 #include "common/units/size_spec.h"
@@ -62,8 +63,7 @@ std::string usage() {
 [[noreturn]] void exec_or_die(char **cmd) {
     execvp(cmd[0], cmd);
     int e = errno;
-    fprintf(stderr, "gpuguard: %s %s: %s\n", e == ENOENT ? "command not found:" : "cannot execute", cmd[0],
-            strerror(e));
+    gg::log_error("%s %s: %s", e == ENOENT ? "command not found:" : "cannot execute", cmd[0], strerror(e));
     _exit(e == ENOENT ? 127 : 126);
 }
 
@@ -234,16 +234,14 @@ int cmd_run(int argc, char **argv) {
         if (!l && (errno == ENOSPC || errno == EDQUOT)) {
             // A full /dev/shm: the command still runs, each of its processes under a quota of its own
             // (the shim would otherwise print the same line in every one of them).
-            fprintf(stderr, "gpuguard: warning: %s; each process of the command gets a quota of its own\n",
-                    error.c_str());
+            gg::log_error("warning: %s; each process of the command gets a quota of its own", error.c_str());
             setenv("GPUGUARD_LEDGER", "none", 1);
         } else if (!l) {
             return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
         }
         if (!notice.empty())
-            fprintf(stderr,
-                    "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
-                    notice.c_str());
+            gg::log_error("warning: %s: processes still use it; --limit takes effect once they have exited",
+                          notice.c_str());
         delete l;  // the file stays; the command's processes map it
     }
 

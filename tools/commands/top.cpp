@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/log.h"
+#include "common/base/printable.h"
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 #include "common/units/human.h"
@@ -99,7 +101,7 @@ std::unique_ptr<Ledger> open_ledger(const std::string &path, std::string *error,
 
 Snapshot take(const Ledger &l) {
     Snapshot s;
-    s.path = l.path();
+    s.path = gg::printable(l.path());
     s.limit_spec = l.limit_spec();
     s.devices = l.devices();
     s.processes = l.processes();
@@ -357,7 +359,7 @@ int cmd_top(int argc, char **argv) {
     int code = 0;
     std::unique_ptr<Ledger> l = open_ledger(path, &error, &code);
     if (!l) {
-        fprintf(stderr, "gpuguard: %s\n", error.c_str());
+        gg::log_error("%s", error.c_str());
         return code;
     }
     if (as_json) {

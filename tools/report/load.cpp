@@ -3,6 +3,7 @@
 #include "common/base/version.h"
 #include "tools/report/model.h"
 
+#include "common/base/printable.h"
 #include "common/report/schema.h"
 
 #include <fcntl.h>
@@ -46,9 +47,12 @@ const json *field(const json &obj, const char *name) {
     return &*it;
 }
 
+// Every string of the model is made printable here (common/base/printable.h): a report is a file
+// anyone may have edited, and its command line is the program's argv, so any of its strings may hold
+// a terminal escape (C0 or C1) that the text summary, diff or an export would print raw.
 std::string str(const json &obj, const char *name) {
     const json *v = field(obj, name);
-    return v && v->is_string() ? v->get<std::string>() : std::string();
+    return v && v->is_string() ? printable(v->get<std::string>()) : std::string();
 }
 
 std::optional<int64_t> i64(const json &obj, const char *name) {
@@ -157,11 +161,11 @@ void read_body(const json &d, Report &r) {
     r.uid = i64(p, key::uid);
     r.start_unix_ns = time_ns(p, key::start_unix_ns);
     for (const json &a : arr(p, key::command))
-        if (a.is_string()) r.command.push_back(a.get<std::string>());
+        if (a.is_string()) r.command.push_back(printable(a.get<std::string>()));
     r.exe = str(p, key::exe);
     r.hostname = str(p, key::hostname);
     for (auto &[k, v] : obj(p, key::env).items())
-        if (v.is_string()) r.env[k] = v.get<std::string>();
+        if (v.is_string()) r.env[printable(k)] = printable(v.get<std::string>());
 
     const json &dev = obj(d, key::device);
     r.device_ordinal = i32(dev, key::ordinal);
@@ -201,7 +205,7 @@ void read_body(const json &d, Report &r) {
 
     for (auto &[api, c] : obj(d, key::counts_by_api).items()) {
         ApiCounts ac;
-        ac.api = api;
+        ac.api = printable(api);
         ac.allocs = u64(c, key::allocs).value_or(0);
         ac.frees = u64(c, key::frees).value_or(0);
         ac.failures = u64(c, key::failures).value_or(0);
@@ -247,10 +251,10 @@ void read_body(const json &d, Report &r) {
 
     for (auto &[id, s] : obj(d, key::stacks).items()) {
         Stack st;
-        st.id = id;
+        st.id = printable(id);
         for (const json &f : arr(s, key::frames))
             if (f.is_object()) st.frames.push_back(read_frame(f));
-        r.stacks[id] = std::move(st);
+        r.stacks[st.id] = std::move(st);
     }
 
     if (const json *l = field(d, key::ledger); l && l->is_object()) {
