@@ -387,3 +387,37 @@ escapes() {
   done
 }
 check "defect 10: no C0 or C1 control reaches the terminal from report, top, doctor, run or the shim" escapes
+
+# 11: the environment allow-list went by prefix: NVIDIA_API_KEY, or any secret named CUDA_*, NCCL_*,
+# PYTORCH_* or GPUGUARD_*, was copied into reports and into the HTML page. Now exact names, and a
+# value redacted for a name that looks like a key, token, secret or password; a report written before
+# is shown by the same rule.
+secrets() {
+  fresh
+  export GPUGUARD_LEDGER=none GPUGUARD_MEM_LIMIT=1GiB CUDA_VISIBLE_DEVICES=0 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  local out; out=$(NVIDIA_API_KEY=hunter2-nvidia CUDA_AUTH_TOKEN=hunter2-cuda NCCL_PASSWORD=hunter2-nccl \
+    PYTORCH_SECRET=hunter2-torch GPUGUARD_API_TOKEN=hunter2-gg GPUGUARD_TOKEN=hunter2-gg2 \
+    shimmed "$BIN/drv_linked" linked alloc $((2048*MIB)) 2>/dev/null)
+  local r; r=$(ls "$TMP"/gpuguard-quota-*.json) || return 1
+  "$CLI" report --html "$TMP/page.html" "$r" 2>/dev/null || return 1
+  expect_not_contains "$r" "hunter2" "the report" &&
+  expect_not_contains "$TMP/page.html" "hunter2" "the HTML page" &&
+  expect_eq "$(json "$r" '[k for k in ("NVIDIA_API_KEY", "CUDA_AUTH_TOKEN", "NCCL_PASSWORD", "PYTORCH_SECRET", "GPUGUARD_API_TOKEN", "GPUGUARD_TOKEN") if k in d["process"]["env"]]')" \
+    "[]" "the secrets' names in the report" &&
+  expect_eq "$(json "$r" 'sorted(k for k in d["process"]["env"] if k in ("CUDA_VISIBLE_DEVICES", "GPUGUARD_MEM_LIMIT", "PYTORCH_CUDA_ALLOC_CONF"))')" \
+    "['CUDA_VISIBLE_DEVICES', 'GPUGUARD_MEM_LIMIT', 'PYTORCH_CUDA_ALLOC_CONF']" "the variables carried" || return 1
+  # A report written by an earlier version, with secrets in it: neither the summary nor the page shows them.
+  python3 - "$ROOT/tests/data/pytorch_quota.json" "$TMP/old.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["process"]["env"].update({"NVIDIA_API_KEY": "hunter2-a", "CUDA_TOKEN": "hunter2-b", "GPUGUARD_SECRET": "hunter2-c",
+                            "NCCL_PASSWORD": "hunter2-d", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  "$CLI" report --html "$TMP/old.html" "$TMP/old.json" 2>/dev/null || return 1
+  "$CLI" report --json "$TMP/old.json" > "$TMP/old.txt" && "$CLI" report --no-color "$TMP/old.json" >> "$TMP/old.txt" || return 1
+  expect_not_contains "$TMP/old.html" "hunter2" "the page of an earlier report" &&
+  expect_not_contains "$TMP/old.txt" "hunter2" "the summary of an earlier report" &&
+  expect_contains "$TMP/old.html" "expandable_segments" "an allowed variable still shown"
+}
+check "defect 11: no secret in a report's environment, in the file or in the HTML page, new or old" secrets

@@ -89,3 +89,26 @@ TEST_CASE("a report the shim writes reads back in the command with every field")
     CHECK_FALSE(s->frames[0].ip.empty());
     CHECK(r.stack(r.top_allocations[0].stack));
 }
+
+#include "common/report/environment.h"
+
+// Issue 18, defect 11: exact names, and a secret-looking name's value hidden.
+TEST_CASE("report environment: exact names only, secret-looking values hidden") {
+    using namespace gg::report_env;
+    for (const char *yes : {"GPUGUARD_MEM_LIMIT", "GPUGUARD_LEDGER", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
+                            "NCCL_DEBUG", "LOCAL_RANK", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_7",
+                            "CUDA_DEVICE_MEMORY_LIMIT_63", "LD_PRELOAD"})
+        CHECK_MESSAGE(allowed(yes), yes);
+    for (const char *no : {"NVIDIA_API_KEY", "CUDA_TOKEN", "NCCL_PASSWORD", "PYTORCH_SECRET", "GPUGUARD_API_TOKEN",
+                           "GPUGUARD_", "CUDA_", "CUDA_DEVICE_MEMORY_LIMIT_64", "CUDA_DEVICE_MEMORY_LIMIT_x", "PATH",
+                           "HOME", "AWS_SECRET_ACCESS_KEY", "cuda_visible_devices"})
+        CHECK_MESSAGE(!allowed(no), no);
+    std::string v;
+    CHECK(carried("CUDA_VISIBLE_DEVICES", "0,1", &v));
+    CHECK(v == "0,1");
+    CHECK_FALSE(carried("HF_TOKEN", "x", &v));
+    for (const char *secret :
+         {"X_API_KEY", "my_token", "DB_PASSWORD", "PASSWD", "A_SECRET", "AUTH_HEADER", "SESSION_ID"})
+        CHECK_FALSE_MESSAGE(shown(secret), secret);
+    CHECK(shown("NCCL_IB_DISABLE"));
+}

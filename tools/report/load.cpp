@@ -4,6 +4,7 @@
 #include "tools/report/model.h"
 
 #include "common/base/printable.h"
+#include "common/report/environment.h"
 #include "common/report/schema.h"
 
 #include <fcntl.h>
@@ -164,8 +165,13 @@ void read_body(const json &d, Report &r) {
         if (a.is_string()) r.command.push_back(printable(a.get<std::string>()));
     r.exe = str(p, key::exe);
     r.hostname = str(p, key::hostname);
-    for (auto &[k, v] : obj(p, key::env).items())
-        if (v.is_string()) r.env[printable(k)] = printable(v.get<std::string>());
+    // By the rule the shim writes with now (common/report/environment.h), also for a report written
+    // by an earlier version: parse() has already taken the others out of the document itself.
+    for (auto &[k, v] : obj(p, key::env).items()) {
+        std::string value;
+        if (v.is_string() && report_env::carried(k, v.get<std::string>(), &value))
+            r.env[printable(k)] = printable(value);
+    }
 
     const json &dev = obj(d, key::device);
     r.device_ordinal = i32(dev, key::ordinal);
@@ -455,6 +461,17 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
     } catch (const std::exception &e) {  // lenient accessors should make this unreachable
         err.message = name + ": unreadable report: " + e.what();
         return false;
+    }
+    // The document is what --html embeds whole: the environment the reader does not carry leaves it.
+    if (auto p = d.find(key::process); p != d.end() && p->is_object()) {
+        if (auto env = p->find(key::env); env != p->end() && env->is_object()) {
+            json kept = json::object();
+            for (auto &[k, v] : env->items()) {
+                std::string value;
+                if (v.is_string() && report_env::carried(k, v.get<std::string>(), &value)) kept[k] = value;
+            }
+            *env = std::move(kept);
+        }
     }
     out.raw = std::move(d);
     return true;
