@@ -421,3 +421,27 @@ PY
   expect_contains "$TMP/old.html" "expandable_segments" "an allowed variable still shown"
 }
 check "defect 11: no secret in a report's environment, in the file or in the HTML page, new or old" secrets
+
+# 12: GPUGUARD_REAL_LIBCUDA naming the shim itself recursed until the program crashed; naming a library
+# that is not a driver (libc) failed every allocation with error 500 and no word. Each is one line,
+# the driver found on the search path is used instead, and doctor fails on it.
+bad_driver() {
+  fresh
+  export GPUGUARD_LEDGER=none GPUGUARD_MEM_LIMIT=1GiB
+  local libc; libc=$(ldd "$BIN/drv_linked" | awk '/libc.so/ {print $3}')
+  local v out rc
+  for v in "$LIB" "$libc"; do
+    out=$(GPUGUARD_REAL_LIBCUDA=$v shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB alloc $((2048*MIB)) 2>err); rc=$?
+    expect_eq "$rc" 0 "$v: the program's exit status (139: SIGSEGV)" &&
+    expect_eq "$out" "alloc $MIB -> CUDA_SUCCESS
+alloc $((2048*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "$v: allocations through the driver on the search path, under the limit" &&
+    expect_eq "$(grep -c . err)" 2 "$v: lines (this one and the refusal's)" &&
+    expect_contains err "GPUGUARD_REAL_LIBCUDA=$v " "$v: the line names it" || return 1
+    out=$(GPUGUARD_REAL_LIBCUDA=$v timeout 30 env -u LD_PRELOAD LD_LIBRARY_PATH=$FAKE "$CLI" doctor 2>&1); rc=$?
+    expect_eq "$rc" 1 "$v: doctor's exit status (139: SIGSEGV)" &&
+    expect_contains "$out" "FAIL  driver" "$v: doctor's FAIL line" || return 1
+  done
+  expect_contains "$(GPUGUARD_REAL_LIBCUDA=$LIB shimmed "$BIN/drv_linked" linked alloc 1 2>&1)" "is the gpuguard shim" "the shim's line for the shim" &&
+  expect_contains "$(GPUGUARD_REAL_LIBCUDA=$libc shimmed "$BIN/drv_linked" linked alloc 1 2>&1)" "is not a CUDA driver" "the shim's line for libc"
+}
+check "defect 12: GPUGUARD_REAL_LIBCUDA naming the shim or libc: one line, the driver on the search path, doctor fails" bad_driver
