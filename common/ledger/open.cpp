@@ -210,6 +210,23 @@ bool create_temp(const OpenOptions &o, std::string *tmp, int *fd_out, void **map
     return true;
 }
 
+// A retired flag nobody stands behind: the file is still the one at the path and no replacer holds the
+// lock on its magic (one killed between setting the flag and its rename). Cleared, so that the file
+// is decided on again instead of never opened; true then. Checked again under the lock: a replacer
+// may have finished in between.
+bool clear_stale_retirement(int fd, Header *h, const std::string &path) {
+    auto at_path = [&] {
+        struct stat mapped, now;
+        return fstat(fd, &mapped) == 0 && stat(path.c_str(), &now) == 0 && mapped.st_ino == now.st_ino &&
+               mapped.st_dev == now.st_dev;
+    };
+    if (!at_path() || !try_lock(fd, replace_range())) return false;
+    bool stale = at_path();
+    if (stale) h->retired.store(0);
+    unlock(fd, replace_range());
+    return stale;
+}
+
 // A little wait before trying again while another process replaces the ledger (microseconds of
 // work); spread so that racing processes do not retry in step.
 void pause_briefly(int attempt) { usleep((useconds_t)(500 + (getpid() * 7919 + attempt * 104729) % 1500)); }
@@ -340,7 +357,8 @@ Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *noti
         if (!l->adopt(fd, map, error)) break;
         if (o.read_only) return l;
         Header *h = l->header_;
-        if (h->retired.load()) {  // being replaced, or replaced: the path will name the new file
+        if (h->retired.load() && !clear_stale_retirement(l->fd_, h, o.path)) {
+            // Being replaced, or replaced: the path will name the new file.
             l->drop();
             pause_briefly(attempt);
             continue;

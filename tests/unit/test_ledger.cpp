@@ -604,3 +604,26 @@ TEST_CASE("ledger: processes racing to replace an idle ledger all end on the fil
     }
     unlink(path.c_str());
 }
+
+// A replacer killed between setting the old file's retired flag and its rename: the flag is stale.
+TEST_CASE("ledger: a retired flag nobody stands behind is cleared, and the ledger opens") {
+    std::string path = temp_path("stale-retired");
+    delete open_ledger(path, "1GiB");
+    auto retire = [&] {
+        int fd = ::open(path.c_str(), O_RDWR);
+        uint32_t one = 1;
+        CHECK(pwrite(fd, &one, sizeof one, offsetof(Header, retired)) == (ssize_t)sizeof one);
+        close(fd);
+    };
+    retire();
+    std::string notice;
+    Ledger *l = open_ledger(path, "1GiB", &notice);  // the same limit: the file stays
+    CHECK(l->header()->retired.load() == 0);
+    CHECK(l->limit_spec() == "1GiB");
+    delete l;
+    retire();
+    l = open_ledger(path, "2GiB", &notice);  // another limit, idle: replaced
+    CHECK(l->limit_spec() == "2GiB");
+    delete l;
+    unlink(path.c_str());
+}
