@@ -124,6 +124,7 @@ int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t
 void (*Ledger::claim_step_for_test)(int step) = nullptr;
 
 bool Ledger::joined() const { return slot_.load() && slot_pid_.load() == self_pid(); }
+bool Ledger::slots_all_held() const { return !joined() && full_pid_.load() == self_pid(); }
 
 GG_HOT bool Ledger::join() {
     int pid = self_pid();
@@ -133,6 +134,7 @@ GG_HOT bool Ledger::join() {
     std::lock_guard<std::mutex> lock(join_mu_);
     if (slot_.load() && slot_pid_.load() == pid) return true;
     slot_ = nullptr;
+    full_pid_.store(0);
     if (!own_descriptor()) return false;
     auto step = [](int k) {
         if (claim_step_for_test) claim_step_for_test(k);
@@ -167,6 +169,7 @@ GG_HOT bool Ledger::join() {
             return true;
         }
     }
+    full_pid_.store(pid);
     return false;
 }
 

@@ -63,7 +63,10 @@ public:
     // This process's slot; claims one on first use and again after fork (a child must never write
     // into its parent's slot). Returns false when every slot is held by a live process.
     bool join();
-    bool joined() const;   // whether this process holds a slot now
+    bool joined() const;  // whether this process holds a slot now
+    // Whether this process's last join() failed because every slot was held by a live process (and
+    // not because the file could not be opened again, which says so itself): what a refusal says.
+    bool slots_all_held() const;
     void on_fork_child();  // called in the child: forget the parent's slot and its lock
     // A clean exit: the driver frees the process's memory, so its bytes leave the ledger at once
     // (a killed process's are reclaimed by the others instead).
@@ -142,6 +145,7 @@ private:
     std::atomic<int> fd_pid_{0};
     std::atomic<Slot *> slot_{nullptr};
     std::atomic<int> slot_pid_{0};
+    std::atomic<int> full_pid_{0};  // the process whose last join() found every slot held
     // Serialises this process's threads around the locks it takes (join, reclaim_dead, leave,
     // remember): the kernel does not tell two threads of one open file description apart.
     std::mutex join_mu_;

@@ -26,6 +26,11 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
     std::string what =
         std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
     if (dev && dev->name[0]) what += std::string(" (") + dev->name + ")";
+    if (r.cause == Cause::kNoSlot)
+        return "refused " + what + ": this process has no slot in the ledger " + state().ledger->path() + " (all " +
+               std::to_string(ledger::kMaxSlots) +
+               " are held by live processes), so its bytes cannot be counted against the limit; refused until a "
+               "slot is free";
     if (r.cause == Cause::kQuota) {
         if (r.limit == 0)
             return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source +
@@ -73,7 +78,7 @@ void failed(const Request &r, int skip_frames) {
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
-    std::string path = report::write(r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom,
+    std::string path = report::write(r.cause != Cause::kDriver ? report::Reason::kQuota : report::Reason::kDriverOom,
                                      message, &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
 }

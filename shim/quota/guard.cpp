@@ -75,8 +75,10 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             return CUDA_SUCCESS;
         } else {
             tracker().count_failure(t->api);
-            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota,
-                               used,   l.limit(d)};
+            // A process without a slot (every one held by a live process) is refused whatever it asks:
+            // its refusal says so, rather than the bytes, which are not the reason.
+            episode::Cause cause = l.slots_all_held() ? episode::Cause::kNoSlot : episode::Cause::kQuota;
+            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, cause, used, l.limit(d)};
             episode::failed(r, kShimFrames);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }

@@ -5,8 +5,13 @@
 //   ledger_poke FILE live-to-new-page PID   slots from 1 on live, owned by PID (a joiner passes over
 //                                      them), up to the first whose bytes begin on a page that no
 //                                      earlier write touched: the next joiner's slot (its index printed)
+//   ledger_poke FILE hold-slots FROM TO   slots [FROM, TO) live and held, as live processes hold them
+//                                      (an OFD lock on their bytes), until stdin closes; "ready" once
+//                                      they are (one process standing for many: a lock is per open file
+//                                      description, not per process)
 //   ledger_poke FILE states            one line: how many slots are in each state
 #include <fcntl.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <cstdio>
@@ -19,7 +24,8 @@ using namespace gg::ledger;
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: ledger_poke FILE claiming-all PID | live-to-new-page PID | states\n");
+        fprintf(stderr,
+                "usage: ledger_poke FILE claiming-all PID | live-to-new-page PID | hold-slots FROM TO | states\n");
         return 2;
     }
     int fd = open(argv[1], O_RDWR | O_CLOEXEC);
@@ -49,6 +55,30 @@ int main(int argc, char **argv) {
         }
         if (h->slot_high.load() < (uint32_t)to) h->slot_high.store((uint32_t)to);
         printf("%d\n", to);
+        return 0;
+    }
+    if (!strcmp(argv[2], "hold-slots") && argc == 5) {
+        int from = atoi(argv[3]), to = atoi(argv[4]);
+        if (from < 0 || to > kMaxSlots || from >= to) return 2;
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = (off_t)(offsetof(Header, slots) + (size_t)from * sizeof(Slot));
+        fl.l_len = (off_t)((size_t)(to - from) * sizeof(Slot));
+        if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+            perror("ledger_poke: F_OFD_SETLK");
+            return 2;
+        }
+        for (int i = from; i < to; i++) {
+            h->slots[i].pid.store(getpid());
+            h->slots[i].state.store(kSlotLive);
+        }
+        if (h->slot_high.load() < (uint32_t)to) h->slot_high.store((uint32_t)to);
+        printf("ready\n");
+        fflush(stdout);
+        char buf[64];
+        while (read(0, buf, sizeof buf) > 0) {}
         return 0;
     }
     if (!strcmp(argv[2], "states")) {

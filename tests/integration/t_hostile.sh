@@ -82,6 +82,43 @@ killed_claimers() {
 }
 check "defect 5: slots left by claimers killed while claiming are seen and reclaimed" killed_claimers
 
+# 5, the message: with every slot held by a live process (not leaked: that is above), a newcomer is
+# refused the ledger in one line and keeps a quota of its own; a child forked by the process that
+# took the last slot finds none, and under a limit its allocations are refused by a line that says
+# so (it said the container would hold its bytes of the limit, which was not the reason); without
+# a limit they go to the driver. One process stands for 511 or 512 live ones (ledger_poke hold-slots).
+slots_all_held() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB
+  shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB > /dev/null || return 1
+  hold "$TMP/h1" "$BIN/ledger_poke" "$TMP/ledger" hold-slots 1 512 || return 1
+  local out rc
+  out=$(shimmed timeout 30 "$BIN/hammer_linked" fork $((100*MIB)) $MIB < /dev/null 2>err); rc=$?
+  release_holder
+  expect_eq "$rc" 3 "hammer's exit status (the child's allocation refused)" &&
+  expect_contains err "hammer: child cuMemAlloc: 2" "the child's allocation" &&
+  expect_eq "$(grep -c '^gpuguard:' err)" 1 "lines from the shim" &&
+  expect_contains err "this process has no slot in the ledger $TMP/ledger (all 512 are held by live processes)" "the line" &&
+  expect_not_contains err "would hold" "the line" || return 1
+  hold "$TMP/h2" "$BIN/ledger_poke" "$TMP/ledger" hold-slots 0 512 || return 1
+  out=$(shimmed timeout 30 "$BIN/drv_linked" linked alloc $((2048*MIB)) alloc $((100*MIB)) 2>err)
+  release_holder
+  expect_eq "$out" "alloc $((2048*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY
+alloc $((100*MIB)) -> CUDA_SUCCESS" "a newcomer: its own quota of 1 GiB" &&
+  expect_contains err "all 512 slots are held by live processes; the quota applies to this process alone" "the newcomer's line" || return 1
+  # No limit: the child's allocation goes to the driver, without a word.
+  export GPUGUARD_LEDGER=$TMP/ledger2
+  unset GPUGUARD_MEM_LIMIT
+  shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB > /dev/null || return 1
+  hold "$TMP/h3" "$BIN/ledger_poke" "$TMP/ledger2" hold-slots 1 512 || return 1
+  out=$(shimmed timeout 30 "$BIN/hammer_linked" fork $((100*MIB)) $MIB < /dev/null 2>err); rc=$?
+  release_holder
+  expect_eq "$rc" 0 "hammer's exit status without a limit" &&
+  expect_contains "$out" "child exit=0" "the child, without a limit" &&
+  expect_eq "$(grep -c '^gpuguard:' err)" 0 "lines from the shim without a limit"
+}
+check "defect 5: every slot held by a live process: a newcomer keeps its own quota, a forked child is told why" slots_all_held
+
 # 13: a process that allocated and then exec'd (a shell wrapper, a launcher): the new image has none of
 # that memory, so a newcomer is admitted; and a process that exited without freeing counts nothing in
 # gpuguard top, although nobody has allocated since.

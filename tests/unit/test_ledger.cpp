@@ -627,3 +627,48 @@ TEST_CASE("ledger: a retired flag nobody stands behind is cleared, and the ledge
     delete l;
     unlink(path.c_str());
 }
+
+// With every slot held by a live process, a newcomer is told so in one line (it then keeps a quota of
+// its own), and gets a slot as soon as one is free. The holder stands for 511 processes: each of its
+// Ledgers is an open file description of its own, whose lock is a live process's to the others.
+TEST_CASE("ledger: every slot held by a live process: one line naming it, and a slot once one is free") {
+    std::string path = temp_path("full");
+    Ledger *l = open_ledger(path, "1GiB");  // slot 0
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    pid_t holder = fork();
+    if (holder == 0) {
+        std::vector<Ledger *> all;
+        for (int i = 1; i < kMaxSlots; i++) all.push_back(open_ledger(path, "1GiB"));
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    REQUIRE(read(ready[0], &c, 1) == 1);
+    auto open_in_child = [&] {
+        return in_child([&] {
+            OpenOptions o;
+            o.path = path;
+            o.limit_spec = "1GiB";
+            std::string error, notice;
+            Ledger *n = Ledger::open(o, &error, &notice);
+            _exit(n ? 0 : error.find("all 512 slots are held by live processes") != std::string::npos ? 3 : 4);
+        });
+    };
+    CHECK(open_in_child() == 3);
+    // A child forked by the holder of the last slot finds none either, and can tell why (its refusals
+    // say so): not joined, every slot held.
+    CHECK(in_child([&] {
+              l->on_fork_child();
+              _exit(!l->join() && !l->joined() && l->slots_all_held() ? 0 : 5);
+          }) == 0);
+    CHECK(!l->slots_all_held());  // the parent holds its slot
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    CHECK(open_in_child() == 0);
+    close(ready[0]);
+    close(ready[1]);
+    delete l;
+    unlink(path.c_str());
+}
