@@ -93,7 +93,12 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
 
 GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
     bool counted = t.charged;
-    if (counted && actual_bytes > t.bytes && !state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes)) {
+    if (counted && actual_bytes < t.bytes) {
+        // Smaller than admitted (a pitch the driver chose narrower than the estimate): the difference
+        // goes back now, since the free takes back what the allocation holds and would leave it behind.
+        state().ledger->release(t.dev->ledger_index, t.bytes - actual_bytes);
+    } else if (counted && actual_bytes > t.bytes &&
+               !state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes)) {
         // More than the ledger can count (the driver's pitch times height would wrap it): the
         // allocation is left out of the ledger, so that its free takes back nothing it did not charge.
         state().ledger->release(t.dev->ledger_index, t.bytes);

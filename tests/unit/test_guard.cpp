@@ -101,6 +101,19 @@ TEST_CASE("an allocation larger than admitted (a pitch) is charged the differenc
     CHECK(core.used() == 0);
 }
 
+// A pitch narrower than the estimate admitted: the ledger holds what the allocation holds, so that its
+// free leaves nothing charged (the difference stayed charged until the process exited).
+TEST_CASE("an allocation smaller than admitted (a narrower pitch) is charged what it holds") {
+    Core core("1GiB");
+    guard::DriverCall scope;
+    guard::Ticket t;
+    REQUIRE(guard::admit(Api::cuMemAllocPitch_v2, -1, 100 * kMiB, &t) == CUDA_SUCCESS);
+    guard::commit(t, KeyKind::kPointer, 0x1000, 50 * kMiB);
+    CHECK(core.used() == 50 * kMiB);
+    release(0x1000);
+    CHECK(core.used() == 0);
+}
+
 TEST_CASE("an unknown pointer's free changes nothing") {
     Core core("1GiB");
     guard::DriverCall scope;
