@@ -266,7 +266,7 @@ doctor() { env -u LD_PRELOAD LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRAR
 # cut at 255 characters (six full-UUID entries are 282), so every allocation was refused while
 # doctor said ok. Now a control byte is refused by the parser (the shim fails closed, doctor fails),
 # and a spec the parser accepts fits the ledger whole.
-mangled_limits() {
+control_in_limits() {
   fresh
   export GPUGUARD_LEDGER=$TMP/ledger
   local v out rc
@@ -281,9 +281,16 @@ mangled_limits() {
     expect_eq "$rc" 2 "$(printf %q "$v"): gpuguard run's exit status" || return 1
     rm -f "$TMP/ledger"
   done
-  # Six devices, each by its full UUID: 282 characters.
+}
+check "defect 6: control bytes in a limit are refused alike by the shim, doctor and run" control_in_limits
+
+# Six devices, each by its full UUID: 277 characters here (the issue's six entries were 282), more than
+# the 255 the ledger kept.
+long_spec() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger FAKE_CUDA_DEVICES=6
   unset GPUGUARD_MEM_LIMIT
-  export FAKE_CUDA_DEVICES=6
+  local out
   shimmed timeout 30 "$BIN/drv_linked" linked device 0 alloc 1 device 1 alloc 1 device 2 alloc 1 device 3 alloc 1 \
     device 4 alloc 1 device 5 alloc 1 > /dev/null || return 1
   local spec; spec=$("$CLI" top --json --ledger "$TMP/ledger" | python3 -c 'import json,sys
@@ -299,11 +306,11 @@ alloc $((150*MIB)) -> CUDA_SUCCESS" "a second process under the ${#spec}-charact
   expect_eq "$(grep -c . err)" 1 "lines (the refusal's)" &&
   expect_contains err "of its 300.00 MiB limit" "the refusal"
 }
-check "defect 6: control bytes in a limit are refused alike by the shim, doctor and run; a long spec fits the ledger" mangled_limits
+check "defect 6: a spec of six full UUIDs (over 255 characters) fits the ledger whole and a second process reads it back" long_spec
 
 # 7: typos that meant no limit, without a word: a device selector that matches no device, a relative
 # ledger path (one ledger per working directory), 'none ' with a trailing space (a file so named).
-typos() {
+typo_selectors() {
   fresh
   export GPUGUARD_LEDGER=none
   local out rc
@@ -320,14 +327,27 @@ typos() {
   done
   out=$(GPUGUARD_MEM_LIMIT=GPU-nonexist=100MiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $((200*MIB)) 2>err)
   expect_eq "$out" "alloc $((200*MIB)) -> CUDA_ERROR_OUT_OF_MEMORY" "GPU-nonexist: not a UUID, fail closed" &&
-  expect_contains err "not a device" "GPU-nonexist: the line" || return 1
+  expect_contains err "not a device" "GPU-nonexist: the line"
+}
+check "defect 7: a device selector that matches no device (00=, 7=, GPU-deadbeef, GPU-nonexist) is one line, doctor fails" typo_selectors
+
+typo_relative() {
+  fresh
+  local out rc
   mkdir "$TMP/a" && cd "$TMP/a" || return 1
   out=$(GPUGUARD_LEDGER=rel.ledger GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB 2>err)
   expect_eq "$(grep -c . err)" 1 "relative ledger: lines" &&
   expect_contains err "GPUGUARD_LEDGER=rel.ledger is a relative path" "relative ledger: the line" || return 1
   out=$(GPUGUARD_LEDGER=rel.ledger doctor 2>&1); rc=$?
   expect_eq "$rc" 1 "relative ledger: doctor's exit status" &&
-  expect_contains "$out" "relative path" "relative ledger: doctor's FAIL line" || return 1
+  expect_contains "$out" "relative path" "relative ledger: doctor's FAIL line"
+}
+check "defect 7: a relative GPUGUARD_LEDGER is one line, doctor fails" typo_relative
+
+typo_space() {
+  fresh
+  local out rc
+  mkdir "$TMP/a" && cd "$TMP/a" || return 1
   out=$(GPUGUARD_LEDGER="none " GPUGUARD_MEM_LIMIT=1GiB shimmed timeout 30 "$BIN/drv_linked" linked alloc $MIB 2>err)
   expect_eq "$(grep -c . err)" 1 "'none ': lines" &&
   expect_contains err "GPUGUARD_LEDGER='none ' has spaces at its start or end" "'none ': the line" &&
@@ -336,7 +356,7 @@ typos() {
   expect_eq "$rc" 1 "'none ': doctor's exit status" &&
   expect_contains "$out" "spaces at its start or end" "'none ': doctor's FAIL line"
 }
-check "defect 7: a selector that matches no device, a relative ledger, 'none ': one line each, doctor fails" typos
+check "defect 7: GPUGUARD_LEDGER='none ' (a trailing space) is one line and no file of that name, doctor fails" typo_space
 
 # Runs a command; prints "<exit status> <peak RSS in MiB>".
 rss_of() {
@@ -348,7 +368,7 @@ print(r.returncode if r.returncode >= 0 else 128 - r.returncode, resource.getrus
 # 8: gpuguard report on hostile files: a 200 KB report nested 100,000 levels deep overflowed the stack
 # (SIGSEGV) in every mode; /dev/zero ended in an uncaught bad_alloc (abort); --memory-viz of a 126 MB
 # report took 4 GB.
-hostile_reports() {
+deep_reports() {
   fresh
   python3 - "$TMP" <<'PY'
 import sys
@@ -368,10 +388,23 @@ PY
     out=$(timeout 60 "$CLI" report diff "$TMP/$f.json" "$TMP/$f.json" 2>&1 >/dev/null); rc=$?
     expect_eq "$rc" 2 "report diff of $f.json: exit status" || return 1
   done
+}
+check "defect 8: gpuguard report refuses a report nested 100,000 deep in every mode and in diff (--html: SIGSEGV)" deep_reports
+
+# /dev/zero: read until an uncaught bad_alloc aborted the command.
+endless_report() {
+  fresh
+  local out rc
   out=$(timeout 60 "$CLI" report /dev/zero 2>&1 >/dev/null); rc=$?
   expect_eq "$rc" 2 "report /dev/zero: exit status (134: abort)" &&
-  expect_contains "$out" "larger than" "report /dev/zero: the line" || return 1
-  # A 126 MB report (40,000 allocations with stacks of their own): refused before it is read whole.
+  expect_contains "$out" "larger than" "report /dev/zero: the line"
+}
+check "defect 8: gpuguard report /dev/zero is one line and exit 2, not an abort" endless_report
+
+# A 126 MB report (40,000 allocations with stacks of their own): refused before it is read whole.
+big_report() {
+  fresh
+  local rc
   python3 - "$ROOT/tests/data/pytorch_quota.json" "$TMP/big.json" <<'PY'
 import copy, json, sys
 d = json.load(open(sys.argv[1]))
@@ -385,7 +418,7 @@ PY
   expect_contains "$TMP/err" "larger than" "the line" &&
   ((rss < 400)) || { echo "    --memory-viz of the big report took $rss MiB"; return 1; }
 }
-check "defect 8: gpuguard report refuses reports nested 100,000 deep, /dev/zero and 126 MB, in every mode" hostile_reports
+check "defect 8: --memory-viz of a 126 MB report is refused before it is read whole, in little memory" big_report
 
 # Counts the terminal controls in a file: C0 but newline, DEL, C1 as UTF-8 (U+0080 to U+009F), and
 # bytes that are not UTF-8 (a lone 0x9b is CSI to an 8-bit terminal); with a second argument, the
