@@ -79,7 +79,9 @@ UNIT       := $(BUILD)/tests/unit
 FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so.1) \
               $(if $(wildcard tests/fake/fake_cudnn.cpp),$(BUILD)/fake/libcudnn.so.9) \
               $(if $(wildcard tests/fake/fake_nvml.cpp),$(BUILD)/fake/libnvidia-ml.so.1) \
-              $(if $(wildcard tests/fake/fake_cudart.cpp),$(BUILD)/fake/libcudart.so.13)
+              $(if $(wildcard tests/fake/fake_cudart.cpp),$(BUILD)/fake/libcudart.so.13) \
+              $(if $(wildcard tests/fake/fake_c10.cpp),$(BUILD)/fake/libc10.so) \
+              $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
 .PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
@@ -154,8 +156,25 @@ $(BUILD)/fake/libcudart.so.13: $(call obj,tests/fake/fake_cudart.cpp)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic -ldl -pthread
 	@ln -sf libcudart.so.13 $(BUILD)/fake/libcudart.so
 
-# The unit tests also link the command's report reader, to read back what the shim's writer wrote.
-UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp
+# The doubles of PyTorch's c10 libraries: libc10.so defines the two profiler functions; libc10_cuda.so
+# hands out blocks with the what-if's model of the caching allocator (tools/report/whatif/), gets its
+# segments from the test driver, and imports the profiler functions from libc10.so through its PLT
+# (-fplt undoes the project's -fno-plt there), as PyTorch's does, so that a preloaded shim's definitions win.
+$(BUILD)/fake/libc10.so: $(call obj,tests/fake/fake_c10.cpp)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libc10.so -pthread
+C10_CUDA_OBJ := $(call obj,tests/fake/fake_c10_cuda.cpp tools/report/whatif/allocator_model.cpp)
+$(BUILD)/fake/libc10_cuda.so: $(C10_CUDA_OBJ) $(BUILD)/fake/libc10.so $(BUILD)/fake/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -o $@ $(C10_CUDA_OBJ) $(LDFLAGS) -Wl,-soname,libc10_cuda.so -L$(BUILD)/fake -lc10 -lcuda \
+	  -Wl,-rpath,'$$ORIGIN' -pthread
+$(BUILD)/obj/tests/fake/fake_c10_cuda.cpp.o: CXXFLAGS += -fplt
+
+# The unit tests also link the command's report reader and analysis: to read back what the shim's
+# writer wrote, and to test the diagnosis and the what-if (tools/report/whatif/) on reports made up in
+# the test.
+UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp tools/report/phases.cpp tools/report/tensor.cpp \
+              tools/report/analysis.cpp $(sort $(wildcard tools/report/whatif/*.cpp))
 $(UNIT): $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB) $(LDFLAGS) -ldl -pthread -lrt -rdynamic
@@ -233,6 +252,7 @@ FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) tools/cli/text.cpp $(FUZZ_BUILD)/tools/embedded.cpp
 FUZZ_DEPS_fuzz_cfi       := shim/stacks/cfi_walker.cpp
 FUZZ_DEPS_fuzz_admission := $(COMMON_SRC)
+FUZZ_DEPS_fuzz_whatif    := $(COMMON_SRC) tools/report/model.cpp $(sort $(wildcard tools/report/whatif/*.cpp))
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check
 	@mkdir -p $(dir $@)

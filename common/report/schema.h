@@ -15,6 +15,10 @@ namespace value {
 constexpr const char kNative[] = "native";  // frames[].kind
 constexpr const char kPython[] = "python";
 constexpr const char kCudnnWorkspace[] = "cudnn_workspace";  // top_allocations[].tag
+constexpr const char kSourceC10[] = "c10";                   // tensor_view.source: PyTorch reported its blocks
+constexpr const char kSourceDriver[] = "driver";             // tensor_view.source: no block reports, segments only
+constexpr const char kBackendNative[] = "native";            // tensor_view.backend
+constexpr const char kBackendAsync[] = "cudaMallocAsync";
 }  // namespace value
 
 // Every key of the format, named as it is spelled in the file.
@@ -123,6 +127,28 @@ constexpr const char workspace_cap[] = "workspace_cap";
 constexpr const char workspace_cap_bytes[] = "workspace_cap_bytes";
 constexpr const char workspace_in_use_bytes[] = "workspace_in_use_bytes";
 constexpr const char workspace_in_use_peak_bytes[] = "workspace_in_use_peak_bytes";
+constexpr const char tensor_view[] = "tensor_view";
+constexpr const char backend[] = "backend";
+constexpr const char allocator_conf[] = "allocator_conf";
+constexpr const char allocated_bytes[] = "allocated_bytes";
+constexpr const char reserved_bytes[] = "reserved_bytes";
+constexpr const char peak_allocated_bytes[] = "peak_allocated_bytes";
+constexpr const char peak_reserved_bytes[] = "peak_reserved_bytes";
+constexpr const char blocks[] = "blocks";
+constexpr const char listed[] = "listed";
+constexpr const char list[] = "list";
+constexpr const char segments[] = "segments";
+constexpr const char mappings[] = "mappings";
+constexpr const char oom[] = "oom";
+constexpr const char requested_bytes[] = "requested_bytes";
+constexpr const char events[] = "events";
+constexpr const char capacity[] = "capacity";
+constexpr const char recorded[] = "recorded";
+constexpr const char dropped[] = "dropped";
+constexpr const char rows[] = "rows";
+constexpr const char columns[] = "columns";
+constexpr const char peak_by_stack[] = "peak_by_stack";
+constexpr const char refusals_recovered[] = "refusals_recovered";
 }  // namespace key
 
 }  // namespace gg::schema

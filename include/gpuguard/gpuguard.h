@@ -16,6 +16,11 @@ extern "C" {
  * GPUGUARD_REPORT_DIR. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
 int gpuguard_report(const char *reason);
 
+/* Exported by libgpuguard.so: whether PyTorch's caching allocator reports its blocks to the shim (the
+ * tensor view): 1 it has, 0 not yet (no tensor allocated, the cudaMallocAsync backend, or a PyTorch
+ * without the report), -1 turned off (GPUGUARD_TENSOR_VIEW=0). `gpuguard doctor` asks it. */
+int gpuguard_tensor_view(void);
+
 /* Calls gpuguard_report when the shim is loaded. Returns 0 on success, -1 on failure, 1 when the
  * program is not running under gpuguard. */
 static inline int gpuguard_report_now(const char *reason) {

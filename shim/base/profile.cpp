@@ -19,12 +19,14 @@ constexpr const char *kNames[kSteps] = {
     "  driver's cuMemAlloc",
     "  commit (track)",
     "    stack: native unwind",
+    "    stack: native site key",
     "    stack: Python frames",
     "    stack: intern",
     "free: whole hook",
     "  take (untrack)",
     "  driver's cuMemFree",
     "  finish (ledger release)",
+    "c10 block: the tensor view's share",
 };
 
 // Log-linear buckets: exact below 16 ns, then 8 to each doubling (a value is placed within 6.25%):

@@ -18,12 +18,14 @@ enum Step {
     kAllocDriver,
     kCommit,
     kCaptureNative,
+    kCaptureNativeKey,
     kCapturePython,
     kCaptureIntern,
     kFreeTotal,
     kFreeTake,
     kFreeDriver,
     kFreeFinish,
+    kTorchBlock,
     kSteps
 };
 

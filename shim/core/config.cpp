@@ -71,6 +71,10 @@ Config parse_config(const settings::Lookup &env) {
     note(c, problem);
     c.stack_reuse = settings::read_switch(env, Id::kStackReuse, &problem);
     note(c, problem);
+    c.tensor_view = settings::read_switch(env, Id::kTensorView, &problem);
+    note(c, problem);
+    c.tensor_events = (size_t)settings::read_count(env, Id::kTensorEvents, &problem);
+    note(c, problem);
     c.cudnn_cap = settings::read_cudnn_cap(env, &problem);
     note(c, problem);
     if (std::optional<std::string> v = settings::value(env, Id::kRealLibcuda)) c.real_libcuda = *v;

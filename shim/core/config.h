@@ -37,6 +37,10 @@ struct Config {
     bool python_stacks = true;
     bool stack_reuse = true;  // reuse a Python call site's stack (shim/stacks/reuse.h)
 
+    // The tensor view (shim/torch/view.h).
+    bool tensor_view = true;
+    size_t tensor_events = 65536;
+
     settings::CudnnCap cudnn_cap;  // GPUGUARD_CUDNN_WORKSPACE_LIMIT
 
     std::string real_libcuda;  // GPUGUARD_REAL_LIBCUDA, "" for libcuda.so.1

@@ -14,6 +14,7 @@
 #include "shim/stacks/symbols.h"
 #include "shim/stacks/table.h"
 #include "shim/stacks/unwind.h"
+#include "shim/torch/view.h"
 #include "shim/track/tracker.h"
 
 namespace gg {

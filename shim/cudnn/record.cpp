@@ -82,15 +82,11 @@ void section(json &r) {
     c[key::algorithms_rejected] = g_algorithms_rejected.load();
     c[key::largest_rejected_bytes] = g_largest_rejected.load();
     json by_stack = json::array();
-    if (!r.contains(key::stacks) || !r[key::stacks].is_object()) r[key::stacks] = json::object();
     for (size_t i = 0; i < sites.size() && i < kSitesInReport; i++) {
         const Site &s = sites[i];
-        std::string key = "s" + std::to_string(s.stack);
-        by_stack.push_back({{key::stack, s.stack ? json(key) : json(nullptr)},
+        by_stack.push_back({{key::stack, report::referenced_stack(r, s.stack)},
                             {key::largest_bytes, s.largest},
                             {key::count, s.count}});
-        if (s.stack && !r[key::stacks].contains(key))
-            r[key::stacks][key] = {{key::frames, stacks::frames_json(s.stack)}};
     }
     c[key::requests_by_stack] = by_stack;
     r[key::cudnn] = c;

@@ -62,11 +62,6 @@ int collect(struct dl_phdr_info *info, size_t, void *data) {
     return 0;
 }
 
-int generation_only(struct dl_phdr_info *info, size_t, void *data) {
-    *static_cast<unsigned long long *>(data) = info->dlpi_adds;
-    return 1;  // the first object carries the counter; stop
-}
-
 // The definition of `name` in a loaded sub-library: dlsym on the library's own handle (its local
 // scope, which holds neither the shim nor the dispatcher), checked with dladdr all the same.
 void *find_terminal(const char *name, unsigned long long *generation) {
@@ -113,8 +108,7 @@ void *entry_of(const char *symbol) {
 void *Slot::resolve(bool outermost) {
     void *t = terminal.load(std::memory_order_acquire);
     if (t) return t;
-    unsigned long long now = 0;
-    dl_iterate_phdr(generation_only, &now);
+    unsigned long long now = loader_additions();
     if (now != miss_generation.load(std::memory_order_relaxed)) {
         t = find_terminal(name, &now);
         if (t) {

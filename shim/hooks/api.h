@@ -10,6 +10,7 @@ enum class Api : uint8_t {
 #define RUNTIME_HOOK(symbol) symbol,
 #define NVML_HOOK(symbol) symbol,
 #define CUDNN_HOOK(symbol) symbol,
+#define TORCH_HOOK(symbol, name) symbol,
 #include "shim/hooks/hooks.def"
     kCount
 };
@@ -22,6 +23,7 @@ inline const char *api_name(Api api) {
 #define RUNTIME_HOOK(symbol) #symbol,
 #define NVML_HOOK(symbol) #symbol,
 #define CUDNN_HOOK(symbol) #symbol,
+#define TORCH_HOOK(symbol, name) #name,
 #include "shim/hooks/hooks.def"
     };
     unsigned i = (unsigned)api;

@@ -10,6 +10,14 @@
 
 #include "common/nvidia/nvml_min.h"
 
+// PyTorch's c10::Device: a device type and index, one byte each, passed by value in one register
+// (docs/platform-facts.md). Type 1 is CUDA.
+struct C10Device {
+    int8_t type;
+    int8_t index;
+};
+constexpr int8_t kC10DeviceCuda = 1;
+
 // cuda.h maps the name to cuGetProcAddress_v2; the driver still exports the legacy 4-argument
 // function under the plain name, and cudart asks for it with cudaVersion below 12000 (docs/platform-facts.md).
 #undef cuGetProcAddress
@@ -22,4 +30,10 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
 cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
 cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+
+// c10 (libc10.so), declared under their mangled names (shim/hooks/hooks.def, TORCH_HOOK).
+void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size, size_t total_allocated,
+                                                           size_t total_reserved, C10Device device);
+void _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE(int64_t alloc_size, size_t total_allocated,
+                                                         size_t total_reserved, C10Device device);
 }

@@ -5,6 +5,7 @@
 #include "shim/quota/guard.h"
 #include "shim/quota/sizes.h"
 #include "shim/resolve/real.h"
+#include "shim/torch/view.h"
 
 using namespace gg;
 using gg::guard::DriverCall;
@@ -193,6 +194,22 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *hand
 
 GG_EXPORT GG_HOT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return release(KeyKind::kHandle, handle, [&] { return real_call(R().cuMemRelease, handle); });
+}
+
+GG_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                    unsigned long long flags) {
+    CUresult r = real_call(R().cuMemMap, ptr, size, offset, handle, flags);
+    // Every mapping, not only those after c10's first report: c10 maps an expandable segment's first
+    // page before it hands out (and reports) the first block, and a report's mappings must add up to
+    // its reserved bytes. Few programs map memory, and rarely: the table stays small.
+    if (r == CUDA_SUCCESS && torch::enabled()) torch::on_mapping(true, ptr, size);
+    return r;
+}
+
+GG_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    CUresult r = real_call(R().cuMemUnmap, ptr, size);
+    if (r == CUDA_SUCCESS && torch::enabled()) torch::on_mapping(false, ptr, size);
+    return r;
 }
 
 // ---- Arrays ----

@@ -25,6 +25,8 @@ const OtherRow kOtherRows[] = {
 #define RUNTIME_HOOK(symbol) {#symbol, reinterpret_cast<void *>(&::symbol), real_runtime_fn},
 #define NVML_HOOK(symbol) {#symbol, reinterpret_cast<void *>(&::symbol), real_nvml_fn},
 #define CUDNN_HOOK(symbol) {#symbol, reinterpret_cast<void *>(&::symbol), real_cudnn_fn},
+// TORCH_HOOK rows are not here: libc10_cuda.so reaches c10's functions through its PLT, which the
+// preloaded shim wins; nobody looks them up with dlsym.
 #include "shim/hooks/hooks.def"
 };
 

@@ -1,5 +1,7 @@
 #include "shim/quota/episode.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "shim/quota/device.h"
 #include "shim/report/report.h"
 #include "shim/stacks/stacks.h"
+#include "shim/torch/view.h"
 #include "shim/track/tracker.h"
 
 namespace gg::episode {
@@ -21,6 +24,34 @@ constexpr uint64_t kEpisodeGapNs = 1000000000ull;
 std::mutex g_mu;
 uint64_t g_last_failure_ns = 0;
 int g_id = 0;
+
+// The current episode's report, so that PyTorch's own view of the out-of-memory, which comes after
+// the failed driver calls (shim/torch/view.h), can be written into it.
+struct Written {
+    int id = 0;
+    std::string path, message;
+    report::Reason reason = report::Reason::kQuota;
+    report::Failure failure{};
+};
+Written g_written;
+
+// A refusal inside PyTorch's caching allocator, whose report waits for PyTorch's verdict: its
+// allocator frees its cache and retries after a failed driver call, so a refusal it recovers from is
+// no out-of-memory of the program (a generate() loop recovered from dozens, and their reports hid the
+// one that mattered behind GPUGUARD_MAX_REPORTS: seen on the H200). c10's out-of-memory report writes
+// it (allocator_out_of_memory), c10's next block drops it (allocator_recovered), and an exit before
+// either writes it.
+struct Pending {
+    int id = 0;
+    report::Reason reason = report::Reason::kQuota;
+    std::string message;
+    report::Failure failure{};
+};
+Pending g_pending;
+std::atomic<bool> g_has_pending{false};
+std::atomic<uint64_t> g_recovered{0};
+
+void write_pending_at_exit();
 
 std::string describe(const Request &r, const DeviceInfo *dev) {
     std::string what =
@@ -78,10 +109,109 @@ void failed(const Request &r, int skip_frames) {
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
-    std::string path = report::write(r.cause != Cause::kDriver ? report::Reason::kQuota : report::Reason::kDriverOom,
-                                     message, &f, r.ordinal);
+    report::Reason reason = r.cause != Cause::kDriver ? report::Reason::kQuota : report::Reason::kDriverOom;
+    if (torch::inside_allocator(stack)) {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (id != g_id) return;  // another episode began meanwhile
+        static std::atomic<bool> exit_handler{false};
+        if (!exit_handler.exchange(true)) atexit(write_pending_at_exit);
+        g_pending = {id, reason, message, f};
+        g_has_pending.store(true, std::memory_order_release);
+        return;
+    }
+    std::string path = report::write(reason, message, &f, r.ordinal);
     log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!path.empty() && id == g_id) g_written = {id, path, message, reason, f};
 }
+
+void allocator_out_of_memory(int ordinal, uint64_t requested) {
+    Written w;
+    Pending p;
+    bool rewrite = false;
+    int id = 0;
+    uint64_t first_unix_ns = 0;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        uint64_t now = mono_ns();
+        bool within = g_id != 0 && now - g_last_failure_ns <= kEpisodeGapNs;
+        g_last_failure_ns = now;
+        if (g_has_pending.load(std::memory_order_relaxed) && g_pending.id == g_id) {
+            // The refusal PyTorch did not recover from: its report, with PyTorch's view.
+            p = g_pending;
+            g_pending = Pending();
+            g_has_pending.store(false, std::memory_order_relaxed);
+        } else if (within) {
+            // The driver failures of this out-of-memory wrote the episode's report: it gets PyTorch's
+            // view too (nothing when no report was written: GPUGUARD_MAX_REPORTS).
+            if (g_written.id != g_id || g_written.path.empty()) return;
+            w = g_written;
+            rewrite = true;
+        } else {
+            id = ++g_id;
+            first_unix_ns = unix_ns();
+            report::begin_episode(id, first_unix_ns);
+        }
+    }
+    const DeviceInfo *dev = device_info(ordinal);
+    std::string name = dev && dev->name[0] ? std::string(" (") + dev->name + ")" : "";
+    std::string asked = "; PyTorch then raised OutOfMemoryError for a request of " + human_bytes(requested);
+    if (p.id) {
+        std::string message = p.message + asked;
+        std::string path = report::write(p.reason, message, &p.failure, p.failure.ordinal);
+        log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!path.empty() && p.id == g_id) g_written = {p.id, path, message, p.reason, p.failure};
+        return;
+    }
+    if (rewrite) {
+        std::string message =
+            w.message + "; PyTorch then raised OutOfMemoryError for a request of " + human_bytes(requested);
+        report::rewrite(w.path, w.reason, message, &w.failure, w.failure.ordinal);
+        return;
+    }
+    // c10 refused without a driver call failing: its own limit (a memory fraction).
+    stacks::StackId stack = state().cfg->stack_depth > 0 ? stacks::capture(1) : 0;
+    std::string message = "PyTorch's caching allocator refused " + human_bytes(requested) + " on device " +
+                          std::to_string(ordinal) + name +
+                          " without asking the driver (its own limit: torch.cuda.set_per_process_memory_fraction)";
+    Api api = Api::_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE;
+    report::Failure f{api,   api, requested,     ordinal,    (int)CUDA_ERROR_OUT_OF_MEMORY,
+                      stack, id,  first_unix_ns, thread_id()};
+    std::string path = report::write(report::Reason::kAllocatorOom, message, &f, ordinal);
+    log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!path.empty() && id == g_id) g_written = {id, path, message, report::Reason::kAllocatorOom, f};
+}
+
+void allocator_recovered() {
+    if (!g_has_pending.load(std::memory_order_acquire)) return;  // the common case: one load
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_has_pending.load(std::memory_order_relaxed)) return;
+    g_pending = Pending();
+    g_has_pending.store(false, std::memory_order_relaxed);
+    g_last_failure_ns = 0;  // the episode is over: a refusal after this one is news
+    g_recovered.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t refusals_recovered() { return g_recovered.load(std::memory_order_relaxed); }
+
+namespace {
+
+void write_pending_at_exit() {
+    Pending p;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!g_has_pending.load(std::memory_order_relaxed)) return;
+        p = g_pending;
+        g_pending = Pending();
+        g_has_pending.store(false, std::memory_order_relaxed);
+    }
+    std::string path = report::write(p.reason, p.message, &p.failure, p.failure.ordinal);
+    log_error("%s%s%s", p.message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
+}
+
+}  // namespace
 
 void lock_for_fork() { g_mu.lock(); }
 void unlock_after_fork() { g_mu.unlock(); }
@@ -89,6 +219,10 @@ void reset_after_fork() {
     // The child is a process of its own: its first failure starts its own episode and report.
     g_id = 0;
     g_last_failure_ns = 0;
+    g_written = Written();
+    g_pending = Pending();
+    g_has_pending = false;
+    g_recovered = 0;
 }
 
 void warn(int ordinal, uint64_t used, uint64_t limit) {

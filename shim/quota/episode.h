@@ -26,6 +26,17 @@ struct Request {
 // A failed allocation. skip_frames: the shim's own frames above the caller.
 void failed(const Request &r, int skip_frames);
 
+// PyTorch's caching allocator gave up on a request of `requested` bytes (shim/torch/view.h), after
+// the driver failures of the current episode (its report is then written again with PyTorch's view
+// of the out-of-memory), or without any (a report of its own, reason allocator_oom).
+void allocator_out_of_memory(int ordinal, uint64_t requested);
+
+// c10 handed out a block: when a refusal inside its allocator waited for PyTorch's verdict, PyTorch
+// recovered from it (it freed its cache and retried), so it was no out-of-memory: no report.
+void allocator_recovered();
+// How many refusals PyTorch recovered from, for the report.
+uint64_t refusals_recovered();
+
 // Usage crossed GPUGUARD_WARN_AT of the limit going up.
 void warn(int ordinal, uint64_t used, uint64_t limit);
 

@@ -11,6 +11,7 @@
 #include "shim/core/state.h"
 #include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
+#include "shim/torch/view.h"
 
 namespace gg::guard {
 namespace {
@@ -115,7 +116,12 @@ GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes)
     a.workspace = t_workspace;
     const Config &c = *state().cfg;
     if (c.stack_depth > 0 && actual_bytes >= c.stack_min_bytes) a.stack = stacks::capture(kShimFrames - 1);
-    if (tracker().insert(kind, key, a)) return;
+    if (tracker().insert(kind, key, a)) {
+        // A segment of PyTorch's caching allocator, most likely: the tensor view's history keeps it.
+        if (__builtin_expect(torch::active(), 0) && kind != KeyKind::kArray && kind != KeyKind::kMipmap)
+            torch::on_segment(true, kind == KeyKind::kPointer ? key : 0, actual_bytes, a.ordinal);
+        return;
+    }
     // The live table could not grow (no host memory): the program keeps its allocation, and the
     // ledger forgets it too, so that its free cannot release bytes that were never counted.
     if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
@@ -148,6 +154,8 @@ GG_HOT void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation
         return;
     }
     if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
+    if (__builtin_expect(torch::active(), 0) && kind != KeyKind::kArray && kind != KeyKind::kMipmap)
+        torch::on_segment(false, kind == KeyKind::kPointer ? key : 0, a.bytes, a.ordinal);
 }
 
 QuotaView quota_of(int ordinal) {

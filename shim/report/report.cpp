@@ -168,6 +168,7 @@ const char *reason_name(Reason r) {
         case Reason::kRequest: return "request";
         case Reason::kSignal: return "signal";
         case Reason::kWarnAt: return "warn_at";
+        case Reason::kAllocatorOom: return "allocator_oom";
     }
     return "unknown";
 }
@@ -175,6 +176,14 @@ const char *reason_name(Reason r) {
 void add_section(SectionFn fn) {
     std::lock_guard<std::mutex> lock(g_sections_mu);
     sections_list().push_back(fn);
+}
+
+json referenced_stack(json &report, stacks::StackId id) {
+    if (!id) return nullptr;
+    if (!report.contains(key::stacks) || !report[key::stacks].is_object()) report[key::stacks] = json::object();
+    std::string k = stack_key(id);
+    if (!report[key::stacks].contains(k)) report[key::stacks][k] = {{key::frames, stacks::frames_json(id)}};
+    return k;
 }
 
 void begin_episode(int id, uint64_t first_unix_ns) {
@@ -322,23 +331,33 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     return r;
 }
 
+namespace {
+
+// The report as text, or "" (with a line) when it cannot be assembled.
+std::string text_of(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    try {
+        // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
+        // replaced, not fatal: the report is needed most when something is already wrong.
+        return build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
+    } catch (const std::exception &e) {
+        log_error("cannot assemble a report: %s", e.what());
+        return "";
+    }
+}
+
+}  // namespace
+
 std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
     const Config &c = *state().cfg;
-    bool automatic = reason == Reason::kQuota || reason == Reason::kDriverOom || reason == Reason::kWarnAt;
+    bool automatic = reason == Reason::kQuota || reason == Reason::kDriverOom || reason == Reason::kWarnAt ||
+                     reason == Reason::kAllocatorOom;
     if (automatic && g_automatic_written.fetch_add(1) >= c.max_reports) {
         if (g_automatic_written.load() == c.max_reports + 1)
             log_error("GPUGUARD_MAX_REPORTS=%d reached; no more reports from this process", c.max_reports);
         return "";
     }
-    std::string text;
-    try {
-        // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
-        // replaced, not fatal: the report is needed most when something is already wrong.
-        text = build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
-    } catch (const std::exception &e) {
-        log_error("cannot assemble a report: %s", e.what());
-        return "";
-    }
+    std::string text = text_of(reason, message, failure, ordinal);
+    if (text.empty()) return "";
     char host[64] = {};
     gethostname(host, sizeof host - 1);
     for (char *p = host; *p; p++)
@@ -349,6 +368,14 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
     std::string path;
     if (!write_atomically(c.report_dir, name, text, &path)) return "";
     return path;
+}
+
+bool rewrite(const std::string &path, Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    std::string text = text_of(reason, message, failure, ordinal);
+    size_t slash = path.rfind('/');
+    if (text.empty() || slash == std::string::npos) return false;
+    std::string written;
+    return write_atomically(path.substr(0, slash), path.substr(slash + 1), text, &written);
 }
 
 }  // namespace gg::report

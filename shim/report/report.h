@@ -12,7 +12,9 @@
 
 namespace gg::report {
 
-enum class Reason { kQuota, kDriverOom, kExit, kRequest, kSignal, kWarnAt };
+// kAllocatorOom: PyTorch's caching allocator refused a request without a driver call failing (its
+// memory fraction, say).
+enum class Reason { kQuota, kDriverOom, kExit, kRequest, kSignal, kWarnAt, kAllocatorOom };
 const char *reason_name(Reason r);
 
 struct Failure {
@@ -29,6 +31,10 @@ struct Failure {
 // Writes one report and returns its path, or "" (with a line on stderr) when it could not be
 // written or the cap on automatic reports was reached. `ordinal` is the device the report is about.
 std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal);
+// Builds the report again and replaces the file at `path` with it (the report of an episode that
+// learnt more after it was written: PyTorch's own view of its out-of-memory). Not counted against
+// GPUGUARD_MAX_REPORTS. False (with a line) when it could not be written.
+bool rewrite(const std::string &path, Reason reason, const std::string &message, const Failure *failure, int ordinal);
 
 // A new episode starts (called under the episode lock, so that failures that join it while its
 // report is being written are counted in it); then one more failed call in the current episode.
@@ -39,9 +45,12 @@ void reset_after_fork();
 void lock_for_fork();
 void unlock_after_fork();
 
-// A module that adds a section to every report (cuDNN's) registers it once.
+// A module that adds a section to every report (cuDNN's, the tensor view's) registers it once.
 using SectionFn = void (*)(nlohmann::json &report);
 void add_section(SectionFn fn);
+// For a section: the reference to a stack ("s<id>", or null for none), its frames added to the
+// report's "stacks" when they are not there yet.
+nlohmann::json referenced_stack(nlohmann::json &report, stacks::StackId id);
 
 // Builds the report without writing it (tests, benchmarks).
 nlohmann::json build(Reason reason, const std::string &message, const Failure *failure, int ordinal);

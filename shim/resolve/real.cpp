@@ -78,6 +78,7 @@ std::atomic<const RealDriver *> g_driver{nullptr};
 // Constant-initialised tables (shim/resolve/real.h, Lazy): usable by a hook before any constructor.
 RealRuntime g_real_runtime;
 RealNvml g_real_nvml;
+RealTorch g_real_torch;
 
 GG_DLSYM_PATH void *(*find_real_dlsym_fn())(void *, const char *) { return find_real_dlsym(); }
 
@@ -92,6 +93,17 @@ void *real_dlsym(void *handle, const char *symbol) {
 GG_HOT const RealDriver &real_driver() { return race_once(g_driver, load_driver); }
 
 void install_real_driver_for_test(const RealDriver *d) { g_driver.store(d, std::memory_order_release); }
+
+unsigned long long loader_additions() {
+    unsigned long long adds = 0;
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *info, size_t, void *data) -> int {
+            *static_cast<unsigned long long *>(data) = info->dlpi_adds;
+            return 1;  // every object carries the same counter: the first is enough
+        },
+        &adds);
+    return adds;
+}
 
 void *find_in_loaded(const char *library_stem, const char *symbol) {
     // A library loaded with RTLD_LOCAL (a Python extension's own cudart, say) is invisible to
@@ -123,6 +135,12 @@ void *real_runtime_fn(const char *symbol) {
 }
 
 // real_cudnn_fn lives in shim/cudnn/resolve.cpp: cuDNN's dispatcher needs more than RTLD_NEXT.
+
+void *real_torch_fn(const char *symbol) {
+    // Python loads torch's libraries RTLD_LOCAL, out of RTLD_NEXT's sight in some builds.
+    void *p = real_dlsym(RTLD_NEXT, symbol);
+    return p ? p : find_in_loaded("libc10.so", symbol);
+}
 
 void *real_nvml_fn(const char *symbol) {
     void *p = real_dlsym(RTLD_NEXT, symbol);

@@ -29,19 +29,27 @@ struct RealDriver {
 // Loaded once, on first use; entries the library lacks stay null.
 const RealDriver &real_driver();
 
-// One function of a library found lazily: looked up on first use by `find`, kept once found (not
-// while it is missing: the library may be loaded later). Constant-initialised, so a table of these
-// needs no constructor to run before a hook can use it.
+// How many objects the dynamic loader has added since the process began (glibc's dlpi_adds): a
+// lookup that failed is only worth repeating once this has moved.
+unsigned long long loader_additions();
+
+// One function of a library found lazily: looked up on first use by `find`, kept once found. While
+// it is missing the lookup is repeated only after the loader has added an object (the library may
+// be loaded later): a hook called without its library (a test double, a program that defines the
+// symbol itself) does not pay a dlsym walk per call. Constant-initialised, so a table of these needs
+// no constructor to run before a hook can use it.
 template <typename Fn>
 class Lazy {
 public:
     constexpr explicit Lazy(const char *name) : name_(name) {}
     Fn get(void *(*find)(const char *)) {
         Fn fn = fn_.load(std::memory_order_acquire);
-        if (!fn) {
-            fn = reinterpret_cast<Fn>(find(name_));
-            if (fn) fn_.store(fn, std::memory_order_release);
-        }
+        if (fn) return fn;
+        unsigned long long now = loader_additions();
+        if (now == missed_at_.load(std::memory_order_relaxed)) return nullptr;
+        fn = reinterpret_cast<Fn>(find(name_));
+        if (fn) fn_.store(fn, std::memory_order_release);
+        else missed_at_.store(now, std::memory_order_relaxed);
         return fn;
     }
     const char *name() const { return name_; }
@@ -49,6 +57,7 @@ public:
 private:
     const char *name_;
     std::atomic<Fn> fn_{nullptr};
+    std::atomic<unsigned long long> missed_at_{0};  // 0: never missed (the loader has added the program)
 };
 
 // cudart's functions where the program loaded cudart.
@@ -68,10 +77,19 @@ struct RealNvml {
 extern RealNvml g_real_nvml;
 inline RealNvml &real_nvml() { return g_real_nvml; }
 
+// c10's functions where the program loaded libc10.so.
+struct RealTorch {
+#define TORCH_HOOK(symbol, name) Lazy<decltype(&::symbol)> symbol{#symbol};
+#include "shim/hooks/hooks.def"
+};
+extern RealTorch g_real_torch;
+inline RealTorch &real_torch() { return g_real_torch; }
+
 // The finders the Lazy tables use: the next definition after the shim (RTLD_NEXT), else one in a
 // loaded library whose path contains "libcudart" / "libnvidia-ml".
 void *real_runtime_fn(const char *symbol);
 void *real_nvml_fn(const char *symbol);
+void *real_torch_fn(const char *symbol);
 
 // cuDNN's entry point for `symbol` where the program loaded it (shim/cudnn/resolve.h says why not
 // RTLD_NEXT alone); the hooks themselves call the sub-library's definition.

@@ -28,6 +28,9 @@ constexpr int kMaxPython = 128;
 // Frames between the unwinder and capture()'s caller (capture, its helpers, the unwinder's own
 // entry); they are found by return address, this only sizes the buffer.
 constexpr int kSlack = 16;
+// Return addresses in the key of a site without Python frames: enough to reach the operator that
+// allocates in PyTorch's C++ (c10's allocator, at::empty and its dispatch lie in between).
+constexpr int kNativeKeyFrames = 12;
 static_assert(kMaxDepth + kPyWords * kMaxPython <= int(table::kMaxWords), "a stack must fit the table");
 
 std::atomic<int> g_depth{48};
@@ -56,6 +59,14 @@ bool same_site_stack(StackId a, StackId b) {
     for (size_t i = 0; i < wa.size(); ++i)
         if (wa[i] != wb[i] && !(i < na && py::is_eval_loop(wa[i]) && py::is_eval_loop(wb[i]))) return false;
     return true;
+}
+
+// Where capture()'s caller stands in a walk: found by its return address, robust to inlining and tail
+// calls inside the shim and to each unwinder's idea of where the walk starts.
+int caller_index(void *const *raw, int n, void *return_address) {
+    for (int i = 0; i < n && i < kSlack; ++i)
+        if (raw[i] == return_address) return i;
+    return 0;
 }
 
 // The site's key: the Python stack, the native depth (stack pointer) and the skip (shim/stacks/reuse.h).
@@ -92,8 +103,23 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     uint64_t key = 0;
     StackId cached = 0;
     auto verdict = reuse::SiteCache::Verdict::kMiss;
-    if (n_py > 0 && depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
-        key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
+    if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
+        if (n_py > 0) {
+            key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
+        } else {
+            // No Python frames (PyTorch's autograd threads, C++ programs): the site's key is the
+            // innermost kNativeKeyFrames return addresses above the caller and the stack pointer,
+            // from a short walk; a full unwind follows only on a miss or a check (shim/stacks/reuse.h).
+            GG_PROFILE_STEP(kCaptureNativeKey);
+            void *raw[kSlack + kMaxDepth];
+            int want = kSlack + skip + kNativeKeyFrames;
+            int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
+            int start = caller_index(raw, n, return_address) + skip;
+            key = site_key(stack_pointer, skip, nullptr, 0);
+            for (int i = start; i < n && i < start + kNativeKeyFrames; ++i)
+                key = reuse::mix(key, reinterpret_cast<uintptr_t>(raw[i]));
+            key = key ? key : 1;
+        }
         verdict = sites->lookup(key, &cached);
         if (verdict == reuse::SiteCache::Verdict::kReuse) {
             reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
@@ -116,15 +142,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
                                   cut ? stop_at_eval_loop : nullptr);
         reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
-        // Start at capture()'s caller, found by its return address: robust to inlining and tail
-        // calls inside the shim and to each unwinder's idea of where the walk starts.
-        int start = 0;
-        for (int i = 0; i < n && i < kSlack; ++i)
-            if (raw[i] == return_address) {
-                start = i;
-                break;
-            }
-        start += skip;
+        int start = caller_index(raw, n, return_address) + skip;
         for (int i = start; i < n && n_native < depth; ++i) {
             words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
             // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever

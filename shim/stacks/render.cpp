@@ -71,4 +71,12 @@ nlohmann::json frames_json(StackId id) {
     return out;
 }
 
+std::vector<uintptr_t> native_frames(StackId id) {
+    std::vector<uintptr_t> words;
+    uint32_t n_native = 0;
+    if (!table::get(id, &words, &n_native)) return {};
+    words.resize(n_native);
+    return words;
+}
+
 }  // namespace gg::stacks

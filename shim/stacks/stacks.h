@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -44,6 +45,9 @@ nlohmann::json frames_json(StackId id);
 
 // Number of distinct stacks interned so far.
 size_t count();
+
+// The stack's native return addresses, innermost first (empty for 0 or an unknown id).
+std::vector<uintptr_t> native_frames(StackId id);
 
 // Which unwinder is in use: "libunwind", "libgcc" (the fallback when libunwind.so.8 is not found)
 // or "none". For reports and `gpuguard doctor`.

@@ -10,7 +10,6 @@
 namespace gg {
 namespace {
 
-constexpr size_t kTimelinePoints = 4096;
 std::atomic<Tracker *> g_tracker{nullptr};
 
 }  // namespace
@@ -104,7 +103,7 @@ GG_HOT void Tracker::after_change(uint64_t live, uint64_t now) {
         uint64_t copied = peak_snapshot_bytes_.load(std::memory_order_relaxed);
         if (live - copied > copied / 64) copy_peak_breakdown(live);
     }
-    note_timeline(now, live);
+    timeline_.note(now, {live});
 }
 
 void Tracker::copy_peak_breakdown(uint64_t peak) {
@@ -118,34 +117,6 @@ void Tracker::copy_peak_breakdown(uint64_t peak) {
     }
     peak_by_stack_.swap(merged);
     peak_snapshot_bytes_.store(peak, std::memory_order_relaxed);
-}
-
-GG_HOT void Tracker::note_timeline(uint64_t now, uint64_t bytes) {
-    // One point per step, holding the step's highest usage, so that no peak is lost from the chart.
-    uint64_t start = step_start_ns_.load(std::memory_order_relaxed);
-    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
-        raise_to(step_max_, bytes);
-        return;
-    }
-    std::lock_guard<FutexLock> lock(timeline_mu_);
-    start = step_start_ns_.load(std::memory_order_relaxed);
-    if (start && now - start < timeline_step_ns_.load(std::memory_order_relaxed)) {
-        raise_to(step_max_, bytes);
-        return;
-    }
-    if (start) timeline_.push_back({start, step_max_.load(std::memory_order_relaxed)});
-    step_start_ns_.store(now, std::memory_order_relaxed);
-    step_max_.store(bytes, std::memory_order_relaxed);
-    if (timeline_.size() >= kTimelinePoints) {
-        // Thin: keep the higher of each pair of points, and double the step.
-        std::vector<std::pair<uint64_t, uint64_t>> kept;
-        kept.reserve(kTimelinePoints / 2 + 1);
-        for (size_t i = 0; i + 1 < timeline_.size(); i += 2)
-            kept.push_back(timeline_[i].second >= timeline_[i + 1].second ? timeline_[i] : timeline_[i + 1]);
-        if (timeline_.size() % 2) kept.push_back(timeline_.back());
-        timeline_.swap(kept);
-        timeline_step_ns_.store(timeline_step_ns_.load(std::memory_order_relaxed) * 2, std::memory_order_relaxed);
-    }
 }
 
 void Tracker::add_held(ByStack &into, const Shard &s) {
@@ -216,9 +187,7 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
     std::sort(heap.begin(), heap.end(), [](const auto &a, const auto &b) { return a.second.bytes > b.second.bytes; });
     s.top = std::move(heap);
     {
-        std::lock_guard<FutexLock> lock(timeline_mu_);
-        s.timeline = timeline_;
-        if (uint64_t start = step_start_ns_.load()) s.timeline.push_back({start, step_max_.load()});
+        for (const auto &[t, v] : timeline_.points()) s.timeline.push_back({t, v[0]});
     }
     for (int i = 1; i < (int)Api::kCount; i++)
         if (counts[i].allocs || counts[i].frees || counts[i].failures) s.counts.push_back({(Api)i, counts[i]});
@@ -227,13 +196,13 @@ Tracker::Snapshot Tracker::snapshot(size_t top_n) const {
 
 void Tracker::lock_for_fork() {
     peak_mu_.lock();
-    timeline_mu_.lock();
+    timeline_.lock_for_fork();
     for (Shard &sh : shards_) sh.mu.lock();
 }
 
 void Tracker::unlock_after_fork() {
     for (int i = kShards - 1; i >= 0; i--) shards_[i].mu.unlock();
-    timeline_mu_.unlock();
+    timeline_.unlock_after_fork();
     peak_mu_.unlock();
 }
 
@@ -248,9 +217,7 @@ void Tracker::clear_after_fork() {
     peak_by_stack_.clear();
     timeline_.clear();
     live_bytes_ = live_count_ = peak_bytes_ = peak_t_ns_ = 0;
-    step_start_ns_ = step_max_ = 0;
     peak_snapshot_bytes_ = 0;
-    timeline_step_ns_ = 1000000;
 }
 
 }  // namespace gg

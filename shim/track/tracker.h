@@ -17,6 +17,7 @@
 #include "shim/stacks/stacks.h"
 #include "shim/track/allocation.h"
 #include "shim/track/live_table.h"
+#include "shim/track/timeline.h"
 
 namespace gg {
 
@@ -95,17 +96,10 @@ private:
     std::atomic<uint64_t> peak_snapshot_bytes_{0};
     ByStack peak_by_stack_;
 
-    // The timeline: completed steps under a lock; the current step's start and highest usage as
-    // atomics, so most allocations update it without a lock.
-    mutable FutexLock timeline_mu_;
-    std::vector<std::pair<uint64_t, uint64_t>> timeline_;
-    // 1 ms; doubles each time the timeline is thinned. Atomic: read without the lock on the fast path.
-    std::atomic<uint64_t> timeline_step_ns_{1000000};
-    std::atomic<uint64_t> step_start_ns_{0}, step_max_{0};
+    Timeline<1> timeline_;  // live bytes
 
     void after_change(uint64_t live, uint64_t now);
     void copy_peak_breakdown(uint64_t peak);
-    void note_timeline(uint64_t now, uint64_t bytes);
     ByStack merged_by_stack() const;  // with every shard locked by the caller
     static Held &held_for(Shard &s, stacks::StackId id) { return id ? s.by_stack[id] : s.unstacked; }
     static void add_held(ByStack &into, const Shard &s);  // s's bytes by stack, unstacked as id 0

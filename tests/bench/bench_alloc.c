@@ -19,6 +19,11 @@
  *   threads T SIZE N DEPTH    T threads, each N pairs, released together: pairs_per_s
  *   procs P SIZE N DEPTH      P processes (this program again), each N pairs, released together at
  *                             one CLOCK_MONOTONIC instant: pairs_per_s, late (children not ready)
+ *   blocks N DEPTH SITES      N block reports of PyTorch's caching allocator (c10's
+ *                             reportMemoryUsageToProfiler, the shim's when preloaded: the tensor
+ *                             view), a block handed out then taken back, from SITES call sites in
+ *                             turn, DEPTH extra native frames below, on a thread with no Python (as
+ *                             PyTorch's autograd threads): ns_per_report (about 0 without the shim)
  *   hold N SIZE REPORTS       holds N allocations made from 64 distinct stacks, prints the resident
  *                             memory they added per allocation, then asks the shim for REPORTS
  *                             reports (gpuguard_report, include/gpuguard/gpuguard.h), timing each
@@ -432,6 +437,59 @@ static int mode_hold(int argc, char **argv) {
     return 0;
 }
 
+/* ---- blocks: the tensor view's c10 reports ---- */
+
+typedef struct {
+    int8_t type, index;
+} c10_device;
+typedef void (*c10_report_fn)(void *, int64_t, size_t, size_t, c10_device);
+
+struct blocks {
+    c10_report_fn report;
+    long n;
+    int sites;
+    uint64_t t0, t1;
+};
+
+/* One report pair from one of a few call sites: each site is this function at another recursion
+ * depth, so that each has a stack of its own, as PyTorch's allocation sites do. */
+__attribute__((noinline)) static void report_from(struct blocks *b, int site, long i) {
+    if (site > 0) {
+        report_from(b, site - 1, i);
+        __asm__ volatile("" ::: "memory");
+        return;
+    }
+    c10_device cuda = {1, 0};
+    void *ptr = (void *)(uintptr_t)(0x7f0000000000ull + (uint64_t)(i % 1024) * 4096);
+    b->report(ptr, 4 << 20, 4u << 20, 20u << 20, cuda);
+    b->report(ptr, -(4 << 20), 0, 20u << 20, cuda);
+}
+
+static void run_blocks(void *arg) {
+    struct blocks *b = arg;
+    for (long i = 0; i < 2000; i++) report_from(b, (int)(i % b->sites), i);  // warm-up
+    b->t0 = now_ns();
+    for (long i = 0; i < b->n; i++) report_from(b, (int)(i % b->sites), i);
+    b->t1 = now_ns();
+}
+
+static int mode_blocks(int argc, char **argv) {
+    if (argc < 5) return 2;
+    /* c10's own definitions where PyTorch has them (the test double's libc10.so on LD_LIBRARY_PATH):
+     * the shim's forwards there, as under PyTorch. */
+    if (!dlopen("libc10.so", RTLD_NOW | RTLD_GLOBAL)) {
+        fprintf(stderr, "bench_alloc: %s\n", dlerror());
+        return 1;
+    }
+    struct blocks b = {(c10_report_fn)dlsym(RTLD_DEFAULT, "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"),
+                       atol(argv[2]), atoi(argv[4]), 0, 0};
+    if (!b.report) return 1; /* libc10.so defines it */
+    if (b.sites < 1) b.sites = 1;
+    at_depth(atoi(argv[3]), run_blocks, &b);
+    printf("blocks n=%ld sites=%d ns_per_report=%.1f\n", b.n, b.sites, (double)(b.t1 - b.t0) / (double)(2 * b.n));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int rc = 2;
     if (argc >= 2) {
@@ -442,6 +500,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[1], "procs")) rc = mode_procs(argc, argv);
         else if (!strcmp(argv[1], "child")) rc = mode_child(argc, argv);
         else if (!strcmp(argv[1], "hold")) rc = mode_hold(argc, argv);
+        else if (!strcmp(argv[1], "blocks")) rc = mode_blocks(argc, argv);
     }
     if (rc == 2) fprintf(stderr, "usage: see the comment at the top of tests/bench/bench_alloc.c\n");
     return rc;

@@ -57,6 +57,9 @@ variant() {
     quota) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_STACK_DEPTH=0 GPUGUARD_PYTHON_STACKS=0 "$@" ;;  # (b)
     native) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 "$@" ;;    # (c) default depth
     all) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=1 "$@" ;;       # (d) + Python frames
+    # the tensor view (c10's block reports): off, without stacks, and as by default (the native stacks)
+    view-off) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_TENSOR_VIEW=0 "$@" ;;
+    view-nostacks) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_STACK_DEPTH=0 GPUGUARD_PYTHON_STACKS=0 "$@" ;;
     # the same with libunwind or libgcc in place of the caching walker (the default), to compare
     native-libunwind) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 GPUGUARD_UNWINDER=libunwind "$@" ;;
     native-libgcc) env "${shim[@]}" GPUGUARD_MEM_LIMIT=8GiB GPUGUARD_PYTHON_STACKS=0 GPUGUARD_UNWINDER=libgcc "$@" ;;
@@ -131,6 +134,11 @@ for py in "${pythons[@]}"; do
   echo "bench: per-pair cost, Python $ver through ctypes ($RUNS rounds, $PYDEPTH Python frames)"
   interleave "py$ver" "$RUNS" ns_per_pair none native all all-libunwind -- "$py" "$here/bench_py.py" "$PAIRS" "$PYDEPTH"
 done
+
+echo "bench: the tensor view, per c10 block report (a C loop calling c10's profiler hook from 8 sites, $RUNS rounds)"
+# PyTorch's autograd threads report blocks with no Python frame on their stack: the native site key
+# (shim/stacks/capture.cpp) is what they pay, and a C caller pays the same.
+interleave blocks "$RUNS" ns_per_report none view-off view-nostacks native -- "$BIN" blocks "$((PAIRS * 5))" "$DEPTH" 8
 
 echo "bench: admission under contention: 8 threads, 8 processes sharing a ledger ($CONTENTION_RUNS rounds)"
 interleave threads "$CONTENTION_RUNS" pairs_per_s none quota native -- "$BIN" threads 8 512 "$PAIRS" "$DEPTH"

@@ -12,8 +12,13 @@ source "$here/lib.sh"
 total_pass=0; total_fail=0; total_skip=0; failures=()
 files=("$@"); ((${#files[@]})) || files=("$here"/t_*.sh)
 for f in "${files[@]}"; do
+  # A name may come bare (t_stacks) or as a path; one that names no file is a failure, not 0 of 0.
+  [[ -f $f ]] || f="$here/${f%.sh}.sh"
   CURRENT_FILE=$(basename "$f")
   echo "$CURRENT_FILE"
+  if [[ ! -f $f ]]; then
+    total_fail=$((total_fail + 1)); failures+=("$CURRENT_FILE: no such test file"); continue
+  fi
   TMP=$(mktemp -d /tmp/gpuguard-test.XXXXXX)
   results=$(mktemp)
   # Each file runs in a subshell from its own folder, so that its cd, variables and traps stay local.

@@ -33,3 +33,14 @@ if command -v clang-format >/dev/null; then
 else
   skip "every C and C++ file is formatted as .clang-format says" "no clang-format on this machine"
 fi
+
+# The runner counts a test file that does not exist as a failure (a misspelt name once passed as
+# "0 passed, 0 failed").
+runner_fails_on_a_missing_file() {
+  local out
+  if out=$(bash "$ROOT/tests/integration/run.sh" t_no_such_file 2>&1); then
+    echo "run.sh exited 0 for a missing file: $out"; return 1
+  fi
+  expect_contains "$out" "t_no_such_file.sh: no such test file"
+}
+check "the runner fails on a test file that does not exist" runner_fails_on_a_missing_file

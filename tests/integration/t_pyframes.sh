@@ -9,7 +9,8 @@ CALL_LINE=$(grep -n 'MARK:capture' "$DRIVER" | cut -d: -f1)
 # drive PYTHON "MODE [ARGS]": the driver's output; a hang (a deadlock) fails by the timeout, not a stuck run.
 # Under a sanitizer its runtime must be loaded before libc (tests/sanitize_env.sh), and ThreadSanitizer
 # starts only with an instrumented library loaded at start: both are preloaded, the probe after it.
-drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 60 "$1" "$DRIVER" $2 2>&1; }
+# 180 s: a hang guard only; under ThreadSanitizer on a loaded 2-core machine "lines 6000 2" took over 60.
+drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 180 "$1" "$DRIVER" $2 2>&1; }
 
 names_the_call_site() {
   local out; out=$(drive "$1" stack) || { echo "$out" >&2; return 1; }

@@ -199,6 +199,105 @@ PY
 }
 check "--memory-viz writes a pickled PyTorch snapshot: segments tiled by blocks, an oom trace event" memory_viz_format
 
+# With a tensor view, the snapshot is PyTorch's own: every segment with the live blocks in it, the gaps
+# free. The checks decode the pickle as MemoryViz.js does (a block's address is its segment's address
+# plus the sizes before it) and compare each segment with the fixture's blocks.
+TV=$DATA/tensor_fragmentation.json
+check_tensor_snapshot() {  # PICKLE REPORT [expandable]
+  python3 - "$@" <<'PY'
+import json, pickle, pickletools, sys
+raw = open(sys.argv[1], "rb").read(); r = json.load(open(sys.argv[2])); expandable = len(sys.argv) > 3
+viz = {"PROTO", "EMPTY_DICT", "EMPTY_LIST", "MARK", "SETITEMS", "APPENDS", "BINUNICODE", "BININT", "BININT1",
+       "BININT2", "LONG1", "NONE", "NEWTRUE", "NEWFALSE", "STOP", "BINPUT", "LONG_BINPUT", "BINGET", "LONG_BINGET"}
+used = {op.name for op, _, _ in pickletools.genops(raw)}
+assert used <= viz, used - viz
+s = pickle.loads(raw); tv = r["tensor_view"]; MiB = 1 << 20
+live = {b[0]: b for b in tv["blocks"]["list"]}
+torch_segs = [seg for seg in s["segments"] if seg["blocks"][0]["frames"][:1] != [] and
+              seg["blocks"][0]["frames"][0]["filename"] == "gpuguard"]
+assert len(torch_segs) == 1, [hex(x["address"]) for x in torch_segs]        # NCCL's, outside the caching allocator
+nccl = torch_segs[0]
+assert nccl["address"] == 0x7F29F0000000 and nccl["total_size"] == 64 * MiB and nccl["allocated_size"] == 64 * MiB
+assert "outside PyTorch's caching allocator" in nccl["blocks"][0]["frames"][0]["name"]
+segs = [seg for seg in s["segments"] if seg is not nccl]
+assert len(segs) == 86, len(segs)
+seen = set()
+for seg in segs:
+    assert seg["total_size"] == 20 * MiB and seg["segment_type"] == "large" and seg["is_expandable"] == expandable, seg
+    addr, allocated = seg["address"], 0
+    for b in seg["blocks"]:
+        assert b["address"] == addr, (hex(b["address"]), hex(addr))   # MemoryViz.js derives it this way
+        if b["state"] == "active_allocated":
+            want = live[addr]
+            assert b["size"] == want[1] == b["requested_size"], b
+            names = [f["filename"] + ":" + str(f["line"]) + ":" + f["name"] for f in b["frames"]]
+            assert not any("libgpuguard" in n for n in names), names
+            assert any(n.endswith("/work/model.py:41:forward") or n.endswith("/work/train.py:57:log_metrics") for n in names), names
+            allocated += b["size"]; seen.add(addr)
+        else:
+            assert b["state"] == "inactive" and b["frames"] == [] and b["size"] > 0, b
+            assert addr not in live
+        addr += b["size"]
+    assert addr == seg["address"] + seg["total_size"]                  # the blocks tile the segment
+    assert allocated == seg["allocated_size"] == seg["active_size"]
+    assert not any(x["state"] == y["state"] == "inactive" for x, y in zip(seg["blocks"], seg["blocks"][1:]))
+assert seen == set(live), len(seen)                                    # every live block, once
+assert sum(seg["allocated_size"] for seg in segs) == tv["allocated_bytes"] == 880 * MiB
+assert sum(seg["total_size"] for seg in segs) == tv["reserved_bytes"]
+three = next(seg for seg in segs if seg["address"] == 0x7F2A00000000)  # blocks at 0, 8, 16 MiB: two 4 MiB holes
+assert [(b["address"] - three["address"]) // MiB for b in three["blocks"]] == [0, 4, 8, 12, 16]
+assert [b["state"][0] for b in three["blocks"]] == ["a", "i", "a", "i", "a"]
+oom = s["device_traces"][0][-1]
+assert oom["action"] == "oom" and oom["size"] == 600 * MiB and oom["device_free"] == 2048 * MiB - 1784 * MiB, oom
+assert oom["time_us"] == tv["oom"]["time_unix_ns"] // 1000
+PY
+}
+memory_viz_tensor_view() {
+  "$CLI" report --memory-viz tv.pickle "$TV" 2>/dev/null || return 1
+  check_tensor_snapshot tv.pickle "$TV"
+}
+check "--memory-viz with a tensor view: each segment holds its live blocks with their frames, the gaps inactive" memory_viz_tensor_view
+
+memory_viz_expandable() {
+  # The same memory as expandable segments: no driver allocation per segment, each 20 MiB range mapped
+  # as two 10 MiB pages; adjacent pages are one segment, as in PyTorch's snapshot.
+  python3 - "$TV" exp.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); tv = d["tensor_view"]; MiB = 1 << 20
+tv["allocator_conf"] = "expandable_segments:True"
+tv["mappings"] = [[a + half, 10 * MiB] for a, size, _, _ in tv["segments"] if size == 20 * MiB for half in (0, 10 * MiB)]
+tv["segments"] = [s for s in tv["segments"] if s[1] != 20 * MiB]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  "$CLI" report --memory-viz exp.pickle exp.json 2>/dev/null || return 1
+  check_tensor_snapshot exp.pickle exp.json expandable
+}
+check "--memory-viz with expandable segments: adjacent mapped ranges are one segment with its blocks" memory_viz_expandable
+
+memory_viz_many_strings() {
+  # Past 256 distinct strings the pickle's memo takes 4-byte indices (LONG_BINPUT, LONG_BINGET).
+  python3 - "$TV" many.json <<'PY'
+import copy, json, sys
+d = json.load(open(sys.argv[1])); tv = d["tensor_view"]
+for i, b in enumerate(tv["blocks"]["list"]):  # two blocks a stack: 220 new strings, each written twice
+    st = copy.deepcopy(d["stacks"][b[2]]); st["frames"][-1]["function"] = "f%d" % (i // 2)
+    st["frames"][-1]["file"] = "/work/g%d.py" % (i // 2)
+    d["stacks"]["x%d" % i] = st; b[2] = "x%d" % i
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  "$CLI" report --memory-viz many.pickle many.json 2>/dev/null || return 1
+  python3 - many.pickle many.json <<'PY'
+import json, pickle, pickletools, sys
+raw = open(sys.argv[1], "rb").read(); d = json.load(open(sys.argv[2]))
+assert {"LONG_BINPUT", "LONG_BINGET"} <= {op.name for op, _, _ in pickletools.genops(raw)}
+s = pickle.loads(raw)
+names = {b["address"]: b["frames"][-1]["name"] for seg in s["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"}
+for i, b in enumerate(d["tensor_view"]["blocks"]["list"]):
+    assert names[b[0]] == "f%d" % (i // 2), (names[b[0]], i)
+PY
+}
+check "--memory-viz writes each string once and refers to it after, past 256 strings too" memory_viz_many_strings
+
 several_outputs_at_once() {
   "$CLI" report --html a.html --folded a.folded --speedscope a.ss.json --perfetto a.trace.json --memory-viz a.pickle "$PT" 2>err.txt || return 1
   for f in a.html a.folded a.ss.json a.trace.json a.pickle; do [[ -s $f ]] || { echo "$f missing"; return 1; }; done
@@ -316,9 +415,48 @@ assert [x["delta"] for x in s] == sorted((x["delta"] for x in s), reverse=True)
 assert s[0]["delta"] == 3 * GiB + 192 * MiB and s[0]["status"] == "grew" and "log_metrics" in s[0]["where"]
 assert {x["status"] for x in s} == {"grew", "new", "same", "shrank", "gone"}
 assert len(s) == 5
+assert "tensor" not in d                                 # neither report has a tensor view
 PY
 }
 check "diff --json gives totals and per-stack changes" diff_json
+
+# Two reports of a PyTorch program: the tensors are compared too, growth first (tests/data/tensor_fixtures.py:
+# the metrics stack went from 10 to 60 blocks of 4 MiB, the attention stack from 150 to 160, and the
+# 20 gradient buffers went).
+diff_tensor_text() {
+  local out; out=$("$CLI" report diff --no-color "$DATA/tensor_before.json" "$TV") || return 1
+  expect_contains "$out" "allocated   720.00 MiB → 880.00 MiB  +160.00 MiB" "allocated total" &&
+  expect_contains "$out" "reserved    1.29 GiB → 1.68 GiB  +400.00 MiB" "reserved total" || return 1
+  local grew; grew=$(sed -n '/^Tensors grew/,/^$/p' <<<"$out")
+  expect_contains "$(sed -n 1p <<<"$grew")" "2 stacks, largest growth first" "tensor growth heading" &&
+  expect_contains "$(sed -n 2p <<<"$grew")" "+200.00 MiB  40.00 MiB → 240.00 MiB, 10 → 60 tensors" "largest tensor growth first" &&
+  expect_contains "$(sed -n 3p <<<"$grew")" "log_metrics (work/train.py:57)" "where the tensors grew" &&
+  expect_contains "$(sed -n 5p <<<"$grew")" "forward (work/model.py:41)" "second growth" &&
+  expect_contains "$(sed -n '/^Tensors shrank/,/^$/p' <<<"$out")" "80.00 MiB → 0 B, 20 → 0 tensors, gone" "a stack of tensors gone" || return 1
+  # the driver allocations' comparison is still there, after the tensors'
+  local t d; t=$(grep -n '^Tensors grew' <<<"$out" | cut -d: -f1); d=$(grep -n '^Driver allocations grew' <<<"$out" | cut -d: -f1)
+  [[ -n $t && -n $d && $t -lt $d ]] || { echo "tensors ($t) should come before driver allocations ($d):"; echo "$out"; return 1; }
+}
+check "diff of two reports with tensor views: allocated, reserved, and tensor bytes by stack, growth first" diff_tensor_text
+
+diff_tensor_json() {
+  "$CLI" report diff --json "$DATA/tensor_before.json" "$TV" > dt.json || return 1
+  python3 - dt.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); t = d["tensor"]; MiB = 1 << 20
+assert t["a"]["allocated_bytes"] == 720 * MiB and t["b"]["allocated_bytes"] == 880 * MiB
+assert t["allocated_bytes_delta"] == 160 * MiB and t["reserved_bytes_delta"] == 400 * MiB
+assert t["a"]["blocks"] == 180 and t["b"]["blocks"] == 220 and t["b"]["source"] == "c10"
+s = t["stacks"]
+assert [(x["where"], x["delta"], x["status"], x["count_before"], x["count_after"]) for x in s] == [
+    ("log_metrics (work/train.py:57)", 200 * MiB, "grew", 10, 60),
+    ("forward (work/model.py:41)", 40 * MiB, "grew", 150, 160),
+    ("zero_grad (torch/optim/optimizer.py:1002) ← accumulate (work/train.py:49)", -80 * MiB, "gone", 20, 0)], s
+assert s[0]["frames"][0] == "<module> (work/train.py:118)"
+assert d["live_bytes_delta"] == 400 * MiB and len(d["stacks"]) == 3          # the driver allocations, as before
+PY
+}
+check "diff --json of two reports with tensor views has a 'tensor' section" diff_tensor_json
 
 diff_errors() {
   local rc

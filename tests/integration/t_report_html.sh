@@ -25,6 +25,54 @@ check "the HTML report of a PyTorch quota OOM renders: no script error, timeline
 check "the HTML report of a C program's driver OOM renders" html_renders "$DATA/driver_oom.json"
 check "the HTML report written at exit renders" html_renders "$DATA/exit_report.json"
 
+whatif_page() {
+  html_renders "$DATA/whatif_quota.json" --dom-only || return 1
+  [[ -f shots-whatif_quota/dom.html ]] || return 0  # no Chromium: html_renders said so
+  expect_contains shots-whatif_quota/dom.html '<section id="whatif-section">' "the page (the what-if section shown)" &&
+    expect_contains shots-whatif_quota/dom.html 'avoids it' "the what-if section"
+}
+check "the HTML report of a PyTorch OOM with block events shows the what-if replay" whatif_page
+
+# PyTorch's tensor view (tests/data/tensor_fixtures.py): the page opens by tensor with the switch shown,
+# draws allocated and reserved beside the process's usage and marks c10's OOM; check_html.sh --tensor
+# clicks the switch and sees the flame graph and the tables change, and change back.
+check "the HTML report with a tensor view: by tensor / by segment switch, allocated and reserved lines, c10's OOM" \
+  html_renders "$DATA/tensor_fragmentation.json" --tensor
+
+driver_source_page() {
+  # With the cudaMallocAsync backend c10 reports no blocks (source "driver"): there is nothing to show
+  # by tensor, so no switch; PyTorch's totals are still drawn.
+  python3 - "$DATA/tensor_fragmentation.json" async.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); tv = d["tensor_view"]
+tv.update(source="driver", backend="cudaMallocAsync", blocks={"count": 0, "listed": 0, "list": []}, by_stack=[], peak_by_stack=[])
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  html_renders "$PWD/async.json" --dom-only || return 1  # the screenshots are the other checks' business
+  [[ -f shots-async/dom.html ]] || return 0  # skipped: no Chromium
+  grep -q 'id="timeline"[^>]*data-tensor-points="[0-9]' shots-async/dom.html || { echo "PyTorch's totals not drawn"; return 1; }
+  local switch; switch=$(grep -o '<div[^>]*id="view-switch"[^>]*>' shots-async/dom.html)
+  [[ $switch == *hidden* ]] || { echo "the by tensor / by segment switch is shown: ${switch:-none}"; return 1; }
+}
+check "the HTML report with a tensor view of source 'driver' draws PyTorch's totals and shows no switch" driver_source_page
+
+odd_tensor_view_page() {
+  # Every field of the tensor view of the wrong type or shape: the page still runs to its end.
+  cat > odd.json <<'JSON'
+{"schema": "gpuguard.report", "version": 1, "reason": "allocator_oom", "stacks": {"s1": {"frames": []}},
+ "tensor_view": {"source": "c10", "allocated_bytes": "many", "reserved_bytes": null,
+  "blocks": {"count": "x", "list": [["0x10", null], 5, [16, 4096, "s9", "old"], [4096, 1024, "s1", 5]]},
+  "by_stack": "none", "peak_by_stack": [{"stack": "s1", "bytes": "x"}, null], "segments": [[1], "s", [4096, 8192, null, 3]],
+  "mappings": {"a": 1}, "oom": {"time_unix_ns": "x", "requested_bytes": -1},
+  "timeline": {"t0_unix_ns": 5, "points": [[1], "a", [10, 1, 2], [20, 3, 4], [30, null, 1]]}}}
+JSON
+  html_renders "$PWD/odd.json" --dom-only || return 1
+  [[ -f shots-odd/dom.html ]] || return 0  # skipped: no Chromium
+  local switch; switch=$(grep -o '<div[^>]*id="view-switch"[^>]*>' shots-odd/dom.html)
+  [[ -n $switch && $switch != *hidden* ]] || { echo "no by tensor / by segment switch: ${switch:-none}"; return 1; }
+}
+check "the HTML page of a report whose tensor view has odd values runs without error" odd_tensor_view_page
+
 minimal_page() {
   echo '{"schema": "gpuguard.report", "version": 1, "reason": "signal"}' > minimal.json
   html_renders "$PWD/minimal.json" --dom-only

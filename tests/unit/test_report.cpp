@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/report/environment.h"
 #include "core_fixture.h"
 #include "shim/quota/guard.h"
 #include "shim/report/report.h"
+#include "shim/torch/view.h"
 #include "tools/report/model.h"
 
 using namespace gg;
@@ -90,8 +92,6 @@ TEST_CASE("a report the shim writes reads back in the command with every field")
     CHECK(r.stack(r.top_allocations[0].stack));
 }
 
-#include "common/report/environment.h"
-
 // Issue 18, defect 11: exact names, and a secret-looking name's value hidden.
 TEST_CASE("report environment: exact names only, secret-looking values hidden") {
     using namespace gg::report_env;
@@ -111,4 +111,51 @@ TEST_CASE("report environment: exact names only, secret-looking values hidden") 
          {"X_API_KEY", "my_token", "DB_PASSWORD", "PASSWD", "A_SECRET", "AUTH_HEADER", "SESSION_ID"})
         CHECK_FALSE_MESSAGE(shown(secret), secret);
     CHECK(shown("NCCL_IB_DISABLE"));
+}
+
+TEST_CASE("the tensor view: c10's blocks, totals and events read back in the command") {
+    Core core("1GiB", /*stack_depth=*/8);
+    torch::reset_after_fork();  // no block of an earlier test
+    torch::configure(true, 1024);
+    torch::register_section();
+    guard::DriverCall scope;
+    // c10 grows a 20 MiB segment, hands out two blocks from it and takes one back.
+    allocate(0x7f0000000000, 20 * kMiB, Api::cuMemAlloc_v2);
+    torch::on_block(0x7f0000000000, 4 * kMiB, 4 * kMiB, 20 * kMiB, 0);
+    torch::on_block(0x7f0000400000, 8 * kMiB, 12 * kMiB, 20 * kMiB, 0);
+    torch::on_block(0x7f0000000000, -int64_t(4 * kMiB), 8 * kMiB, 20 * kMiB, 0);
+    // Once c10 has reported a block, the segments it grows are in the history too (the first one, made
+    // before c10's first report, is not: the driver hooks do not look for PyTorch until it speaks).
+    allocate(0x7f0002000000, 2 * kMiB, Api::cuMemAlloc_v2);
+    std::string text = report::build(report::Reason::kRequest, "asked", nullptr, 0).dump();
+
+    gg::report::Report r;
+    gg::report::LoadError err;
+    REQUIRE_MESSAGE(gg::report::parse(text, "tensor", r, err), err.message);
+    REQUIRE(r.tensor);
+    const gg::report::TensorView &t = *r.tensor;
+    CHECK(t.from_blocks());
+    CHECK(t.allocated == 8 * kMiB);
+    CHECK(t.reserved == 20 * kMiB);
+    CHECK(t.peak_allocated == 12 * kMiB);
+    REQUIRE(t.blocks.size() == 1);
+    CHECK(t.blocks[0].address == 0x7f0000400000);
+    CHECK(t.blocks[0].bytes == 8 * kMiB);
+    CHECK(r.stack(t.blocks[0].stack));  // the block's stack is in the report's stacks
+    REQUIRE(t.segments.size() == 2);
+    CHECK(t.segments[0].address == 0x7f0000000000);
+    CHECK(t.segments[0].bytes == 20 * kMiB);
+    CHECK(t.segments[0].api == "cuMemAlloc_v2");
+    CHECK_FALSE(t.oom);
+    // The history: the three block events with the totals after each, then the second segment.
+    REQUIRE(t.events.size() == 4);
+    CHECK(t.events[0].action == gg::report::TensorEvent::kAlloc);
+    CHECK(t.events[1].allocated == 12 * kMiB);
+    CHECK(t.events[2].action == gg::report::TensorEvent::kFree);
+    CHECK(t.events[2].bytes == 4 * kMiB);
+    CHECK(t.events[3].action == gg::report::TensorEvent::kSegmentAlloc);
+    CHECK(t.events[3].bytes == 2 * kMiB);
+    CHECK(t.events_recorded == 4);
+    CHECK_FALSE(t.timeline.empty());
+    torch::reset_after_fork();
 }

@@ -3,6 +3,7 @@
 // 2 bad usage or an input file that is not a readable gpuguard report.
 #include "tools/commands/commands.h"
 #include "tools/report/render.h"
+#include "tools/report/whatif/replay.h"
 
 #include "common/base/log.h"
 #include "common/settings/settings.h"
@@ -41,6 +42,10 @@ const char kUsage[] =
     "  --speedscope OUT   write a speedscope profile (open it at https://www.speedscope.app)\n"
     "  --perfetto OUT     write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing)\n"
     "  --memory-viz OUT   write a PyTorch memory snapshot pickle (pytorch.org/memory_viz)\n"
+    "  --what-if          replay PyTorch's allocator from the report's block events (tensor_view): does\n"
+    "                     the model follow PyTorch, would expandable_segments:True or max_split_size_mb\n"
+    "                     have avoided the OOM under the same limit, the smallest limit the run needed\n"
+    "                     (with --json: the answers as JSON)\n"
     "  --text             print the summary too when writing files\n"
     "  -h, --help         this help\n"
     "\n"
@@ -51,8 +56,9 @@ const char kDiffUsage[] =
     "usage: gpuguard report diff [options] A B\n"
     "\n"
     "Compares two reports of the same program: total live bytes, the peak, and live bytes by stack,\n"
-    "largest growth first. Stacks are matched by their frames (files, functions, lines, symbols), not\n"
-    "by address, so reports of two different runs compare.\n"
+    "largest growth first. When both have PyTorch's tensor view, also its allocated and reserved totals\n"
+    "and live tensor bytes by stack, growth first. Stacks are matched by their frames (files, functions,\n"
+    "lines, symbols), not by address, so reports of two different runs compare.\n"
     "\n"
     "options:\n"
     "  --top N      how many stacks to list in each direction (default 10)\n"
@@ -146,7 +152,7 @@ int cmd_report(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "diff")) return run_diff(argc - 1, argv + 1);
 
     TextOptions opt;
-    bool no_color = false, as_json = false, also_text = false, at_peak = false;
+    bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false;
     std::string html, folded, speedscope, perfetto, memory_viz;
     std::vector<std::string> files;
     Args a("report", argc, argv);
@@ -164,6 +170,8 @@ int cmd_report(int argc, char **argv) {
             also_text = true;
         } else if (a.flag("--peak")) {
             at_peak = true;
+        } else if (a.flag("--what-if")) {
+            what_if = true;
         } else if (a.option("--top", "a number", &v)) {
             if (a.failed()) return a.usage_error();
             if (!parse_top(v, opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
@@ -186,9 +194,15 @@ int cmd_report(int argc, char **argv) {
     if (to_stdout > 1) return a.usage_error("only one output can go to standard output");
     bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
     if (at_peak && folded.empty()) return a.usage_error("--peak applies to --folded");
+    if (what_if && to_stdout)
+        return a.usage_error("--what-if prints to standard output: write the other outputs to files");
 
     Report r;
     if (!load_or_say(files[0], r)) return 2;
+    if (what_if) {
+        std::string why = gg::whatif::cannot_replay(r);
+        if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
+    }
     Analysis an = analyze(r);
 
     int status = 0;
@@ -199,7 +213,11 @@ int cmd_report(int argc, char **argv) {
     if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an).dump() + "\n", "Chrome trace")) status = 1;
     if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
 
-    if (as_json) {
+    if (what_if) {
+        const gg::whatif::WhatIf &w = *an.what_if;  // cannot_replay(r) was empty: analyze replayed it
+        if (as_json) std::cout << gg::whatif::to_json(w).dump(2) << "\n";
+        else gg::whatif::render_text(w, colour_wanted(no_color) && to_stdout == 0, std::cout);
+    } else if (as_json) {
         json j = {{"report", r.path}, {"analysis", to_json(an)}};
         std::cout << j.dump(2) << "\n";
     } else if (!any_output || also_text) {

@@ -10,8 +10,6 @@ namespace {
 constexpr uint64_t MiB = 1024ull * 1024;
 constexpr uint64_t GiB = 1024ull * MiB;
 
-bool contains(const std::string &s, const char *needle) { return s.find(needle) != std::string::npos; }
-
 // A GPUGUARD_MEM_LIMIT value at least `bytes`, in the units people write: "2.75GiB", "768MiB".
 std::string limit_spec_at_least(uint64_t bytes) {
     char buf[32];
@@ -39,49 +37,143 @@ std::string process_desc(const Holder &h) {
     return s;
 }
 
-}  // namespace
+// The lines a tensor view adds under the headline: PyTorch's allocated and reserved bytes, the free
+// holes against the request, and whether the out-of-memory is fragmentation: the request would fit in
+// what the limit leaves beside the live tensors, but no free block is that large and the segments
+// that hold the free memory cannot be released (live tensors lie in them).
+void tensor_diagnosis(const Report &r, Analysis &a) {
+    if (r.tensor && r.tensor->backend == "cudaMallocAsync")
+        a.why.push_back(
+            "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, so the holders "
+            "below are its tensors (the segment view is the tensor view)");
+    const TensorFacts &t = a.tensor;
+    if (!t.present || !a.failure) return;  // the tensor view's section says it for other reports
+    std::string line = "PyTorch held " + human_bytes(t.reserved) + " reserved: " + human_bytes(t.allocated) +
+                       " allocated to tensors, " + human_bytes(t.unallocated) + " reserved but free";
+    if (t.holes)
+        line += " (" + std::to_string(t.holes) + " holes between live tensors, the largest " +
+                human_bytes(t.largest_free) + ")";
+    a.why.push_back(line);
+    if (!t.request) return;
+    a.why.push_back("PyTorch asked for " + human_bytes(t.request) + "; its largest free block " +
+                    (t.request <= (1u << 20) ? "for small tensors " : "") + "was " + human_bytes(t.largest_free));
+    // What the memory left to this process allows: the quota minus the other processes' bytes, or the
+    // device's free memory plus what PyTorch holds.
+    uint64_t avail = 0;
+    if (r.limit_bytes) {
+        uint64_t container = r.container_bytes.value_or(0), mine = r.process_bytes.value_or(0);
+        uint64_t others = container > mine ? container - mine : 0;
+        avail = *r.limit_bytes > others ? *r.limit_bytes - others : 0;
+    } else if (r.device_free) {
+        avail = *r.device_free + t.reserved;
+    }
+    a.fragmentation = avail > 0 && t.allocated + t.request <= avail && t.largest_free < t.request && t.pinned_free > 0;
+    if (a.fragmentation)
+        a.why.push_back("this is fragmentation: the request fits in the " + human_bytes(avail) + " left beside the " +
+                        human_bytes(t.allocated) + " of tensors, but the free memory is split over " +
+                        std::to_string(t.pinned_segments) + (t.expandable ? " pages" : " segments") +
+                        " that live tensors keep from going back to the driver");
+}
 
-const char *phase_name(Phase p) {
-    switch (p) {
-        case Phase::Optimizer: return "optimizer step";
-        case Phase::Backward: return "autograd backward";
-        case Phase::Forward: return "forward pass";
+// Whether the what-if replay has a verdict for this failure (its model follows the run).
+bool replay_speaks(const Analysis &a) { return a.failure && a.what_if && whatif::verdict(*a.what_if); }
+
+// The tensors that pin the fragmented segments, and what to change.
+void fragmentation_advice(const Report &r, Analysis &a) {
+    const TensorFacts &t = a.tensor;
+    std::string pins;
+    for (size_t i = 0; i < t.pins.size() && i < 3; i++) {
+        const Pin &p = t.pins[i];
+        pins += (i ? "; " : "") + where_label(r, p.stack) + ": " + std::to_string(p.blocks) + " tensor" +
+                (p.blocks == 1 ? "" : "s") + " (" + human_bytes(p.bytes) + ") in " + std::to_string(p.segments) +
+                (t.expandable ? " page" : " segment") + (p.segments == 1 ? "" : "s") + " holding " +
+                human_bytes(p.free_held) + " free";
+    }
+    a.advice.push_back(
+        {"fragmentation",
+         "Fragmentation: " + human_bytes(t.pinned_free) + " free inside PyTorch's " +
+             (t.expandable ? "pages" : "segments") + ", none of it in one piece of " + human_bytes(t.request),
+         "The free memory lies between live tensors, and a " + std::string(t.expandable ? "page" : "segment") +
+             " goes back to the driver only when nothing in it lives. The tensors that keep them: " + pins +
+             ". Give those tensors one lifetime (free them together, or keep the survivors in one preallocated "
+             "buffer), or allocate the large tensor before them" +
+             (replay_speaks(a) ? std::string(".")
+                               : "; `gpuguard report --what-if` replays the run to say whether an allocator option "
+                                 "or a larger limit would do.")});
+}
+
+// What the replay found, as advice: only where its model follows this run (whatif::verdict).
+void replay_advice(Analysis &a) {
+    if (!replay_speaks(a)) return;
+    whatif::Verdict v = *whatif::verdict(*a.what_if);
+    a.advice.push_back({"what-if", v.title, v.detail});
+}
+
+// Advice by where the memory is held: the largest phase, when it holds at least 30%.
+void phase_advice(const Report &r, Analysis &a, uint64_t total) {
+    if (total == 0) return;
+    int best = -1;
+    for (int p = 0; p < kPhases; ++p)
+        if (static_cast<Phase>(p) != Phase::Other && (best < 0 || a.phase_bytes[p] > a.phase_bytes[best])) best = p;
+    uint64_t held = best >= 0 ? a.phase_bytes[best] : 0;
+    if (held == 0 || percent(held, total) < 30) return;
+    std::string what = a.tensor.present ? "of the tensors" : "of live memory";
+    std::string share = human_bytes(held) + " (" + std::to_string(percent(held, total)) + "% " + what + ")";
+    switch (static_cast<Phase>(best)) {
+        case Phase::Optimizer:
+            a.advice.push_back({"optimizer", "The optimizer step holds " + share,
+                                "Optimizer state (Adam keeps two tensors per parameter) was allocated under "
+                                "torch/optim: consider a lighter or 8-bit optimizer, foreach=False (fewer temporaries "
+                                "during the step), or sharding the state (ZeRO, FSDP)."});
+            break;
+        case Phase::Backward:
+            a.advice.push_back({"backward", "Autograd backward holds " + share,
+                                "Gradients and backward temporaries: try activation checkpointing "
+                                "(torch.utils.checkpoint), a smaller micro-batch with gradient accumulation, "
+                                "mixed precision, or zero_grad(set_to_none=True)."});
+            break;
+        case Phase::Forward:
+            a.advice.push_back({"forward", "The forward pass holds " + share,
+                                "Mostly activations kept for backward: activation checkpointing "
+                                "(torch.utils.checkpoint), a smaller batch or sequence, mixed precision "
+                                "(torch.autocast), or torch.no_grad() where no backward follows."});
+            break;
+        case Phase::Inference:
+            a.advice.push_back({"inference", "Inference holds " + share,
+                                "Nothing is kept for a backward pass here: these are the forward's own values at "
+                                "this batch and sequence length. A smaller batch or shorter sequences, a lower "
+                                "precision (bfloat16), or torch.inference_mode() where it is not used yet."});
+            break;
+        case Phase::Weights:
+            a.advice.push_back({"weights", "The model's weights hold " + share,
+                                "Moved to the GPU by Module.to/.cuda or loaded from a checkpoint: a lower precision "
+                                "(bfloat16), quantized weights, or sharding the model (FSDP, tensor parallelism)."});
+            break;
+        case Phase::Communication:
+            a.advice.push_back({"communication", "Communication buffers hold " + share,
+                                "Process groups, DDP's gradient buckets and NCCL's buffers: a smaller "
+                                "bucket_cap_mb, gradient_as_bucket_view=True (buckets share the gradients' "
+                                "memory), or NCCL_BUFFSIZE for NCCL's own."});
+            break;
+        case Phase::KvCache: {
+            std::string at;
+            for (const StackBytes &sb : a.tensor.present ? r.tensor->by_stack : r.by_stack)
+                if (const Stack *s = r.stack(sb.stack))
+                    if (const Frame *f = kv_cache_frame(*s)) {
+                        at = " at " + frame_label(*f);
+                        break;
+                    }
+            a.advice.push_back({"kv-cache", "The KV cache" + at + " holds " + share,
+                                "It grows with every generated token, for every sequence of the batch: cap "
+                                "max_new_tokens or the batch size, or use a static, quantized or offloaded cache "
+                                "(transformers' cache_implementation)."});
+            break;
+        }
         case Phase::Other: break;
     }
-    return "other";
 }
 
-Phase classify(const Stack &s) {
-    bool python = false;
-    for (const Frame &f : s.frames) {
-        if (f.python) {
-            python = true;
-            if (contains(f.file, "torch/optim/")) return Phase::Optimizer;
-        }
-    }
-    for (const Frame &f : s.frames) {
-        if (f.python && contains(f.file, "torch/autograd/")) return Phase::Backward;
-        // Backward mostly runs on the autograd engine's own threads, where no Python frame is left.
-        if (!f.python && (contains(f.symbol, "torch::autograd::Engine") || contains(f.symbol, "autograd::generated")))
-            return Phase::Backward;
-    }
-    // Under PyTorch's Python code, neither in the optimizer nor in autograd: the forward computation,
-    // which is where the activations that backward needs are allocated. Other Python libraries
-    // (CuPy, JAX, Numba) have no such phases: they stay Other.
-    if (python)
-        for (const Frame &f : s.frames)
-            if (f.python && contains(f.file, "torch/")) return Phase::Forward;
-    return Phase::Other;
-}
-
-bool through_caching_allocator(const Stack &s) {
-    for (const Frame &f : s.frames) {
-        if (f.python) continue;
-        if (contains(f.symbol, "c10::cuda::CUDACachingAllocator")) return true;
-        if (base_name(f.module).rfind("libc10_cuda", 0) == 0) return true;
-    }
-    return false;
-}
+}  // namespace
 
 Analysis analyze(const Report &r) {
     Analysis a;
@@ -110,18 +202,26 @@ Analysis analyze(const Report &r) {
     }
     if (others > 0 && ledger_total > 0 && others * 2 > ledger_total) a.sibling = top_other;
 
-    // ---- by phase and allocator --------------------------------------------------------------
-    for (const StackBytes &sb : r.by_stack) {
+    // ---- by phase and allocator: tensors when PyTorch reported its blocks, else the segments --------
+    a.mode = mode_of(r);
+    a.tensor = tensor_facts(r);
+    if (r.tensor && whatif::cannot_replay(r).empty()) a.what_if = whatif::what_if(r);
+    const std::vector<StackBytes> &holders = a.tensor.present ? r.tensor->by_stack : r.by_stack;
+    for (const StackBytes &sb : holders) {
         const Stack *s = r.stack(sb.stack);
         if (!s) {
             a.phase_bytes[static_cast<int>(Phase::Other)] += sb.bytes;
             continue;
         }
-        a.phase_bytes[static_cast<int>(classify(*s))] += sb.bytes;
-        if (through_caching_allocator(*s)) a.caching_allocator_bytes += sb.bytes;
+        a.phase_bytes[static_cast<int>(classify(*s, a.mode))] += sb.bytes;
     }
+    for (const StackBytes &sb : r.by_stack)
+        if (const Stack *s = r.stack(sb.stack); s && through_caching_allocator(*s))
+            a.caching_allocator_bytes += sb.bytes;
     if (r.failed)
-        if (const Stack *s = r.stack(r.failed->stack)) a.failed_phase = classify(*s);
+        if (const Stack *s = r.stack(r.failed->stack)) a.failed_phase = classify(*s, a.mode);
+    uint64_t held_total = 0;  // what the phases divide: tensor bytes, or live segment bytes
+    for (const StackBytes &sb : holders) held_total += sb.bytes;
 
     // ---- diagnosis ------------------------------------------------------------------------------
     const std::string &reason = r.reason;
@@ -184,6 +284,16 @@ Analysis analyze(const Report &r) {
         a.kind = "unknown";
         a.headline = "Report (reason '" + (reason.empty() ? std::string("unknown") : reason) + "')";
     }
+    if (reason == "allocator_oom") {
+        a.kind = "allocator";
+        a.failure = true;
+        a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) + on_device +
+                     " was refused without a driver call failing";
+        a.why.push_back(
+            "PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
+            "driver nor a gpuguard quota");
+    }
+    tensor_diagnosis(r, a);
     // The shim's message says again what the exit line says; for the other reasons it is the news.
     if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
     if (a.sibling)
@@ -229,7 +339,9 @@ Analysis analyze(const Report &r) {
         }
     }
 
-    if (a.caching_allocator_bytes > 0 && live > 0 && percent(a.caching_allocator_bytes, live) >= 25) {
+    // Generic words about PyTorch's cache only where there is no tensor view: with one, the diagnosis
+    // above says what the cache really holds, and the what-if replay says which option would help.
+    if (!r.tensor && a.caching_allocator_bytes > 0 && live > 0 && percent(a.caching_allocator_bytes, live) >= 25) {
         a.advice.push_back(
             {"caching-allocator",
              "PyTorch's caching allocator holds " + human_bytes(a.caching_allocator_bytes) + " (" +
@@ -240,37 +352,9 @@ Analysis analyze(const Report &r) {
                  std::string(a.sibling ? " and to the other processes." : ".")});
     }
 
-    if (live > 0) {
-        int best = -1;
-        for (int p = 0; p < 3; ++p)
-            if (best < 0 || a.phase_bytes[p] > a.phase_bytes[best]) best = p;
-        uint64_t held = a.phase_bytes[best];
-        if (held > 0 && percent(held, live) >= 30) {
-            std::string share = human_bytes(held) + " (" + std::to_string(percent(held, live)) + "% of live memory)";
-            switch (static_cast<Phase>(best)) {
-                case Phase::Optimizer:
-                    a.advice.push_back(
-                        {"optimizer", "The optimizer step holds " + share,
-                         "Optimizer state (Adam keeps two tensors per parameter) was allocated under torch/optim: "
-                         "consider a lighter or 8-bit optimizer, foreach=False (fewer temporaries during "
-                         "the step), or sharding the state (ZeRO, FSDP)."});
-                    break;
-                case Phase::Backward:
-                    a.advice.push_back({"backward", "Autograd backward holds " + share,
-                                        "Gradients and backward temporaries: try activation checkpointing "
-                                        "(torch.utils.checkpoint), a smaller micro-batch with gradient accumulation, "
-                                        "mixed precision, or zero_grad(set_to_none=True)."});
-                    break;
-                case Phase::Forward:
-                    a.advice.push_back({"forward", "The forward pass holds " + share,
-                                        "Mostly activations kept for backward: activation checkpointing "
-                                        "(torch.utils.checkpoint), a smaller batch or sequence, mixed precision "
-                                        "(torch.autocast), or torch.no_grad() where no backward follows."});
-                    break;
-                case Phase::Other: break;
-            }
-        }
-    }
+    if (a.fragmentation) fragmentation_advice(r, a);
+    replay_advice(a);
+    phase_advice(r, a, held_total);
 
     if (r.cudnn && r.cudnn->largest_workspace_requested_bytes && *r.cudnn->largest_workspace_requested_bytes > 0) {
         const Cudnn &c = *r.cudnn;
@@ -307,10 +391,19 @@ nlohmann::json to_json(const Analysis &a) {
         j["sibling"] = {{"pid", a.sibling->pid}, {"command", a.sibling->command}, {"bytes", a.sibling->bytes}};
     else j["sibling"] = nullptr;
     j["caching_allocator_bytes"] = a.caching_allocator_bytes;
-    j["phase_bytes"] = {{"optimizer", a.phase_bytes[0]},
-                        {"backward", a.phase_bytes[1]},
-                        {"forward", a.phase_bytes[2]},
-                        {"other", a.phase_bytes[3]}};
+    json phases = json::object();
+    for (int p = 0; p < kPhases; p++) phases[phase_id(static_cast<Phase>(p))] = a.phase_bytes[p];
+    j["phase_bytes"] = phases;
+    j["mode"] = a.mode == Mode::Training ? "training" : a.mode == Mode::Inference ? "inference" : "unknown";
+    j["fragmentation"] = a.fragmentation;
+    if (a.tensor.present)
+        j["tensor"] = {{"allocated_bytes", a.tensor.allocated},       {"reserved_bytes", a.tensor.reserved},
+                       {"unallocated_bytes", a.tensor.unallocated},   {"requested_bytes", a.tensor.request},
+                       {"largest_free_bytes", a.tensor.largest_free}, {"holes", a.tensor.holes},
+                       {"pinned_segments", a.tensor.pinned_segments}, {"pinned_free_bytes", a.tensor.pinned_free},
+                       {"releasable_bytes", a.tensor.releasable}};
+    else j["tensor"] = nullptr;
+    j["what_if"] = a.what_if ? whatif::to_json(*a.what_if) : json(nullptr);
     j["failed_phase"] = a.failed_phase ? json(phase_name(*a.failed_phase)) : json(nullptr);
     json adv = json::array();
     for (const Advice &x : a.advice) adv.push_back({{"id", x.id}, {"title", x.title}, {"detail", x.detail}});

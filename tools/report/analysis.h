@@ -6,19 +6,14 @@
 #pragma once
 
 #include "tools/report/model.h"
+#include "tools/report/phases.h"
+#include "tools/report/tensor.h"
+#include "tools/report/whatif/replay.h"
 
 #include <string>
 #include <vector>
 
 namespace gg::report {
-
-// Where in a training step an allocation was made, read from its frames.
-enum class Phase { Optimizer, Backward, Forward, Other };
-const char *phase_name(Phase p);  // "optimizer step", "autograd backward", "forward pass", "other"
-Phase classify(const Stack &s);
-// True when the stack goes through PyTorch's caching allocator (c10::cuda::CUDACachingAllocator,
-// or any frame in libc10_cuda).
-bool through_caching_allocator(const Stack &s);
 
 struct Advice {
     std::string id;      // stable name: "raise-limit", "caching-allocator", "optimizer", ... (tests, HTML)
@@ -40,8 +35,13 @@ struct Analysis {
     std::vector<std::string> why;   // the lines under the headline
     std::optional<Holder> sibling;  // another process holds most of the container's usage
     uint64_t caching_allocator_bytes = 0;
-    uint64_t phase_bytes[4] = {0, 0, 0, 0};  // indexed by Phase
+    Mode mode = Mode::Unknown;           // training or inference, from the stacks
+    uint64_t phase_bytes[kPhases] = {};  // indexed by Phase: tensors when the report has a tensor view
     std::optional<Phase> failed_phase;
+    TensorFacts tensor;          // the tensor view's facts (tensor.present false without one)
+    bool fragmentation = false;  // the request would fit the memory left, but no free block
+    // The what-if replay (tools/report/whatif/), when the report has PyTorch's block events.
+    std::optional<whatif::WhatIf> what_if;
     std::vector<Advice> advice;
 };
 

@@ -150,6 +150,96 @@ Frame read_frame(const json &f) {
     return fr;
 }
 
+// A row of numbers as the tensor view writes them ([address, bytes, stack, ...]): lenient, as the
+// rest of the reader is; a row that is not an array, or whose address or size is not a number,
+// is left out.
+std::optional<uint64_t> row_u64(const json &row, size_t i) {
+    if (!row.is_array() || i >= row.size()) return std::nullopt;
+    const json &v = row[i];
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) return v.get<int64_t>() < 0 ? Bytes() : Bytes(uint64_t(v.get<int64_t>()));
+    if (v.is_number_float()) return double_to_u64(v.get<double>());
+    return std::nullopt;
+}
+std::string row_str(const json &row, size_t i) {
+    return row.is_array() && i < row.size() && row[i].is_string() ? row[i].get<std::string>() : std::string();
+}
+
+TensorView read_tensor_view(const json &t) {
+    TensorView v;
+    v.source = str(t, key::source);
+    v.backend = str(t, key::backend);
+    v.allocator_conf = str(t, key::allocator_conf);
+    v.device = i32(t, key::device).value_or(0);
+    v.allocated = u64(t, key::allocated_bytes);
+    v.reserved = u64(t, key::reserved_bytes);
+    v.peak_allocated = u64(t, key::peak_allocated_bytes);
+    v.peak_reserved = u64(t, key::peak_reserved_bytes);
+    const json &blocks = obj(t, key::blocks);
+    v.block_count = u64(blocks, key::count).value_or(0);
+    for (const json &row : arr(blocks, key::list)) {
+        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
+        if (!address || !bytes) continue;
+        TensorBlock b{*address, *bytes, row_str(row, 2), std::nullopt};
+        if (auto age = row_u64(row, 3); age && *age < uint64_t(kMaxTimeNs)) b.age_ns = int64_t(*age);
+        v.blocks.push_back(b);
+    }
+    std::stable_sort(v.blocks.begin(), v.blocks.end(),
+                     [](const TensorBlock &a, const TensorBlock &b) { return a.bytes > b.bytes; });
+    v.by_stack = read_stack_bytes(arr(t, key::by_stack));
+    v.peak_by_stack = read_stack_bytes(arr(t, key::peak_by_stack));
+    for (const json &row : arr(t, key::segments)) {
+        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
+        if (address && bytes) v.segments.push_back({*address, *bytes, row_str(row, 2), row_str(row, 3)});
+    }
+    std::sort(v.segments.begin(), v.segments.end(),
+              [](const TensorSegment &a, const TensorSegment &b) { return a.address < b.address; });
+    for (const json &row : arr(t, key::mappings)) {
+        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
+        if (address && bytes) v.mappings.push_back({*address, *bytes});
+    }
+    std::sort(v.mappings.begin(), v.mappings.end());
+    if (const json *o = field(t, key::oom); o && o->is_object()) {
+        TensorOom oom;
+        oom.requested = u64(*o, key::requested_bytes).value_or(0);
+        oom.allocated = u64(*o, key::allocated_bytes).value_or(0);
+        oom.reserved = u64(*o, key::reserved_bytes).value_or(0);
+        oom.device = i32(*o, key::device).value_or(v.device);
+        oom.time_unix_ns = time_ns(*o, key::time_unix_ns);
+        v.oom = oom;
+    }
+    const json &tl = obj(t, key::timeline);
+    v.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
+    for (const json &row : arr(tl, key::points)) {
+        auto at = row_u64(row, 0), a = row_u64(row, 1), res = row_u64(row, 2);
+        if (at && a && res && *at < uint64_t(kMaxTimeNs)) v.timeline.push_back({int64_t(*at), *a, *res});
+    }
+    std::stable_sort(v.timeline.begin(), v.timeline.end(),
+                     [](const auto &x, const auto &y) { return x.t_ns < y.t_ns; });
+    const json &ev = obj(t, key::events);
+    v.events_capacity = u64(ev, key::capacity).value_or(0);
+    v.events_recorded = u64(ev, key::recorded).value_or(0);
+    v.events_dropped = u64(ev, key::dropped).value_or(0);
+    for (const json &row : arr(ev, key::rows)) {
+        std::string action = row_str(row, 1);
+        auto at = row_u64(row, 0), address = row_u64(row, 2), bytes = row_u64(row, 3), a = row_u64(row, 4),
+             res = row_u64(row, 5), device = row_u64(row, 6);
+        if (action.size() != 1 || !strchr("afoSs", action[0]) || !at || *at >= uint64_t(kMaxTimeNs) || !address ||
+            !bytes || !a || !res)
+            continue;
+        TensorEvent e;
+        e.t_ns = int64_t(*at);
+        e.action = TensorEvent::Action(action[0]);
+        e.address = *address;
+        e.bytes = *bytes;
+        e.allocated = *a;
+        e.reserved = *res;
+        e.device = device && *device < 64 ? int(*device) : v.device;
+        v.events.push_back(e);
+    }
+    return v;
+}
+
 void read_body(const json &d, Report &r) {
     r.reason = str(d, key::reason);
     r.message = str(d, key::message);
@@ -288,6 +378,8 @@ void read_body(const json &d, Report &r) {
         std::stable_sort(r.ledger_processes.begin(), r.ledger_processes.end(),
                          [](const LedgerProcess &a, const LedgerProcess &b) { return a.bytes > b.bytes; });
     }
+
+    if (const json *t = field(d, key::tensor_view); t && t->is_object()) r.tensor = read_tensor_view(*t);
 
     if (const json *c = field(d, key::cudnn); c && c->is_object()) {
         Cudnn cd;

@@ -3,9 +3,23 @@
 #include "tools/report/model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace gg::report {
+
+bool TensorView::expandable_segments() const {
+    return allocator_conf.find("expandable_segments:True") != std::string::npos ||
+           allocator_conf.find("expandable_segments:true") != std::string::npos;
+}
+
+uint64_t TensorView::max_split_size() const {
+    size_t at = allocator_conf.find("max_split_size_mb:");
+    if (at == std::string::npos) return UINT64_MAX;
+    char *end = nullptr;
+    unsigned long long mb = strtoull(allocator_conf.c_str() + at + 18, &end, 10);
+    return mb == 0 || mb > (UINT64_MAX >> 20) ? UINT64_MAX : uint64_t(mb) << 20;
+}
 
 const Stack *Report::stack(const std::string &id) const {
     if (id.empty()) return nullptr;

@@ -81,6 +81,56 @@ struct Cudnn {
     std::vector<CudnnStack> requests_by_stack;
 };
 
+// PyTorch's caching allocator as the report's "tensor_view" section shows it (docs/report-schema.md).
+struct TensorBlock {  // a live block: one tensor's storage
+    uint64_t address = 0, bytes = 0;
+    std::string stack;
+    std::optional<int64_t> age_ns;
+};
+struct TensorSegment {  // device memory the process got from the driver
+    uint64_t address = 0, bytes = 0;
+    std::string stack, api;
+};
+struct TensorEvent {
+    enum Action : char { kAlloc = 'a', kFree = 'f', kOom = 'o', kSegmentAlloc = 'S', kSegmentFree = 's' };
+    int64_t t_ns = 0;  // since the timeline's t0
+    Action action = kAlloc;
+    uint64_t address = 0, bytes = 0, allocated = 0, reserved = 0;
+    int device = 0;
+};
+struct TensorOom {  // the request c10 could not serve
+    uint64_t requested = 0, allocated = 0, reserved = 0;
+    int device = 0;
+    std::optional<int64_t> time_unix_ns;
+};
+struct TensorView {
+    std::string source;          // "c10": PyTorch reported its blocks; "driver": segments only
+    std::string backend;         // "native" or "cudaMallocAsync"
+    std::string allocator_conf;  // PYTORCH_CUDA_ALLOC_CONF as the process had it
+    int device = 0;
+    Bytes allocated, reserved, peak_allocated, peak_reserved;
+    uint64_t block_count = 0;
+    std::vector<TensorBlock> blocks;                      // listed ones, largest first
+    std::vector<StackBytes> by_stack, peak_by_stack;      // largest first
+    std::vector<TensorSegment> segments;                  // by address
+    std::vector<std::pair<uint64_t, uint64_t>> mappings;  // expandable segments' mapped ranges, by address
+    std::optional<TensorOom> oom;
+    std::optional<int64_t> timeline_t0_unix_ns;
+    struct Point {
+        int64_t t_ns;
+        uint64_t allocated, reserved;
+    };
+    std::vector<Point> timeline;  // by time
+    uint64_t events_capacity = 0, events_recorded = 0, events_dropped = 0;
+    std::vector<TensorEvent> events;  // oldest first
+
+    bool from_blocks() const { return source == "c10"; }
+    // The option as the allocator parses it: "expandable_segments:True" anywhere in the conf.
+    bool expandable_segments() const;
+    // max_split_size_mb from the conf, in bytes; UINT64_MAX when unset.
+    uint64_t max_split_size() const;
+};
+
 struct ApiCounts {
     std::string api;
     uint64_t allocs = 0, frees = 0, failures = 0, live_bytes = 0, live_count = 0;
@@ -135,6 +185,7 @@ struct Report {
     std::vector<LedgerProcess> ledger_processes;
 
     std::optional<Cudnn> cudnn;
+    std::optional<TensorView> tensor;
 
     const Stack *stack(const std::string &id) const;
     // The process's live bytes: usage.process_bytes, else the sum of by_stack.

@@ -49,8 +49,10 @@ struct Gpu {
 bool check_driver(Checks &c, std::vector<Gpu> &gpus);  // false when there is no usable driver or GPU
 void check_cudart(Checks &c);
 void check_cudnn(Checks &c);
-void check_torch(Checks &c, bool driver_ok);
-std::string check_library(Checks &c);  // the library's path when it loads, else ""
+bool check_torch(Checks &c, bool driver_ok);  // true when torch.cuda is available
+std::string check_library(Checks &c);         // the library's path when it loads, else ""
+// Whether PyTorch's blocks reach the shim in a PyTorch process (a probe under the library).
+void check_tensor_view(Checks &c, const std::string &lib, bool torch_cuda);
 void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus);
 void check_reports(Checks &c);
 void check_variables(Checks &c);

@@ -56,9 +56,10 @@ int cmd_doctor(int argc, char **argv) {
     c.section("CUDA libraries");
     check_cudart(c);
     check_cudnn(c);
-    check_torch(c, driver_ok);
+    bool torch_cuda = check_torch(c, driver_ok);
     c.section("gpuguard");
     std::string lib = check_library(c);
+    check_tensor_view(c, lib, torch_cuda);
     check_limit_and_ledger(c, gpus);
     check_reports(c);
     check_variables(c);

@@ -1,6 +1,11 @@
 // `gpuguard report diff A B`: what grew from A to B. Stacks are matched by their frames' content
 // (files, functions, lines, modules and symbols, never addresses or the report's own "s17" ids), so
 // two runs of the same program line up even though ASLR moved everything.
+//
+// Two lists of stacks are compared: the driver allocations (by_stack, always), and when both reports
+// have a tensor view, PyTorch's live blocks (tensor_view.by_stack) with its allocated and reserved
+// totals. For a PyTorch program the second says which tensors grew; the first only which code made
+// the caching allocator ask the driver for more.
 #include "tools/report/render.h"
 
 #include <algorithm>
@@ -20,8 +25,8 @@ struct Row {
     Side a, b;
 };
 
-void collect(const Report &r, bool second, std::map<std::string, Row> &rows) {
-    for (const StackBytes &sb : r.by_stack) {
+void collect(const Report &r, const std::vector<StackBytes> &list, bool second, std::map<std::string, Row> &rows) {
+    for (const StackBytes &sb : list) {
         const Stack *s = r.stack(sb.stack);
         std::string key = s ? stack_key(*s) : "\x01unknown";
         Row &row = rows[key];
@@ -52,12 +57,12 @@ int64_t signed_delta(uint64_t before, uint64_t after) {
     return after >= before ? m : -m;
 }
 
-}  // namespace
-
-json diff(const Report &a, const Report &b) {
+// The stacks of two lists, matched by content, largest growth first.
+json compare_stacks(const Report &a, const std::vector<StackBytes> &in_a, const Report &b,
+                    const std::vector<StackBytes> &in_b) {
     std::map<std::string, Row> rows;
-    collect(a, false, rows);
-    collect(b, true, rows);
+    collect(a, in_a, false, rows);
+    collect(b, in_b, true, rows);
     std::vector<const Row *> order;
     for (const auto &kv : rows) order.push_back(&kv.second);
     std::stable_sort(order.begin(), order.end(), [](const Row *x, const Row *y) {
@@ -80,11 +85,40 @@ json diff(const Report &a, const Report &b) {
                           {"count_after", r->b.count},
                           {"status", status}});
     }
+    return stacks;
+}
+
+json bytes_json(const Bytes &b) { return b ? json(*b) : json(nullptr); }
+json delta_json(const Bytes &before, const Bytes &after) {
+    return before && after ? json(signed_delta(*before, *after)) : json(nullptr);
+}
+
+json tensor_side_json(const TensorView &t) {
+    return {{"source", t.source},
+            {"allocated_bytes", bytes_json(t.allocated)},
+            {"reserved_bytes", bytes_json(t.reserved)},
+            {"peak_allocated_bytes", bytes_json(t.peak_allocated)},
+            {"peak_reserved_bytes", bytes_json(t.peak_reserved)},
+            {"blocks", t.block_count}};
+}
+
+}  // namespace
+
+json diff(const Report &a, const Report &b) {
     json j = {{"a", side_json(a)}, {"b", side_json(b)}};
     j["live_bytes_delta"] = signed_delta(a.live_bytes(), b.live_bytes());
     Bytes pa = a.peak(), pb = b.peak();
     j["peak_bytes_delta"] = pa && pb ? json(signed_delta(*pa, *pb)) : json(nullptr);
-    j["stacks"] = stacks;
+    j["stacks"] = compare_stacks(a, a.by_stack, b, b.by_stack);
+    if (a.tensor && b.tensor) {
+        const TensorView &ta = *a.tensor, &tb = *b.tensor;
+        j["tensor"] = {{"a", tensor_side_json(ta)},
+                       {"b", tensor_side_json(tb)},
+                       {"allocated_bytes_delta", delta_json(ta.allocated, tb.allocated)},
+                       {"reserved_bytes_delta", delta_json(ta.reserved, tb.reserved)},
+                       {"peak_allocated_bytes_delta", delta_json(ta.peak_allocated, tb.peak_allocated)},
+                       {"stacks", compare_stacks(a, ta.by_stack, b, tb.by_stack)}};
+    }
     return j;
 }
 
@@ -92,6 +126,7 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
     Style st{opt.color};
     auto u = [](const json &v) { return v.is_number() ? v.get<uint64_t>() : 0; };
     const json &a = d["a"], &b = d["b"];
+    const json *tensor = d.contains("tensor") ? &d["tensor"] : nullptr;
     out << st.bold() << "gpuguard report diff" << st.reset() << st.dim() << "  " << a["file"].get<std::string>()
         << " → " << b["file"].get<std::string>() << st.reset() << "\n\n";
     auto line = [&](const char *name, const json &va, const json &vb, const json &delta) {
@@ -105,47 +140,68 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
     };
     line("live bytes", a["live_bytes"], b["live_bytes"], d["live_bytes_delta"]);
     line("peak      ", a["peak_bytes"], b["peak_bytes"], d["peak_bytes_delta"]);
+    if (tensor) {
+        const json &ta = (*tensor)["a"], &tb = (*tensor)["b"];
+        line("allocated ", ta["allocated_bytes"], tb["allocated_bytes"], (*tensor)["allocated_bytes_delta"]);
+        line("reserved  ", ta["reserved_bytes"], tb["reserved_bytes"], (*tensor)["reserved_bytes_delta"]);
+        out << "  " << st.dim() << "(allocated and reserved: PyTorch's memory_allocated() and memory_reserved())"
+            << st.reset() << "\n";
+    }
     out << "\n";
 
-    auto print_row = [&](const json &s) {
-        int64_t dv = s["delta"].get<int64_t>();
-        std::string status = s["status"].get<std::string>();
-        out << "  " << (dv > 0 ? st.red() : st.green()) << human_delta(dv) << st.reset() << "  " << st.dim()
-            << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"])
-            << " → " << u(s["count_after"]) << " allocations"
-            << (status == "new" || status == "gone" ? ", " + status : "") << st.reset() << "\n      "
-            << s["where"].get<std::string>() << "\n";
+    // One list of stacks: growth first, then shrinkage, then how many did not change. `heading` and
+    // `what` name the list ("" for the driver allocations of reports without tensor views, as before);
+    // `noun` counts a stack's entries. True when the output ends with an empty line.
+    auto changes = [&](const json &stacks, const std::string &heading, const std::string &what, const char *noun) {
+        auto print_row = [&](const json &s) {
+            int64_t dv = s["delta"].get<int64_t>();
+            std::string status = s["status"].get<std::string>();
+            out << "  " << (dv > 0 ? st.red() : st.green()) << human_delta(dv) << st.reset() << "  " << st.dim()
+                << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"])
+                << " → " << u(s["count_after"]) << " " << noun
+                << (status == "new" || status == "gone" ? ", " + status : "") << st.reset() << "\n      "
+                << s["where"].get<std::string>() << "\n";
+        };
+        size_t grew = 0, shrank = 0, same = 0;
+        for (const json &s : stacks) {
+            int64_t dv = s["delta"].get<int64_t>();
+            if (dv > 0) ++grew;
+            else if (dv < 0) ++shrank;
+            else ++same;
+        }
+        if (grew) {
+            out << st.bold() << (heading.empty() ? "Grew" : heading + " grew") << st.reset() << st.dim() << "  " << grew
+                << " stack" << (grew == 1 ? "" : "s") << ", largest growth first" << st.reset() << "\n";
+            size_t n = 0;
+            for (const json &s : stacks)
+                if (s["delta"].get<int64_t>() > 0 && n++ < opt.top) print_row(s);
+            if (grew > opt.top)
+                out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
+            out << "\n";
+        } else {
+            out << (what.empty() ? "No stack grew" : "No stack of " + what + " grew") << ".\n\n";
+        }
+        if (shrank) {
+            out << st.bold() << (heading.empty() ? "Shrank" : heading + " shrank") << st.reset() << st.dim() << "  "
+                << shrank << " stack" << (shrank == 1 ? "" : "s") << st.reset() << "\n";
+            std::vector<const json *> list;
+            for (const json &s : stacks)
+                if (s["delta"].get<int64_t>() < 0) list.push_back(&s);
+            std::reverse(list.begin(), list.end());  // largest decrease first
+            for (size_t i = 0; i < list.size() && i < opt.top; ++i) print_row(*list[i]);
+            out << "\n";
+        }
+        if (same)
+            out << st.dim() << same << " stack" << (same == 1 ? "" : "s") << (what.empty() ? "" : " of " + what)
+                << " unchanged" << st.reset() << "\n";
+        return same == 0;
     };
-    size_t grew = 0, shrank = 0, same = 0;
-    for (const json &s : d["stacks"]) {
-        int64_t dv = s["delta"].get<int64_t>();
-        if (dv > 0) ++grew;
-        else if (dv < 0) ++shrank;
-        else ++same;
-    }
-    if (grew) {
-        out << st.bold() << "Grew" << st.reset() << st.dim() << "  " << grew << " stack" << (grew == 1 ? "" : "s")
-            << ", largest growth first" << st.reset() << "\n";
-        size_t n = 0;
-        for (const json &s : d["stacks"])
-            if (s["delta"].get<int64_t>() > 0 && n++ < opt.top) print_row(s);
-        if (grew > opt.top)
-            out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
-        out << "\n";
+    if (tensor) {
+        if (!changes((*tensor)["stacks"], "Tensors", "tensors", "tensors")) out << "\n";
+        changes(d["stacks"], "Driver allocations", "driver allocations", "allocations");
     } else {
-        out << "No stack grew.\n\n";
+        changes(d["stacks"], "", "", "allocations");
     }
-    if (shrank) {
-        out << st.bold() << "Shrank" << st.reset() << st.dim() << "  " << shrank << " stack" << (shrank == 1 ? "" : "s")
-            << st.reset() << "\n";
-        std::vector<const json *> list;
-        for (const json &s : d["stacks"])
-            if (s["delta"].get<int64_t>() < 0) list.push_back(&s);
-        std::reverse(list.begin(), list.end());  // largest decrease first
-        for (size_t i = 0; i < list.size() && i < opt.top; ++i) print_row(*list[i]);
-        out << "\n";
-    }
-    if (same) out << st.dim() << same << " stack" << (same == 1 ? "" : "s") << " unchanged" << st.reset() << "\n";
 }
 
 }  // namespace gg::report

@@ -4,6 +4,7 @@
 // stack's frames already labelled (so the text summary and the page name frames the same way).
 #include "common/base/version.h"
 #include "tools/report/render.h"
+#include "tools/report/whatif/replay.h"
 
 namespace gg::report {
 
@@ -52,7 +53,8 @@ json view_of(const Report &r, const Analysis &a) {
     Bytes pk = r.peak();
     v["peak_bytes"] = pk ? json(*pk) : json(nullptr);
     v["time"] = r.time_unix_ns ? json(human_time_unix_ns(*r.time_unix_ns)) : json(nullptr);
-    (void)a;
+    // The what-if replay's answers, when the report has PyTorch's block events (tools/report/whatif/).
+    v["what_if"] = a.what_if ? whatif::to_json(*a.what_if) : json(nullptr);
     return v;
 }
 

@@ -4,19 +4,36 @@
 // Both read only Python pickles: MemoryViz.js carries its own unpickler (protocol 2 to 4, a subset of
 // opcodes) and _memory_viz.py calls pickle.load; neither reads JSON. So this writes a pickle by hand,
 // protocol 2, with only opcodes that both know: PROTO, EMPTY_DICT/MARK/SETITEMS, EMPTY_LIST/APPENDS,
-// BINUNICODE, BININT1/BININT2/BININT/LONG1, BINFLOAT, NONE, NEWTRUE/NEWFALSE, STOP. No memo: every
-// value is written once.
+// BINUNICODE, BININT1/BININT2/BININT/LONG1, BINFLOAT, NONE, NEWTRUE/NEWFALSE, STOP, and the memo
+// (BINPUT/LONG_BINPUT, BINGET/LONG_BINGET) for strings: each string is written once and fetched
+// after, since every block repeats its stack's frames (file names, symbols) and a report lists up to
+// 50,000 blocks.
 //
-// Mapping. Each of the report's top_allocations is a segment holding one active block (the shim sees
-// driver allocations, which is what PyTorch calls segments). Live bytes of a stack not covered by
+// Mapping, with a tensor view (tensor_view.source "c10": PyTorch reported its blocks): what
+// torch.cuda.memory._snapshot() holds. Each segment (a driver allocation; for expandable segments
+// each run of adjacent mapped ranges, as PyTorch's snapshot shows them) carries the live blocks that
+// lie in it as "active_allocated" and the gaps between them as "inactive" blocks, in address order:
+// MemoryViz.js and _memory_viz.segsum derive a block's address from the segment's address plus the
+// sizes before it, so the blocks must tile the segment exactly. A driver allocation with no block in
+// it whose stack does not pass through the caching allocator (NCCL's, say) is not PyTorch's; it is
+// kept as one allocated block with a first frame saying so, rather than shown as free memory.
+//
+// Without one: each of the report's top_allocations is a segment holding one active block (the shim
+// sees driver allocations, which is what PyTorch calls segments). Live bytes of a stack not covered by
 // top_allocations become one more segment per stack, at a made-up address above 2^48 (no device
 // pointer lives there; below 2^53 so JavaScript numbers keep it exact), whose innermost frame says so.
-// device_traces holds one "oom" event when the report is a failure; the shim records no per-allocation
-// event history, so the "Active Memory Timeline" view shows the live allocations as one flat step.
+//
+// device_traces holds one "oom" event when the report is a failure (the tensor view's refused request
+// when there is one); the report's recent block events carry no stacks and expandable segments' maps
+// carry no addresses in them, so they are not replayed: the "Active Memory Timeline" view shows the
+// live blocks as one flat step.
 #include "tools/report/render.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <unordered_map>
+#include <vector>
 
 namespace gg::report {
 
@@ -59,6 +76,7 @@ public:
         }
     }
 
+private:
     void le(uint64_t v, int n) {
         for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
     }
@@ -100,10 +118,32 @@ public:
         for (int i = 7; i >= 0; --i) out += static_cast<char>((bits >> (8 * i)) & 0xff);
     }
     void string(const std::string &s) {
+        auto it = memo_.find(s);
+        if (it != memo_.end()) {
+            if (it->second < 0x100) {
+                out += 'h';  // BINGET
+                le(it->second, 1);
+            } else {
+                out += 'j';  // LONG_BINGET
+                le(it->second, 4);
+            }
+            return;
+        }
         out += 'X';  // BINUNICODE: 4-byte length, UTF-8
         le(s.size(), 4);
         out += s;
+        if (memo_.size() >= UINT32_MAX) return;  // LONG_BINPUT's index is 32 bits
+        uint64_t index = memo_.size();
+        memo_.emplace(s, index);
+        if (index < 0x100) {
+            out += 'q';  // BINPUT
+            le(index, 1);
+        } else {
+            out += 'r';  // LONG_BINPUT
+            le(index, 4);
+        }
     }
+    std::unordered_map<std::string, uint64_t> memo_;  // strings written, by their memo index
 };
 
 json frames_of(const Report &r, const std::string &stack_id) {
@@ -125,64 +165,148 @@ uint64_t parse_address(const std::string &s) {
     return strtoull(s.c_str() + 2, nullptr, 16);
 }
 
-// One segment holding one active block, written straight into the pickle: `frames` is the stack's
-// list already pickled, shared by the segment and its block. (Built as a JSON document first, then
-// pickled, a 62 MB report took 1.3 GB; written so, the output is the only copy.)
-void segment(Pickler &p, int device, uint64_t address, uint64_t size, const std::string &frames) {
-    auto key = [&p](const char *k) { p.string(k); };
-    p.out += "}(";  // EMPTY_DICT MARK
-    key("device"), p.sint(device);
-    key("address"), p.uint(address);
-    key("total_size"), p.uint(size);
-    key("allocated_size"), p.uint(size);
-    key("active_size"), p.uint(size);
-    key("requested_size"), p.uint(size);
-    key("stream"), p.uint(0);
-    key("segment_type"), p.string(size > (1u << 20) ? "large" : "small");
-    key("is_expandable"), p.out += '\x89';
-    key("frames"), p.out += frames;
-    key("blocks"), p.out += "](}(";  // a list of one dict
-    key("address"), p.uint(address);
-    key("size"), p.uint(size);
-    key("requested_size"), p.uint(size);
-    key("state"), p.string("active_allocated");
-    key("frames"), p.out += frames;
-    p.out += "ueu";  // SETITEMS (the block), APPENDS (blocks), SETITEMS (the segment)
+json block(uint64_t address, uint64_t size, bool allocated, json frames) {
+    // requested_size: the report keeps the size c10 rounded to (what memory_allocated() counts), not
+    // the one asked for; an inactive block was asked for by nobody.
+    return {{"address", address},
+            {"size", size},
+            {"requested_size", allocated ? size : 0},
+            {"state", allocated ? "active_allocated" : "inactive"},
+            {"frames", allocated ? std::move(frames) : json::array()}};
 }
 
-std::string pickled(const json &v) {
-    Pickler p;
-    p.out.clear();  // no PROTO: a piece of the whole
-    p.value(v);
-    return p.out;
+// PyTorch's small pool serves requests of at most 1 MiB (kSmallSize) from segments of 2 MiB
+// (kSmallBuffer), the large pool larger ones from larger segments. An expandable segment of the small
+// pool may have more than 2 MiB mapped, so a segment's live blocks say which pool it is when it has any.
+const char *segment_type(uint64_t size, uint64_t largest_block) {
+    if (largest_block) return largest_block > (1u << 20) ? "large" : "small";
+    return size > (2u << 20) ? "large" : "small";
 }
 
-}  // namespace
+json segment(int device, uint64_t address, uint64_t size, json frames, json blocks, bool expandable = false) {
+    uint64_t allocated = 0, largest = 0;
+    for (const json &b : blocks)
+        if (b["state"] == "active_allocated") {
+            allocated += b["size"].get<uint64_t>();
+            largest = std::max(largest, b["size"].get<uint64_t>());
+        }
+    return {{"device", device},
+            {"address", address},
+            {"total_size", size},
+            {"allocated_size", allocated},
+            {"active_size", allocated},
+            {"requested_size", allocated},
+            {"stream", 0},
+            {"segment_type", segment_type(size, largest)},
+            {"is_expandable", expandable},
+            {"frames", std::move(frames)},
+            {"blocks", std::move(blocks)}};
+}
 
-std::string render_memory_viz(const Report &r) {
-    const int default_device = r.failed && r.failed->device ? *r.failed->device : r.device_ordinal.value_or(0);
-    int max_device = std::max(default_device, 0);
-    std::map<std::string, uint64_t> listed;    // bytes of top_allocations per stack
-    std::map<std::string, std::string> cache;  // a stack's frames, pickled once
-    Pickler p;
-    p.out += "}(";  // the snapshot: {"segments": [...], "device_traces": [...]}
-    p.string("segments");
-    p.out += ']';
-    size_t mark = p.out.size();
-    p.out += '(';
-    size_t segments = 0;
+json whole_segment(int device, uint64_t address, uint64_t size, const json &frames) {
+    return segment(device, address, size, frames, json::array({block(address, size, true, frames)}));
+}
+
+// The tensor view's segments with their blocks (see the top of this file).
+json segments_with_blocks(const Report &r, const TensorView &tv) {
+    struct Region {
+        uint64_t address, size;
+        std::string stack;  // the stack that made it; "" for mapped ranges (none is recorded)
+        bool expandable;
+        std::vector<const TensorBlock *> blocks;
+    };
+    // Ends saturate: a report's numbers may be anything up to 2^64 - 1 (fuzz_report reads them).
+    auto end_of = [](uint64_t address, uint64_t size) {
+        return size > UINT64_MAX - address ? UINT64_MAX : address + size;
+    };
+    std::vector<Region> regions;
+    for (const TensorSegment &s : tv.segments) regions.push_back({s.address, s.bytes, s.stack, false, {}});
+    // Adjacent mapped ranges (sorted by address on load) are one segment, as PyTorch shows an
+    // expandable segment's mapped pages; a range overlapping a driver allocation or an earlier range
+    // (neither can happen) is left out.
+    size_t last = SIZE_MAX;  // the expandable region being extended
+    for (const auto &range : tv.mappings) {
+        // Not a structured binding: a C++17 lambda cannot capture one (clang refuses; gcc lets it pass).
+        const uint64_t address = range.first, bytes = range.second;
+        bool overlaps = std::any_of(tv.segments.begin(), tv.segments.end(), [&](const TensorSegment &s) {
+            return address < end_of(s.address, s.bytes) && s.address < end_of(address, bytes);
+        });
+        uint64_t last_end = last == SIZE_MAX ? 0 : end_of(regions[last].address, regions[last].size);
+        if (overlaps || (last != SIZE_MAX && address < last_end)) continue;
+        if (last != SIZE_MAX && address == last_end) {
+            regions[last].size = end_of(address, bytes) - regions[last].address;
+        } else {
+            last = regions.size();
+            regions.push_back({address, bytes, "", true, {}});
+        }
+    }
+    std::sort(regions.begin(), regions.end(), [](const Region &a, const Region &b) { return a.address < b.address; });
+    std::map<std::string, json> frames_by_stack;
+    auto frames = [&](const std::string &stack) -> const json & {
+        auto it = frames_by_stack.find(stack);
+        return it != frames_by_stack.end() ? it->second : frames_by_stack[stack] = frames_of(r, stack);
+    };
+
+    std::vector<const TensorBlock *> blocks;
+    for (const TensorBlock &b : tv.blocks) blocks.push_back(&b);
+    std::sort(blocks.begin(), blocks.end(),
+              [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
+    std::vector<const TensorBlock *> orphans;  // in no segment, or overlapping a block before them
+    for (const TensorBlock *b : blocks) {
+        auto it = std::upper_bound(regions.begin(), regions.end(), b->address,
+                                   [](uint64_t a, const Region &g) { return a < g.address; });
+        Region *g = it == regions.begin() ? nullptr : &*(it - 1);
+        bool inside = g && b->address - g->address < g->size && b->bytes <= g->size - (b->address - g->address);
+        bool after_previous =
+            inside && (g->blocks.empty() || end_of(g->blocks.back()->address, g->blocks.back()->bytes) <= b->address);
+        if (after_previous) g->blocks.push_back(b);
+        else orphans.push_back(b);
+    }
+
+    json out = json::array();
+    auto noted = [&](const std::string &stack, const char *note) {
+        json f = frames(stack);
+        f.insert(f.begin(), json{{"filename", "gpuguard"}, {"line", 0}, {"name", note}});
+        return f;
+    };
+    for (Region &g : regions) {
+        g.size = end_of(g.address, g.size) - g.address;
+        const Stack *made_by = r.stack(g.stack);
+        if (g.blocks.empty() && made_by && !through_caching_allocator(*made_by)) {
+            out.push_back(whole_segment(
+                tv.device, g.address, g.size,
+                noted(g.stack, "[a driver allocation made outside PyTorch's caching allocator: in use, not free]")));
+            continue;
+        }
+        json list = json::array();
+        uint64_t at = g.address;
+        for (const TensorBlock *b : g.blocks) {
+            if (b->address > at) list.push_back(block(at, b->address - at, false, {}));
+            list.push_back(block(b->address, b->bytes, true, frames(b->stack)));
+            at = b->address + b->bytes;
+        }
+        if (at < g.address + g.size) list.push_back(block(at, g.address + g.size - at, false, {}));
+        out.push_back(segment(tv.device, g.address, g.size, frames(g.stack), std::move(list), g.expandable));
+    }
+    for (const TensorBlock *b : orphans)
+        out.push_back(whole_segment(tv.device, b->address, end_of(b->address, b->bytes) - b->address,
+                                    noted(b->stack, "[a block in no segment that the report lists]")));
+    return out;
+}
+
+// Without a tensor view: the driver allocations the report lists, and the rest of each stack's bytes
+// at made-up addresses (see the top of this file).
+json driver_segments(const Report &r, int default_device, int &max_device) {
+    json segments = json::array();
+    std::map<std::string, uint64_t> listed;  // bytes of top_allocations per stack
     for (const Allocation &al : r.top_allocations) {
         uint64_t addr = parse_address(al.address);
         if (!addr || !al.bytes) continue;
         int dev = al.device.value_or(default_device);
         max_device = std::max(max_device, dev);
-        auto it = cache.find(al.stack);
-        if (it == cache.end()) it = cache.emplace(al.stack, pickled(frames_of(r, al.stack))).first;
-        segment(p, dev, addr, al.bytes, it->second);
-        segments++;
+        segments.push_back(whole_segment(dev, addr, al.bytes, frames_of(r, al.stack)));
         listed[al.stack] += al.bytes;
     }
-    cache.clear();
     uint64_t fake = 1ull << 48;
     for (const StackBytes &sb : r.by_stack) {
         uint64_t have = listed[sb.stack];
@@ -196,17 +320,49 @@ std::string render_memory_viz(const Report &r) {
                            {"name", "[" + human_bytes(rest) +
                                         " in allocations of this stack that the report does not list one by one (" +
                                         std::to_string(n) + " allocations in all); address made up]"}});
-        segment(p, default_device, fake, rest, pickled(frames));
-        segments++;
+        segments.push_back(whole_segment(default_device, fake, rest, frames));
         fake += (rest + (2u << 20) - 1) / (2u << 20) * (2u << 20);
     }
-    if (segments) p.out += 'e';  // APPENDS
-    else p.out.erase(mark);      // an empty list: no MARK
+    return segments;
+}
 
+// Device ordinals past this get no trace list of their own: a report may say any int, and one list per
+// ordinal up to it would be a hang (and INT_MAX an endless loop).
+constexpr int kMaxTraceDevices = 64;
+int trace_device(int device, int fallback) { return device >= 0 && device < kMaxTraceDevices ? device : fallback; }
+
+}  // namespace
+
+std::string render_memory_viz(const Report &r) {
+    const int default_device =
+        trace_device(r.failed && r.failed->device ? *r.failed->device : r.device_ordinal.value_or(0), 0);
+    int max_device = default_device;
+    const TensorView *tv = r.tensor && r.tensor->from_blocks() ? &*r.tensor : nullptr;
+    json segments;
+    if (tv) {
+        segments = segments_with_blocks(r, *tv);
+        max_device = std::max(max_device, trace_device(tv->device, default_device));
+    } else {
+        segments = driver_segments(r, default_device, max_device);
+    }
+
+    // The oom event: the request c10 refused when the tensor view has one (a report of reason
+    // allocator_oom has no failed driver call), else the failed driver call.
+    std::optional<uint64_t> oom_size;
+    int oom_device = default_device;
+    std::optional<int64_t> oom_time = r.time_unix_ns;
+    if (r.tensor && r.tensor->oom) {
+        oom_size = r.tensor->oom->requested;
+        oom_device = trace_device(r.tensor->oom->device, default_device);
+        if (r.tensor->oom->time_unix_ns) oom_time = r.tensor->oom->time_unix_ns;
+    } else if (r.failed && r.failed->bytes && (r.reason == "quota" || r.reason == "driver_oom")) {
+        oom_size = *r.failed->bytes;
+    }
+    max_device = std::min(std::max(max_device, oom_device), kMaxTraceDevices - 1);
     json traces = json::array();
     for (int d = 0; d <= max_device; ++d) traces.push_back(json::array());
-    if (r.failed && r.failed->bytes && (r.reason == "quota" || r.reason == "driver_oom")) {
-        // device_free: for a quota refusal, what the limit still allowed; for the driver, what it had.
+    if (oom_size) {
+        // device_free: for a quota refusal, what the limit still allowed; else what the driver had.
         uint64_t free = 0;
         if (r.reason == "quota" && r.limit_bytes) {
             uint64_t held = r.limit_scope == "process" ? r.live_bytes() : r.container_bytes.value_or(r.live_bytes());
@@ -214,18 +370,20 @@ std::string render_memory_viz(const Report &r) {
         } else {
             free = r.device_free.value_or(0);
         }
-        double time_us = r.time_unix_ns ? static_cast<double>(*r.time_unix_ns) / 1000.0 : 0.0;
-        traces[static_cast<size_t>(std::max(default_device, 0))].push_back({{"action", "oom"},
-                                                                            {"addr", 0},
-                                                                            {"size", *r.failed->bytes},
-                                                                            {"stream", 0},
-                                                                            {"device_free", free},
-                                                                            {"time_us", static_cast<int64_t>(time_us)},
-                                                                            {"frames", frames_of(r, r.failed->stack)}});
+        double time_us = oom_time ? static_cast<double>(*oom_time) / 1000.0 : 0.0;
+        traces[static_cast<size_t>(oom_device)].push_back(
+            {{"action", "oom"},
+             {"addr", 0},
+             {"size", *oom_size},
+             {"stream", 0},
+             {"device_free", free},
+             {"time_us", static_cast<int64_t>(time_us)},
+             {"frames", r.failed ? frames_of(r, r.failed->stack) : json::array()}});
     }
-    p.string("device_traces");
-    p.value(traces);
-    p.out += 'u';  // SETITEMS
+
+    json snapshot = {{"segments", segments}, {"device_traces", traces}};
+    Pickler p;
+    p.value(snapshot);
     p.finish();
     return p.out;
 }

@@ -97,13 +97,15 @@ std::pair<std::string, std::string> split_where(const std::string &where) {
     return {where.substr(0, at), where.substr(at + strlen(" ← "))};
 }
 
-std::string phase_tag(const Report &r, const std::string &stack_id) {
+// The phase of a stack, and for a segment whether PyTorch's caching allocator made it (every tensor
+// of the tensor view went through it: no need to say so there).
+std::string phase_tag(const Report &r, const std::string &stack_id, Mode mode, bool segment = true) {
     const Stack *s = r.stack(stack_id);
     if (!s) return "";
-    Phase p = classify(*s);
+    Phase p = classify(*s, mode);
     std::string tag;
     if (p != Phase::Other) tag = phase_name(p);
-    if (through_caching_allocator(*s)) tag += tag.empty() ? "caching allocator" : ", caching allocator";
+    if (segment && through_caching_allocator(*s)) tag += tag.empty() ? "caching allocator" : ", caching allocator";
     return tag;
 }
 
@@ -124,6 +126,76 @@ std::string text_bar(uint64_t part, uint64_t whole, int width) {
     for (; cells < width; ++cells) s += ' ';
     return s;
 }
+
+namespace {
+
+// The tensor view: PyTorch's allocated and reserved bytes (what memory_allocated() and
+// memory_reserved() said), the free part and its holes, the request, then the tensors by stack with
+// the stack that made their segments grow beside them.
+void print_tensor_view(std::ostream &out, const Style &st, const Report &r, const Analysis &a, const TextOptions &opt) {
+    const TensorFacts &t = a.tensor;
+    const TensorView &v = *r.tensor;
+    out << st.bold() << "PyTorch" << st.reset() << st.dim() << "  its caching allocator, tensor by tensor"
+        << (t.at_oom ? ", when it ran out" : "") << (v.allocator_conf.empty() ? "" : "  (" + v.allocator_conf + ")")
+        << st.reset() << "\n";
+    uint64_t scale = t.reserved ? t.reserved : 1;
+    auto line = [&](const char *name, uint64_t bytes, const std::string &rest) {
+        out << "  " << st.dim() << pad_right(name, 11) << st.reset() << st.bold() << pad_left(human_bytes(bytes), 11)
+            << st.reset() << "  " << text_bar(bytes, scale, 20) << " "
+            << pad_left(std::to_string(percent(bytes, scale)) + "%", 4) << "  " << st.dim() << rest << st.reset()
+            << "\n";
+    };
+    line("allocated", t.allocated, std::to_string(v.block_count) + " live tensors (memory_allocated())");
+    line("reserved", t.reserved,
+         std::to_string(t.segments.size()) + (t.expandable ? " mapped pages" : " segments") + " (memory_reserved())");
+    std::string free_text = "reserved, unallocated";
+    if (t.holes) free_text += ": " + std::to_string(t.holes) + " holes (largest " + human_bytes(t.largest_free) + ")";
+    if (t.releasable) free_text += ", " + human_bytes(t.releasable) + " in empty segments";
+    line("free", t.unallocated, free_text);
+    if (t.request)
+        out << "  " << st.dim() << pad_right("request", 11) << st.reset() << st.bold()
+            << pad_left(human_bytes(t.request), 11) << st.reset() << "  " << st.dim()
+            << "what PyTorch asked for when it raised OutOfMemoryError" << st.reset() << "\n";
+    if (v.peak_allocated && v.peak_reserved)
+        out << "  " << st.dim() << pad_right("peak", 11) << st.reset() << pad_left(human_bytes(*v.peak_allocated), 11)
+            << "  " << st.dim() << "allocated, " << human_bytes(*v.peak_reserved) << " reserved" << st.reset() << "\n";
+    out << "\n";
+
+    if (v.by_stack.empty()) return;
+    uint64_t total = 0, count = 0;
+    for (const StackBytes &sb : v.by_stack) total += sb.bytes, count += sb.count;
+    out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live tensors by stack: " << human_bytes(total)
+        << " in " << count << " tensor" << (count == 1 ? "" : "s") << ", " << v.by_stack.size() << " stack"
+        << (v.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
+    size_t shown = std::min(opt.top, v.by_stack.size());
+    for (size_t i = 0; i < shown; ++i) {
+        const StackBytes &sb = v.by_stack[i];
+        std::string tag = phase_tag(r, sb.stack, a.mode, false);
+        auto [best, caller] = split_where(where_label(r, sb.stack));
+        out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
+            << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
+            << text_bar(sb.bytes, v.by_stack.front().bytes, 10) << st.reset() << ' '
+            << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
+            << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
+        if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
+        auto creator = t.segment_creator.find(sb.stack);
+        if (creator != t.segment_creator.end() && creator->second != sb.stack) {
+            std::string made = where_label(r, creator->second);
+            if (made != where_label(r, sb.stack))
+                out << std::string(38, ' ') << st.dim() << "in segments made at " << clip(made, 52) << st.reset()
+                    << "\n";
+        }
+    }
+    if (v.by_stack.size() > shown) {
+        uint64_t rest = 0;
+        for (size_t i = shown; i < v.by_stack.size(); ++i) rest += v.by_stack[i].bytes;
+        out << "  " << st.dim() << pad_left(human_bytes(rest), 11) << "  in " << v.by_stack.size() - shown
+            << " more stacks (--top N shows more)" << st.reset() << "\n";
+    }
+    out << "\n";
+}
+
+}  // namespace
 
 void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out) {
     Style st{opt.color};
@@ -204,6 +276,9 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
     }
     out << "\n";
 
+    // ---- PyTorch's allocator: the tensor view leads ----
+    if (a.tensor.present) print_tensor_view(out, st, r, a, opt);
+
     // ---- the failed request ----
     if (r.failed) {
         const FailedRequest &f = *r.failed;
@@ -226,20 +301,23 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         out << "\n";
     }
 
-    // ---- who holds it ----
+    // ---- who holds it (with a tensor view: the segments, which the tensors above lie in) ----
     if (!r.by_stack.empty()) {
+        bool segments = a.tensor.present;
         uint64_t total = 0, count = 0;
         for (const StackBytes &sb : r.by_stack) {
             total += sb.bytes;
             count += sb.count;
         }
-        out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live bytes by stack: " << human_bytes(total)
-            << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", " << r.by_stack.size() << " stack"
-            << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
-        size_t shown = std::min(opt.top, r.by_stack.size());
+        out << st.bold() << (segments ? "Segments" : "Top holders") << st.reset() << st.dim()
+            << (segments ? "  device memory from the driver, by the stack that made it grow: "
+                         : "  live bytes by stack: ")
+            << human_bytes(total) << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", "
+            << r.by_stack.size() << " stack" << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
+        size_t shown = std::min(segments ? std::min<size_t>(opt.top, 3) : opt.top, r.by_stack.size());
         for (size_t i = 0; i < shown; ++i) {
             const StackBytes &sb = r.by_stack[i];
-            std::string tag = phase_tag(r, sb.stack);
+            std::string tag = phase_tag(r, sb.stack, a.mode, !(r.tensor && r.tensor->backend == "cudaMallocAsync"));
             auto [best, caller] = split_where(where_label(r, sb.stack));
             out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
                 << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()

@@ -5,6 +5,12 @@
 //        view: {stacks: {id: {frames: [{label, key, kind, detail, best}] outermost first, best, phase}}}}
 // When the script finishes without error it sets <html data-gg-status="ok">; any uncaught error sets
 // "error: ..." and shows a banner. The browser test reads that attribute.
+//
+// Two views of the memory when the report has PyTorch's tensor view (tensor_view.source "c10"): by
+// tensor (the caching allocator's live blocks, what memory_allocated() counts) and by segment (the
+// driver allocations, what memory_reserved() and nvidia-smi count). The switch in the header picks
+// which one the flame graph and the tables show; by tensor first, since that names the code holding
+// the memory. Reports without one show the segments only, as before, and no switch.
 'use strict';
 
 (function () {
@@ -91,6 +97,11 @@
   const failedStack = failed && typeof failed.stack === 'string' ? failed.stack : null;
   const proc = obj(R.process), dev = obj(R.device);
 
+  const TV = R.tensor_view && typeof R.tensor_view === 'object' ? R.tensor_view : null;
+  const hasTensors = !!(TV && TV.source === 'c10');
+  const tvOom = TV && TV.oom && typeof TV.oom === 'object' ? TV.oom : null;
+  const mem = {view: hasTensors ? 'tensor' : 'segment'};
+
   function stackFrames(id) { return id && STACKS[id] ? arr(STACKS[id].frames) : []; }
   function bestLabel(id) { return id && STACKS[id] ? STACKS[id].best : '[unknown stack]'; }
 
@@ -145,6 +156,15 @@
     card('this process', bytes(live), num(usage.live_allocations) !== null ? usage.live_allocations + ' live allocations' : '');
     if (num(V.peak_bytes) !== null) card('peak', bytes(V.peak_bytes), limit && num(limit.bytes) ? pct(V.peak_bytes, limit.bytes) + '% of the limit' : '');
     if (failed && num(failed.bytes) !== null) card('request', bytes(failed.bytes), (failed.api || '') + (failed.driver_api && failed.driver_api !== failed.api ? ' → ' + failed.driver_api : ''));
+    if (TV && num(TV.allocated_bytes) !== null) {
+      const blocks = obj(TV.blocks);
+      card('tensors', bytes(TV.allocated_bytes), [num(blocks.count) !== null && hasTensors ? blocks.count + ' live blocks' : 'PyTorch allocated',
+        num(TV.peak_allocated_bytes) !== null ? 'peak ' + bytes(TV.peak_allocated_bytes) : null].filter(Boolean).join(' · '));
+    }
+    if (TV && num(TV.reserved_bytes) !== null) {
+      const cached = num(TV.allocated_bytes) !== null ? TV.reserved_bytes - TV.allocated_bytes : null;
+      card('reserved', bytes(TV.reserved_bytes), cached !== null && cached >= 0 ? bytes(cached) + ' cached, in no tensor' : 'by PyTorch');
+    }
     if (num(dev.total_bytes) !== null && dev.total_bytes >= 0) card('device', bytes(dev.total_bytes), (dev.name || 'device') + (num(dev.free_bytes) !== null && dev.free_bytes >= 0 ? ' · ' + bytes(dev.free_bytes) + ' free' : ''));
     box.append(cards);
 
@@ -194,25 +214,39 @@
     const tl = obj(R.timeline);
     const pts = arr(tl.points).filter(p => Array.isArray(p) && num(p[0]) !== null && num(p[1]) !== null)
       .map(p => [p[0], p[1]]).sort((a, b) => a[0] - b[0]);
-    const t0u = num(tl.t0_unix_ns);
+    // PyTorch's allocated and reserved ([t_ns, allocated, reserved]), moved onto the process timeline's
+    // clock: both count from the process's first hooked call, but each file says its own t0.
+    const tvl = TV ? obj(TV.timeline) : {};
+    const tvT0 = num(tvl.t0_unix_ns);
+    const t0u = num(tl.t0_unix_ns) !== null ? num(tl.t0_unix_ns) : tvT0;
+    const shift = t0u !== null && tvT0 !== null ? tvT0 - t0u : 0;
+    const tvPts = arr(tvl.points).filter(p => Array.isArray(p) && num(p[0]) !== null && num(p[1]) !== null && num(p[2]) !== null)
+      .map(p => [p[0] + shift, p[1], p[2]]).sort((a, b) => a[0] - b[0]);
     // The report's own moment, on the timeline's clock: where the failure goes.
     let tEnd = pts.length ? pts[pts.length - 1][0] : 0;
+    if (tvPts.length) tEnd = Math.max(tEnd, tvPts[tvPts.length - 1][0]);
     const tReport = t0u !== null && num(R.time_unix_ns) !== null ? R.time_unix_ns - t0u : null;
     if (tReport !== null && tReport > tEnd) tEnd = tReport;
     if (pts.length && tReport !== null && tReport > pts[pts.length - 1][0]) pts.push([tReport, pts[pts.length - 1][1]]);
-    if (pts.length < 2) {
+    if (tvPts.length && tReport !== null && tReport > tvPts[tvPts.length - 1][0]) tvPts.push([tReport, ...tvPts[tvPts.length - 1].slice(1)]);
+    const tvLines = tvPts.length >= 2;
+    if (pts.length < 2 && !tvLines) {
       host.append(el('div', {class: 'empty', text: 'This report has no usage timeline.'}));
       return;
     }
+    // The request c10 could not serve, at its own moment (the report comes a little after it).
+    const tOom = tvOom && t0u !== null && num(tvOom.time_unix_ns) !== null ? tvOom.time_unix_ns - t0u : null;
+    if (tOom !== null && tOom > tEnd) tEnd = tOom;
     const peak = obj(R.peak);
     const tPeak = t0u !== null && num(peak.time_unix_ns) !== null ? peak.time_unix_ns - t0u : null;
     const lim = limit && num(limit.bytes);
     let maxY = 0;
     for (const p of pts) maxY = Math.max(maxY, p[1]);
+    for (const p of tvPts) maxY = Math.max(maxY, p[1], p[2]);
     if (lim) maxY = Math.max(maxY, lim);
     if (num(V.peak_bytes)) maxY = Math.max(maxY, V.peak_bytes);
     maxY = maxY * 1.08 || 1;
-    const tStart = pts[0][0];
+    const tStart = pts.length >= 2 && tvLines ? Math.min(pts[0][0], tvPts[0][0]) : pts.length >= 2 ? pts[0][0] : tvPts[0][0];
     const span = Math.max(1, tEnd - tStart);
 
     const W = Math.max(480, host.clientWidth || 900), H = 260;
@@ -246,10 +280,21 @@
     s.append(gx);
 
     // Usage is a step function: it holds its value until the next point.
-    let d = `M ${X(pts[0][0])} ${Y(pts[0][1])}`;
-    for (let i = 1; i < pts.length; i++) d += ` H ${X(pts[i][0])} V ${Y(pts[i][1])}`;
-    s.append(svg('path', {class: 'area', d: d + ` V ${Y(0)} H ${X(pts[0][0])} Z`}));
-    s.append(svg('path', {class: 'line', d}));
+    function steps(list, i) {
+      let d = `M ${X(list[0][0])} ${Y(list[0][i])}`;
+      for (let k = 1; k < list.length; k++) d += ` H ${X(list[k][0])} V ${Y(list[k][i])}`;
+      return d;
+    }
+    if (pts.length >= 2) {
+      const d = steps(pts, 1);
+      s.append(svg('path', {class: 'area', d: d + ` V ${Y(0)} H ${X(pts[0][0])} Z`}));
+      s.append(svg('path', {class: 'line', d}));
+    }
+    // PyTorch's two lines, as memory_viz draws them: reserved (its segments) over allocated (its tensors).
+    if (tvLines) {
+      s.append(svg('path', {class: 'tv-reserved', d: steps(tvPts, 2)}));
+      s.append(svg('path', {class: 'tv-allocated', d: steps(tvPts, 1)}));
+    }
 
     if (lim) {
       s.append(svg('line', {class: 'limit-line', x1: m.l, x2: W - m.r, y1: Y(lim), y2: Y(lim)}));
@@ -265,6 +310,18 @@
       s.append(svg('line', {class: 'fail-line', x1: x, x2: x, y1: m.t, y2: H - m.b}));
       s.append(svg('text', {class: 'fail-label', x: x - 6, y: m.t + 12, 'text-anchor': 'end'}, 'OOM' + (failed && num(failed.bytes) ? ': +' + bytes(failed.bytes) : '')));
     }
+    if (tOom !== null && tOom >= tStart) {
+      // Marked on the allocated line and labelled just above it, between allocated and reserved (the
+      // memory cached in no tensor, which could not serve the request): the top of the chart holds the
+      // limit's, the peak's and the report's own OOM labels.
+      const x = X(tOom), a = num(tvOom.allocated_bytes);
+      s.append(svg('line', {class: 'oom-line', x1: x, x2: x, y1: m.t, y2: H - m.b}));
+      if (a !== null) s.append(svg('circle', {class: 'oom-dot', cx: x, cy: Y(a), r: 4}));
+      const right = x > m.l + pw * 0.5;
+      s.append(svg('text', {class: 'fail-label', x: x + (right ? -8 : 8), y: a !== null ? Math.max(Y(a) - 10, m.t + 44) : H - m.b - 6,
+        'text-anchor': right ? 'end' : 'start'}, 'PyTorch OOM: asked for ' + bytes(num(tvOom.requested_bytes))));
+      host.setAttribute('data-oom', String(Math.round(tOom)));
+    }
 
     // Hover: the value under the cursor.
     const cursor = svg('line', {class: 'cursor', y1: m.t, y2: H - m.b, x1: -10, x2: -10});
@@ -274,11 +331,20 @@
       const r = s.getBoundingClientRect();
       const sx = (ev.clientX - r.left) * (W / r.width);
       const t = tStart + (sx - m.l) / pw * span;
-      let v = pts[0][1];
-      for (const p of pts) { if (p[0] <= t) v = p[1]; else break; }
       cursor.setAttribute('x1', sx);
       cursor.setAttribute('x2', sx);
-      showTip(ev, duration(t - tStart) + '\n' + bytes(v) + (lim ? ' (' + pct(v, lim) + '% of the limit)' : ''));
+      let text = duration(t - tStart);
+      if (pts.length >= 2) {
+        let v = pts[0][1];
+        for (const p of pts) { if (p[0] <= t) v = p[1]; else break; }
+        text += '\n' + bytes(v) + (lim ? ' (' + pct(v, lim) + '% of the limit)' : '');
+      }
+      if (tvLines) {
+        let v = tvPts[0];
+        for (const p of tvPts) { if (p[0] <= t) v = p; else break; }
+        text += '\nPyTorch: ' + bytes(v[1]) + ' allocated, ' + bytes(v[2]) + ' reserved';
+      }
+      showTip(ev, text);
     });
     hit.addEventListener('mouseleave', () => { hideTip(); cursor.setAttribute('x1', -10); cursor.setAttribute('x2', -10); });
     s.append(hit);
@@ -286,6 +352,14 @@
     host.setAttribute('data-points', String(pts.length));
     const note = document.getElementById('timeline-note');
     note.textContent = 'this process, ' + pts.length + ' points over ' + duration(span);
+    if (tvLines) {
+      host.setAttribute('data-tensor-points', String(tvPts.length));
+      note.textContent += '; PyTorch\u2019s allocated and reserved, ' + tvPts.length + ' points';
+      host.append(el('div', {class: 'chart-keys'},
+        pts.length >= 2 ? el('span', null, el('i', {class: 'k-line'}), 'this process (its driver allocations)') : null,
+        el('span', null, el('i', {class: 'k-reserved'}), 'reserved by PyTorch (its segments)'),
+        el('span', null, el('i', {class: 'k-allocated'}), 'allocated to tensors')));
+    }
   }
 
   // ---- flame graph (icicle: outermost frame on top) ------------------------------------------
@@ -314,7 +388,10 @@
     }
     return rootNode;
   }
-  const trees = {live: buildTree(R.by_stack), peak: buildTree(obj(R.peak).by_stack)};
+  const trees = {
+    segment: {live: buildTree(R.by_stack), peak: buildTree(obj(R.peak).by_stack)},
+    tensor: hasTensors ? {live: buildTree(TV.by_stack), peak: buildTree(TV.peak_by_stack)} : null,
+  };
   // The failed request's own path through the tree (not every node that shares a frame with it).
   const failedPath = stackFrames(failedStack).map(f => f.key).join('\u001e');
   function pathOf(node) {
@@ -341,7 +418,8 @@
     const detail = document.getElementById('flame-detail');
     host.textContent = '';
     crumbs.textContent = '';
-    const tree = trees[flame.which];
+    const tree = trees[mem.view][flame.which];
+    host.setAttribute('data-view', mem.view);
     if (!tree.value) {
       host.style.height = 'auto';
       host.append(el('div', {class: 'empty', text: flame.which === 'peak' ? 'The report has no stacks for the peak.' : 'No live memory by stack in this report.'}));
@@ -373,7 +451,7 @@
       maxDepth = Math.max(maxDepth, depth);
       const isRoot = depth === 0;
       const label = isRoot
-        ? (path.length ? '↑ ' + node.label : 'all live memory') + ' — ' + bytes(node.value)
+        ? (path.length ? '↑ ' + node.label : mem.view === 'tensor' ? 'all live tensors' : 'all live memory') + ' — ' + bytes(node.value)
         : node.label;
       const div = el('div', {class: 'node' + (isRoot ? ' root' : ''), title: null});
       div.textContent = w > 30 ? label : '';
@@ -390,7 +468,7 @@
       }
       const info = () => node.label + '\n' + bytes(node.value) + ' · ' + pct(node.value, tree.value) + '% of all' +
         (node.parent && node.parent.value ? ' · ' + pct(node.value, node.parent.value) + '% of its caller' : '') +
-        (node.count ? ' · ' + node.count + ' allocation' + (node.count === 1 ? '' : 's') : '') +
+        (node.count ? ' · ' + node.count + (mem.view === 'tensor' ? ' tensor' : ' allocation') + (node.count === 1 ? '' : 's') : '') +
         (node.detail ? '\n' + node.detail : '');
       div.addEventListener('mouseenter', ev => { detail.textContent = info(); showTip(ev, node.label + '\n' + bytes(node.value) + ' (' + pct(node.value, tree.value) + '%)'); });
       div.addEventListener('mousemove', ev => showTip(ev, node.label + '\n' + bytes(node.value) + ' (' + pct(node.value, tree.value) + '%)'));
@@ -423,7 +501,6 @@
 
   function setupFlame() {
     const live = document.getElementById('flame-live'), peakB = document.getElementById('flame-peak');
-    if (!trees.peak.value) { peakB.disabled = true; peakB.title = 'This report has no stacks for the peak'; }
     function pick(which) {
       flame.which = which;
       flame.zoom = [];
@@ -435,7 +512,56 @@
     peakB.addEventListener('click', () => { if (!peakB.disabled) pick('peak'); });
     const search = document.getElementById('flame-search');
     search.addEventListener('input', () => { flame.search = search.value; drawFlame(); });
+    showView();
+  }
+
+  // The view switch: by tensor or by segment, for the flame graph and the tables together.
+  const VIEW_TEXT = {
+    tensor: {flame: 'Live tensors by stack', holders: 'live tensor bytes by stack (PyTorch\u2019s blocks) · click a row for its stack',
+             allocs: 'Largest live tensors', allocsNote: 'blocks of PyTorch\u2019s caching allocator · click a column to sort, a row for its stack'},
+    segment: {flame: 'Live memory by stack', holders: 'live bytes by stack · click a row for its stack',
+              allocs: 'Largest live allocations', allocsNote: 'click a column to sort, a row for its stack'},
+  };
+  function showView() {
+    const peakB = document.getElementById('flame-peak');
+    const noPeak = !trees[mem.view].peak.value;
+    peakB.disabled = noPeak;
+    if (noPeak) peakB.title = 'This report has no stacks for the peak';
+    else peakB.removeAttribute('title');
+    if (noPeak && flame.which === 'peak') {
+      flame.which = 'live';
+      document.getElementById('flame-live').classList.add('on');
+      peakB.classList.remove('on');
+    }
+    if (hasTensors) {
+      const t = VIEW_TEXT[mem.view];
+      // The headings' own text is their first node; their <small> notes follow it.
+      document.getElementById('flame-title').firstChild.nodeValue = t.flame + ' ';
+      document.getElementById('holders-note').textContent = t.holders;
+      document.getElementById('allocs-title').firstChild.nodeValue = t.allocs + ' ';
+      document.getElementById('allocs-note').textContent = t.allocsNote;
+      for (const v of ['tensor', 'segment']) {
+        const b = document.getElementById('view-' + v);
+        b.classList.toggle('on', v === mem.view);
+        b.setAttribute('aria-pressed', String(v === mem.view));
+      }
+      document.getElementById('view-switch').setAttribute('data-view', mem.view);
+    }
     drawFlame();
+  }
+  function setupViewSwitch() {
+    if (!hasTensors) return;
+    document.getElementById('view-switch').hidden = false;
+    for (const v of ['tensor', 'segment']) {
+      document.getElementById('view-' + v).addEventListener('click', () => {
+        if (mem.view === v) return;
+        mem.view = v;
+        flame.zoom = [];
+        showView();
+        drawHolders();
+        drawAllocs();
+      });
+    }
   }
 
   // ---- sortable tables ----------------------------------------------------------------------
@@ -513,18 +639,61 @@
   }
 
   function drawHolders() {
-    const rows = arr(R.by_stack).filter(e => e && num(e.bytes) !== null);
+    const byTensor = mem.view === 'tensor';
+    const rows = arr(byTensor ? TV.by_stack : R.by_stack).filter(e => e && num(e.bytes) !== null);
     const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
     const total = rows.reduce((m, r) => m + r.bytes, 0);
     table(document.getElementById('holders'), [
       {key: 'bytes', label: 'Live bytes', type: 'bytes', value: r => r.bytes, cell: r => barCell(r.bytes, max)},
       {key: 'share', label: 'Share', type: 'num', value: r => r.bytes, cell: r => pct(r.bytes, total) + '%'},
-      {key: 'count', label: 'Allocations', type: 'num', value: r => num(r.count) || 0, cell: r => String(num(r.count) || 0)},
+      {key: 'count', label: byTensor ? 'Tensors' : 'Allocations', type: 'num', value: r => num(r.count) || 0, cell: r => String(num(r.count) || 0)},
       {key: 'where', label: 'Where (innermost Python frame, else native)', type: 'text', value: r => bestLabel(r.stack), cell: r => bestCell(r.stack)},
     ], rows, 'bytes', 'desc', r => frameList(r.stack, 12));
   }
 
+  // Where a block lies: the segment (a driver allocation) or mapped range (of an expandable segment)
+  // holding its address.
+  const regions = !hasTensors ? [] : arr(TV.segments).filter(g => Array.isArray(g) && num(g[0]) !== null && num(g[1]) !== null)
+    .map(g => ({address: g[0], size: g[1], mapped: false}))
+    .concat(arr(TV.mappings).filter(g => Array.isArray(g) && num(g[0]) !== null && num(g[1]) !== null)
+      .map(g => ({address: g[0], size: g[1], mapped: true})))
+    .sort((a, b) => a.address - b.address);
+  function regionOf(address) {
+    let lo = 0, hi = regions.length - 1, found = null;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (regions[mid].address <= address) { found = regions[mid]; lo = mid + 1; } else hi = mid - 1;
+    }
+    return found && address < found.address + found.size ? found : null;
+  }
+  function hex(n) { return '0x' + n.toString(16); }
+
+  // A report lists up to 50,000 blocks; a table row each would take the page seconds to draw, so the
+  // table holds the largest TENSOR_ROWS (the flame graph and the holders count them all).
+  const TENSOR_ROWS = 1000;
+  function drawTensorBlocks() {
+    const blocks = obj(TV.blocks);
+    const listed = arr(blocks.list).filter(b => Array.isArray(b) && num(b[0]) !== null && num(b[1]) !== null);
+    const rows = listed.sort((a, b) => b[1] - a[1]).slice(0, TENSOR_ROWS)
+      .map(b => ({address: b[0], bytes: b[1], stack: typeof b[2] === 'string' ? b[2] : null, age_ns: num(b[3]), region: regionOf(b[0])}));
+    const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
+    const count = Math.max(num(blocks.count) || 0, listed.length);
+    if (count > rows.length) {
+      document.getElementById('allocs-note').textContent = 'the ' + rows.length + ' largest of ' + count + ' live blocks of PyTorch\u2019s caching allocator · click a column to sort, a row for its stack';
+    }
+    table(document.getElementById('allocs'), [
+      {key: 'bytes', label: 'Size', type: 'bytes', value: r => r.bytes, cell: r => barCell(r.bytes, max)},
+      {key: 'age', label: 'Age', type: 'num', value: r => r.age_ns === null ? -1 : r.age_ns, cell: r => r.age_ns === null ? '?' : duration(r.age_ns)},
+      {key: 'where', label: 'Where', type: 'text', value: r => bestLabel(r.stack), cell: r => bestCell(r.stack)},
+      {key: 'segment', label: 'In segment', type: 'text', value: r => r.region ? r.region.address : -1, cell: r => r.region
+        ? el('span', null, el('code', {text: hex(r.region.address)}), ' ' + bytes(r.region.size) + (r.region.mapped ? ' mapped' : '') + ' · +' + bytes(r.address - r.region.address))
+        : '?'},
+      {key: 'address', label: 'Address', type: 'text', value: r => r.address, cell: r => el('code', {text: hex(r.address)})},
+    ], rows, 'bytes', 'desc', r => frameList(r.stack, 12));
+  }
+
   function drawAllocs() {
+    if (mem.view === 'tensor') { drawTensorBlocks(); return; }
     const rows = arr(R.top_allocations).filter(e => e && num(e.bytes) !== null);
     const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
     table(document.getElementById('allocs'), [
@@ -540,11 +709,20 @@
   }
 
   function drawFailed() {
-    if (!failed) return;
+    if (!failed && !tvOom) return;
     document.getElementById('failed-section').hidden = false;
     const box = document.getElementById('failed');
     const dl = el('dl', {class: 'kv'});
     function kv(k, v) { if (v !== null && v !== undefined && v !== '') dl.append(el('dt', {text: k}), el('dd', {text: String(v)})); }
+    // What c10 itself could not serve (a report of reason allocator_oom has only this).
+    if (tvOom) {
+      kv('PyTorch asked for', num(tvOom.requested_bytes) !== null ? bytes(tvOom.requested_bytes) + ' (' + tvOom.requested_bytes + ')' : null);
+      if (num(tvOom.allocated_bytes) !== null && num(tvOom.reserved_bytes) !== null) {
+        kv('PyTorch held', bytes(tvOom.allocated_bytes) + ' in tensors of ' + bytes(tvOom.reserved_bytes) + ' reserved (' +
+          bytes(Math.max(0, tvOom.reserved_bytes - tvOom.allocated_bytes)) + ' cached in no tensor, in pieces too small for the request)');
+      }
+    }
+    if (!failed) { box.append(dl); return; }
     kv('API', failed.api);
     kv('driver call', failed.driver_api);
     kv('bytes', num(failed.bytes) !== null ? bytes(failed.bytes) + ' (' + failed.bytes + ')' : null);
@@ -554,6 +732,28 @@
     const ep = obj(R.episode);
     if (num(ep.failed_calls) !== null) kv('failed calls in this episode', ep.failed_calls);
     box.append(dl, el('h3', {class: 'sub', text: ''}), frameList(failedStack, 14));
+  }
+
+  // The what-if replay (tools/report/whatif/): its answers as `gpuguard report --what-if --json` gives them.
+  function drawWhatIf() {
+    const w = V.what_if && typeof V.what_if === 'object' ? V.what_if : null;
+    if (!w) return;
+    document.getElementById('whatif-section').hidden = false;
+    const box = document.getElementById('whatif');
+    const cards = el('div', {class: 'cards'});
+    function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
+    const check = obj(w.model_check), budget = obj(w.budget), small = obj(w.smallest_budget);
+    card('model check', check.trusted ? 'trusted' : 'not trusted', check.why || '');
+    card('budget for PyTorch', bytes(num(budget.bytes)),
+         budget.scope === 'device' ? "no quota: the device's memory" : budget.scope ? 'the ' + budget.scope + ' limit, less what others hold' : '');
+    const e = w.expandable_segments && typeof w.expandable_segments === 'object' ? w.expandable_segments : null;
+    card('expandable_segments:True', e ? (e.avoids_oom ? 'avoids it' : 'does not') : 'unknown',
+         e && !e.avoids_oom ? (e.runs_out_earlier ? 'runs out earlier' : 'refuses the request too') : '');
+    const splits = arr(w.max_split_size_mb).filter(o => o && o.avoids_oom).map(o => String(o.mb));
+    card('max_split_size_mb', splits.length ? splits.join(', ') : 'none', splits.length ? 'avoid it' : 'of ' + arr(w.max_split_size_mb).map(o => obj(o).mb).join(', '));
+    card('smallest budget', bytes(num(small.as_configured_bytes)), 'allocated peak ' + bytes(num(small.allocated_peak_bytes)) + ' · expandable ' + bytes(num(small.expandable_segments_bytes)));
+    box.append(cards);
+    for (const c of arr(obj(w.events).caveats)) box.append(el('p', {class: 'banner warn', text: 'approximate: ' + c}));
   }
 
   function drawCudnn() {
@@ -648,10 +848,12 @@
   drawHeader();
   drawSummary();
   drawTimeline();
+  setupViewSwitch();
   setupFlame();
   drawFailed();
   drawHolders();
   drawAllocs();
+  drawWhatIf();
   drawCudnn();
   drawLedger();
   drawDetails();

@@ -1,0 +1,136 @@
+// The report's "tensor_view" section (docs/report-schema.md): PyTorch's allocated and reserved bytes
+// and their peaks, its live blocks with their stacks, the segments and mapped ranges they lie in,
+// the last out-of-memory as c10 saw it, a timeline of both totals and the recent events. The
+// command turns these into the tensor view (tools/report/tensor.h), the fragmentation diagnosis and
+// the what-if replay; the shim only records.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/report/schema.h"
+#include "common/settings/settings.h"
+#include "shim/base/clock.h"
+#include "shim/core/state.h"
+#include "shim/quota/episode.h"
+#include "shim/report/report.h"
+#include "shim/torch/events.h"
+#include "shim/torch/view.h"
+#include "shim/track/tracker.h"
+
+namespace gg::torch {
+namespace {
+
+using nlohmann::json;
+namespace key = schema::key;
+namespace value = schema::value;
+
+// Bounds on what one report lists (the totals are always whole).
+constexpr size_t kMaxBlocksListed = 50000;
+constexpr size_t kMaxSegmentsListed = 20000;
+constexpr size_t kMaxStacksListed = 500;
+
+// Whether PyTorch's CUDA library is in the process (its blocks may simply not have been reported:
+// the cudaMallocAsync backend, or a PyTorch without the call).
+bool c10_cuda_loaded() {
+    return dl_iterate_phdr(
+               [](dl_phdr_info *info, size_t, void *) -> int {
+                   return info->dlpi_name && strstr(info->dlpi_name, "libc10_cuda.so") ? 1 : 0;
+               },
+               nullptr) != 0;
+}
+
+json stack_list(json &r, const std::vector<StackBytes> &v) {
+    json out = json::array();
+    for (size_t i = 0; i < v.size() && i < kMaxStacksListed; i++)
+        out.push_back({{key::stack, report::referenced_stack(r, v[i].stack)},
+                       {key::bytes, v[i].bytes},
+                       {key::count, v[i].count}});
+    return out;
+}
+
+void section(json &r) {
+    bool c10 = active();
+    if (!c10 && !c10_cuda_loaded()) return;  // not a PyTorch process: nothing to say
+    int device = 0;
+    if (r.contains(key::device) && r[key::device].is_object() && r[key::device].value(key::ordinal, -1) >= 0)
+        device = r[key::device][key::ordinal].get<int>();
+    const State &s = state();
+    const char *conf = settings::env("PYTORCH_CUDA_ALLOC_CONF");
+    std::string conf_text = conf ? conf : "";
+
+    json t;
+    t[key::source] = c10 ? value::kSourceC10 : value::kSourceDriver;
+    t[key::backend] =
+        conf_text.find("cudaMallocAsync") != std::string::npos ? value::kBackendAsync : value::kBackendNative;
+    t[key::allocator_conf] = conf_text;
+    t[key::device] = device;
+    Totals tot = totals(device);
+    t[key::allocated_bytes] = tot.allocated;
+    t[key::reserved_bytes] = tot.reserved;
+    t[key::peak_allocated_bytes] = tot.peak_allocated;
+    t[key::peak_reserved_bytes] = tot.peak_reserved;
+    t[key::refusals_recovered] = episode::refusals_recovered();  // refusals PyTorch freed its cache for
+
+    // The live blocks, largest first, each with the stack that allocated it.
+    uint64_t now = mono_ns();
+    Tracker::Snapshot b = blocks().snapshot(kMaxBlocksListed);
+    json list = json::array();
+    for (const auto &[address, a] : b.top)
+        if (a.ordinal == device) list.push_back({address, a.bytes, report::referenced_stack(r, a.stack), now - a.t_ns});
+    t[key::blocks] = {{key::count, b.live_count}, {key::listed, list.size()}, {key::list, list}};
+    t[key::by_stack] = stack_list(r, b.by_stack);
+    t[key::peak_by_stack] = stack_list(r, b.peak_by_stack);
+
+    // The segments the blocks lie in: the device memory this process got from the driver (with the
+    // stack that made it grow), and the ranges mapped into expandable segments.
+    Tracker::Snapshot seg = tracker().snapshot(kMaxSegmentsListed);
+    json segments = json::array();
+    for (const auto &[address, a] : seg.top)
+        if (a.ordinal == device && a.api != Api::cuMemCreate && a.api != Api::cuArrayCreate_v2 &&
+            a.api != Api::cuArray3DCreate_v2 && a.api != Api::cuMipmappedArrayCreate)
+            segments.push_back({address, a.bytes, report::referenced_stack(r, a.stack), api_name(a.api)});
+    t[key::segments] = segments;
+    json mapped = json::array();
+    for (const auto &[address, bytes] : mappings()) mapped.push_back({address, bytes});
+    t[key::mappings] = mapped;
+
+    OutOfMemory oom = last_out_of_memory();
+    if (oom.seen)
+        t[key::oom] = {{key::requested_bytes, oom.requested},
+                       {key::allocated_bytes, oom.allocated},
+                       {key::reserved_bytes, oom.reserved},
+                       {key::device, oom.device},
+                       {key::time_unix_ns, s.start_unix_ns + (oom.t_ns - s.start_mono_ns)}};
+    else t[key::oom] = nullptr;
+
+    json points = json::array();
+    for (const auto &[tp, v] : timeline()) points.push_back({tp - s.start_mono_ns, v[0], v[1]});
+    t[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
+
+    EventRing::Copy ev = events().copy();
+    json rows = json::array();
+    for (const Event &e : ev.events)
+        rows.push_back({e.t_ns - s.start_mono_ns, action_code(e.action), e.address, e.bytes, e.allocated, e.reserved,
+                        int(e.device)});
+    t[key::events] = {{key::capacity, ev.capacity},
+                      {key::recorded, ev.recorded},
+                      {key::dropped, ev.dropped},
+                      {key::columns, {"t_ns", "action", "address", "bytes", "allocated", "reserved", "device"}},
+                      {key::rows, rows}};
+    r[key::tensor_view] = t;
+}
+
+std::once_flag g_registered;
+
+}  // namespace
+
+void register_section() {
+    std::call_once(g_registered, [] { report::add_section(section); });
+}
+
+}  // namespace gg::torch

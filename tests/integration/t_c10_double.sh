@@ -1,0 +1,113 @@
+# The test double of PyTorch's c10 libraries (tests/fake/fake_c10.cpp, fake_c10_cuda.cpp): first alone,
+# where its numbers are the rules of c10's caching allocator worked out by hand; then under the shim,
+# which must forward every report of a block to c10's own profiler functions and build its tensor view
+# from them, which `gpuguard report --what-if` then replays exactly.
+#
+# The scenarios (bin/c10_app steps):
+#   fragmented  440 blocks of 4 MiB (five to a 20 MiB segment: 1760 MiB), every other one freed (880 MiB
+#               allocated), then 600 MiB: refused under 2 GiB, as no segment is free whole and no 20 MiB
+#               page is free of live blocks, although limit - allocated is 1168 MiB
+#   slack       60 blocks of 10.5, 12.5, 14.5 MiB in segments of 12, 14, 16 MiB (750 of 840 MiB used),
+#               then 300 MiB: refused under 1100 MiB; with expandable segments the blocks lie back to back
+#               in 38 pages of 20 MiB and 300 MiB more fits (1060 MiB)
+#   carved      200 MiB freed, ten 8 MiB blocks carved out of its segment, then 300 MiB: refused under
+#               400 MiB; with max_split_size_mb:128 the 200 MiB block is not carved but released
+MiB=1048576
+FRAGMENTED=(alloc 4Mx440 free-odd print alloc 600M)
+SLACK=(); for i in $(seq 20); do SLACK+=(alloc 10752K alloc 12800K alloc 14848K); done; SLACK+=(print alloc 300M print)
+CARVED=(alloc 200M free-all alloc 8Mx10 alloc 300M)
+
+alone() { LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+
+imports_through_plt() {
+  local relocs needed defined
+  relocs=$(readelf -rW "$FAKE/libc10_cuda.so"); needed=$(readelf -dW "$FAKE/libc10_cuda.so")
+  defined=$(nm -D --defined-only "$FAKE/libc10.so")
+  for sym in _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE; do
+    expect_contains "$(grep JUMP_SLOT <<<"$relocs")" "$sym" "libc10_cuda.so's PLT relocations" &&
+      expect_contains "$defined" "T $sym" "libc10.so's exports" || return 1
+  done
+  expect_contains "$needed" "Shared library: [libc10.so]" "libc10_cuda.so's NEEDED" &&
+    expect_contains "$needed" "Library soname: [libc10_cuda.so]" "its soname"
+}
+check "libc10_cuda.so imports c10's two profiler functions from libc10.so through its PLT, as PyTorch's does" imports_through_plt
+
+alone_fragmented() {
+  local conf out
+  for conf in "" expandable_segments:True; do
+    out=$(FAKE_C10_CONF=$conf FAKE_CUDA_MEM=$((2048 * MiB)) alone "$BIN/c10_app" "${FRAGMENTED[@]}") || return 1
+    expect_contains "$out" "allocated=$((880 * MiB)) reserved=$((1760 * MiB)) live=220" "$conf after the frees" &&
+      expect_contains "$out" "oom $((600 * MiB)) allocated=$((880 * MiB)) reserved=$((1760 * MiB))" "$conf: 600 MiB refused" &&
+      expect_contains "$out" "profiler usage_calls=660 usage_sum=$((880 * MiB)) last_allocated=$((880 * MiB)) last_reserved=$((1760 * MiB)) device=1:0 oom_calls=1 oom_last_size=$((600 * MiB))" \
+        "$conf: libc10.so's profiler functions" || return 1
+  done
+}
+check "alone: 4 MiB blocks pin their segments and pages; 600 MiB is refused with or without expandable segments" alone_fragmented
+
+alone_slack() {
+  local out
+  out=$(FAKE_CUDA_MEM=$((1100 * MiB)) alone "$BIN/c10_app" "${SLACK[@]}") || return 1
+  expect_contains "$out" "oom $((300 * MiB)) allocated=$((750 * MiB)) reserved=$((840 * MiB))" "without expandable segments" || return 1
+  out=$(FAKE_C10_CONF=expandable_segments:True FAKE_CUDA_MEM=$((1100 * MiB)) alone "$BIN/c10_app" "${SLACK[@]}" \
+          free-all empty-cache print) || return 1
+  expect_contains "$out" "allocated=$((750 * MiB)) reserved=$((760 * MiB)) live=60" "38 pages for 750 MiB" &&
+    expect_contains "$out" "allocated=$((1050 * MiB)) reserved=$((1060 * MiB)) live=61" "15 pages more for 300 MiB" &&
+    expect_eq "$(grep -c '^oom ' <<<"$out")" 0 "refusals with expandable segments" &&
+    expect_contains "$out" "allocated=0 reserved=0 live=0 ooms=0" "after empty-cache: every page unmapped"
+}
+check "alone: slack at the end of differently sized segments; expandable segments pack the blocks and serve 300 MiB" alone_slack
+
+alone_carved() {
+  local out
+  out=$(FAKE_CUDA_MEM=$((400 * MiB)) alone "$BIN/c10_app" "${CARVED[@]}") || return 1
+  expect_contains "$out" "oom $((300 * MiB)) allocated=$((80 * MiB)) reserved=$((200 * MiB))" "default settings" || return 1
+  out=$(FAKE_C10_CONF=max_split_size_mb:128 FAKE_CUDA_MEM=$((400 * MiB)) alone "$BIN/c10_app" "${CARVED[@]}") || return 1
+  expect_contains "$out" "allocated=$((380 * MiB)) reserved=$((400 * MiB)) live=11 ooms=0" "max_split_size_mb:128"
+}
+check "alone: max_split_size_mb keeps a large cached block whole and releases it for a large request" alone_carved
+
+# Under the shim: the report's tensor view is the double's, and c10's own functions still see every call.
+shim_fragmented() {
+  fresh
+  local out mode
+  for mode in "" --global; do
+    out=$(GPUGUARD_MEM_LIMIT=2GiB GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" $mode "${FRAGMENTED[@]}" 2>/dev/null) || return 1
+    expect_contains "$out" "profiler usage_calls=660 usage_sum=$((880 * MiB)) last_allocated=$((880 * MiB)) last_reserved=$((1760 * MiB)) device=1:0 oom_calls=1 oom_last_size=$((600 * MiB)) oom_last_allocated=$((880 * MiB))" \
+      "libc10.so's profiler functions under the shim (${mode:-RTLD_LOCAL})" || return 1
+  done
+  local report; report=$(ls gpuguard-quota-*.json | head -1)
+  [[ -n $report ]] || { echo "no quota report"; return 1; }
+  expect_eq "$(json "$report" 'd["tensor_view"]["source"], d["tensor_view"]["allocated_bytes"], d["tensor_view"]["reserved_bytes"]')" \
+    "('c10', $((880 * MiB)), $((1760 * MiB)))" "the tensor view's totals (the double's)" &&
+  expect_eq "$(json "$report" 'd["tensor_view"]["oom"]["requested_bytes"], d["tensor_view"]["blocks"]["count"]')" \
+    "($((600 * MiB)), 220)" "the refused request and the live blocks" &&
+  expect_eq "$(json "$report" '[sum(r[1] == a for r in d["tensor_view"]["events"]["rows"]) for a in "afoS"]')" \
+    "[440, 220, 1, 87]" "the events: blocks, frees, the refusal, the segments after c10's first report" || return 1
+  "$CLI" report --what-if --json "$report" > w.json || return 1
+  expect_eq "$(json w.json 'd["model_check"]["trusted"], d["model_check"]["largest_difference_bytes"], d["events"]["replayed"]')" \
+    "(True, 0, 661)" "the replay of the double's report" &&
+  expect_eq "$(json w.json 'd["expandable_segments"]["avoids_oom"], d["smallest_budget"]["as_configured_bytes"], d["smallest_budget"]["expandable_segments_bytes"]')" \
+    "(False, $((2360 * MiB)), $((2360 * MiB)))" "its answers"
+}
+check "under the shim: c10's own profiler sees every call; the quota report's tensor view is the double's and replays exactly" shim_fragmented
+
+shim_expandable_at_exit() {
+  fresh
+  local out
+  out=$(FAKE_C10_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPUGUARD_REPORT_ON_EXIT=1 \
+        GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" "${SLACK[@]}" free-last 2>/dev/null) || return 1  # the 300 MiB block
+  expect_contains "$out" "allocated=$((750 * MiB)) reserved=$((1060 * MiB)) live=60 ooms=0" "the double's totals" &&
+    expect_contains "$out" "profiler usage_calls=62 " "libc10.so's profiler functions" || return 1
+  local report; report=$(ls gpuguard-exit-*.json | head -1)
+  [[ -n $report ]] || { echo "no exit report"; return 1; }
+  expect_eq "$(json "$report" 'd["tensor_view"]["source"], d["tensor_view"]["allocator_conf"], d["tensor_view"]["allocated_bytes"], d["tensor_view"]["reserved_bytes"]')" \
+    "('c10', 'expandable_segments:True', $((750 * MiB)), $((1060 * MiB)))" "the tensor view's totals" &&
+  # Every page, the first included: c10 maps it before its first report (the shim once missed it).
+  expect_eq "$(json "$report" 'sum(m[1] for m in d["tensor_view"]["mappings"]), len(d["tensor_view"]["mappings"])')" \
+    "($((1060 * MiB)), 53)" "the mapped pages" &&
+  expect_eq "$(json "$report" 'len(d["tensor_view"]["events"]["rows"]) > 62')" "True" "the events" || return 1
+  "$CLI" report --what-if --json "$report" > w.json || return 1
+  expect_eq "$(json w.json 'd["recorded"]["expandable_segments"], d["model_check"]["trusted"], d["model_check"]["largest_difference_bytes"]')" \
+    "(True, True, 0)" "the replay of an expandable run"
+}
+check "under the shim at exit with expandable segments: the tensor view's totals and mapped pages are the double's, replayed exactly" shim_expandable_at_exit

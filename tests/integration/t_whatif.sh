@@ -1,0 +1,77 @@
+# gpuguard report --what-if: PyTorch's caching allocator replayed from a report's block events
+# (tools/report/whatif/). The fixture tests/data/whatif_quota.json is a report the shim wrote over the
+# test double of c10 (tests/fake/fake_c10_cuda.cpp): twelve blocks of 10.5, 12.5 and 14.5 MiB, each in
+# a segment of its own with 1.5 MiB left over, then 100 MiB refused under a 300 MiB container quota of
+# which another process held 40 MiB.
+DATA=$ROOT/tests/data
+WI=$DATA/whatif_quota.json
+MiB=1048576
+
+whatif_text() {
+  local out rc
+  out=$("$CLI" report --what-if --no-color "$WI"); rc=$?
+  expect_eq "$rc" 0 "exit status" &&
+  expect_contains "$out" "13 block events replayed" "the events" &&
+  expect_contains "$out" "model check               trusted: reserved within 2 MiB of PyTorch's at 100% of 13 events" "model check" &&
+  expect_contains "$out" "it refuses the same request under the same budget" "model check" &&
+  expect_contains "$out" "260.00 MiB for PyTorch: the 300.00 MiB container limit - 40.00 MiB of other processes" "budget" &&
+  expect_contains "$out" "expandable_segments:True  only just: it serves every block and the 100.00 MiB request with 0 B to spare" "expandable" &&
+  expect_contains "$out" "none of 32, 64, 128, 256, 512, 1024 avoids it" "max_split_size_mb" &&
+  expect_contains "$out" "250.00 MiB allocated peak (no allocator does with less) · 268.00 MiB as configured · 260.00 MiB with expandable segments" "smallest budget" &&
+  expect_eq "$(wc -l <<<"$out")" 7 "lines (a person reads it in ten seconds)"
+}
+check "report --what-if: the model is trusted, expandable segments would have avoided the OOM, the smallest budgets" whatif_text
+
+whatif_json() {
+  "$CLI" report --what-if --json "$WI" > w.json || return 1
+  expect_eq "$(json w.json 'd["model_check"]["trusted"], d["model_check"]["share_within_2mib"], d["model_check"]["reproduces_oom"]')" \
+    "(True, 1.0, True)" "model check" &&
+  expect_eq "$(json w.json 'd["budget"]["bytes"], d["budget"]["other_processes_bytes"], d["budget"]["scope"]')" \
+    "($((260 * MiB)), $((40 * MiB)), 'container')" "budget" &&
+  expect_eq "$(json w.json 'd["expandable_segments"]["avoids_oom"], d["expandable_segments"]["peak_reserved_bytes"]')" \
+    "(True, $((260 * MiB)))" "expandable_segments" &&
+  expect_eq "$(json w.json '[s["mb"] for s in d["max_split_size_mb"] if s["avoids_oom"]]')" "[]" "max_split_size_mb" &&
+  expect_eq "$(json w.json 'tuple(d["smallest_budget"].values())')" \
+    "($((250 * MiB)), $((268 * MiB)), $((260 * MiB)))" "smallest budgets" &&
+  expect_eq "$(json w.json 'd["refused_request_bytes"], d["events"]["approximate"]')" "($((100 * MiB)), False)" "request"
+}
+check "report --what-if --json: the same answers as JSON" whatif_json
+
+nothing_to_replay() {
+  local out err rc
+  out=$("$CLI" report --what-if "$DATA/driver_oom.json" 2>err); rc=$?; err=$(cat err)
+  expect_eq "$rc" 2 "exit status without a tensor view" && expect_eq "$out" "" "stdout" &&
+  expect_eq "$(wc -l <<<"$err")" 1 "stderr lines" &&
+  expect_contains "$err" "gpuguard: $DATA/driver_oom.json has no tensor view" "the message" || return 1
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["tensor_view"]["events"]["rows"]=[]; json.dump(d, open("empty.json","w"))' "$WI"
+  out=$("$CLI" report --what-if --json empty.json 2>err); rc=$?; err=$(cat err)
+  expect_eq "$rc" 2 "exit status without events" && expect_eq "$out" "" "stdout" &&
+  expect_eq "$err" "gpuguard: empty.json has no block events to replay (tensor_view.events holds none; GPUGUARD_TENSOR_EVENTS=0 keeps none)" "the message"
+}
+check "report --what-if on a report without a tensor view or without events: exit 2, one line" nothing_to_replay
+
+whatif_in_help_and_page() {
+  expect_contains "$("$CLI" report --help)" "--what-if" "report --help" &&
+  expect_contains "$(cat "$ROOT/README.md")" "[--what-if]" "README's report command line" || return 1
+  "$CLI" report --html page.html "$WI" 2>/dev/null || return 1
+  expect_contains page.html '"what_if":{' "the HTML page's data" &&
+  expect_contains page.html 'id="whatif-section"' "the HTML page"
+}
+check "--what-if is in report --help and the README; the HTML page carries the answers" whatif_in_help_and_page
+
+# The report's own summary gives the replay's verdict as advice where the model follows the run, and
+# only there: on a fixture whose events the model does not follow, the summary points to --what-if.
+summary_advice() {
+  local out
+  out=$("$CLI" report --no-color "$WI") || return 1
+  # 260 MiB of a 260 MiB budget: it fits, with nothing to spare for a rerun's variation.
+  expect_contains "$out" "Replayed: an allocator option avoids this OOM only just, with too little to spare" "the advice's title" &&
+  expect_contains "$("$CLI" report --json "$WI")" "serve every block, reserving at most 260.00 MiB (too little to spare" \
+    "the advice's numbers" &&
+  expect_eq "$("$CLI" report --json "$WI" | python3 -c 'import json,sys; print([a["id"] for a in json.load(sys.stdin)["analysis"]["advice"]])')" \
+    "['fragmentation', 'what-if']" "advice ids" &&
+  out=$("$CLI" report --no-color "$DATA/tensor_fragmentation.json") || return 1
+  expect_not_contains "$out" "Replayed:" "advice from a replay that does not follow the run" &&
+  expect_contains "$out" "gpuguard report --what-if" "the pointer to --what-if"
+}
+check "the summary's advice gives the replay's verdict only where the model follows the run" summary_advice

@@ -1,0 +1,454 @@
+#include "tools/report/whatif/allocator_model.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace gg::whatif {
+
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
+
+}  // namespace
+
+uint64_t round_size(uint64_t request) {
+    if (request < kMinBlockSize) return kMinBlockSize;
+    // The largest multiple of 512 B for the last 511 values, which would wrap round to 0.
+    if (request > UINT64_MAX - kMinBlockSize) return UINT64_MAX / kMinBlockSize * kMinBlockSize;
+    return round_up(request, kMinBlockSize);
+}
+
+uint64_t allocation_size(uint64_t size) {
+    if (size <= kSmallSize) return kSmallBuffer;
+    if (size < kMinLargeAlloc) return kLargeBuffer;
+    return round_up(size, kRoundLarge);
+}
+
+uint64_t AddressSpace::take(uint64_t bytes) {
+    // Aligned as the driver aligns (2 MiB), with a gap so that neighbouring segments never touch.
+    uint64_t at = next_;
+    if (bytes > (1ull << 62) || at > (1ull << 62)) return 0;
+    next_ = round_up(at + bytes, kRoundLarge) + kRoundLarge;
+    return at;
+}
+
+CachingAllocatorModel::CachingAllocatorModel(const Options &options, Device *device)
+    : options_(options), device_(device ? device : &own_device_) {
+    small_.small = true;
+    // Pages are whole: a range that is not a multiple of the large page would leave a partial page.
+    options_.range_bytes = std::max(round_up(std::min(options_.range_bytes, kMaxRequest), kLargeBuffer), kLargeBuffer);
+}
+
+CachingAllocatorModel::~CachingAllocatorModel() {
+    // The memory of the model only: a device outliving it keeps its own account.
+    for (auto &[address, s] : segments_) {
+        for (Block *b = s->head; b;) {
+            Block *next = b->next;
+            delete b;
+            b = next;
+        }
+        delete s;
+    }
+}
+
+void CachingAllocatorModel::grew(uint64_t bytes) {
+    reserved_ += bytes;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+}
+
+uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) {
+    if (block_bytes) *block_bytes = 0;
+    if (request > kMaxRequest) {
+        ooms_++;
+        return 0;
+    }
+    uint64_t size = round_size(request);
+    Pool &pool = size <= kSmallSize ? small_ : large_;
+    Block *b = get_free_block(pool, size);
+    if (!b) {
+        b = alloc_block(pool, size);
+        if (!b && release_available_cached_blocks(pool, size)) b = alloc_block(pool, size);
+        if (!b) {
+            release_cached_blocks();
+            b = alloc_block(pool, size);
+        }
+        if (!b) {
+            ooms_++;
+            return 0;
+        }
+    }
+    // `b` is free, mapped, at least `size`, and in no free set.
+    if (should_split(pool, b, size)) {
+        Block *rest = new Block;
+        rest->address = b->address + size;
+        rest->size = b->size - size;
+        rest->segment = b->segment;
+        rest->prev = b;
+        rest->next = b->next;
+        if (b->next) b->next->prev = rest;
+        b->next = rest;
+        b->size = size;
+        pool.free.insert(rest);
+    }
+    b->allocated = true;
+    live_[b->address] = b;
+    allocated_ += b->size;
+    peak_allocated_ = std::max(peak_allocated_, allocated_);
+    if (block_bytes) *block_bytes = b->size;
+    return b->address;
+}
+
+bool CachingAllocatorModel::free(uint64_t address, uint64_t *block_bytes) {
+    auto it = live_.find(address);
+    if (it == live_.end()) return false;
+    Block *b = it->second;
+    live_.erase(it);
+    if (block_bytes) *block_bytes = b->size;
+    allocated_ -= b->size;
+    b->allocated = false;
+    Pool &pool = pool_of(b->segment);
+    pool.free.insert(merge_free(pool, b));
+    return true;
+}
+
+void CachingAllocatorModel::empty_cache() { release_cached_blocks(); }
+
+CachingAllocatorModel::Block *CachingAllocatorModel::merge_free(Pool &pool, Block *b) {
+    // Out of its set before its size changes: the sets are ordered by size and address.
+    auto unlist = [&pool](Block *x) {
+        if (x->mapped) pool.free.erase(x);
+        else pool.unmapped.erase(x);
+    };
+    if (Block *p = b->prev; p && !p->allocated && p->mapped == b->mapped) {
+        unlist(p);
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next) b->next->prev = p;
+        delete b;
+        b = p;
+    }
+    if (Block *n = b->next; n && !n->allocated && n->mapped == b->mapped) {
+        unlist(n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        delete n;
+    }
+    return b;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::get_free_block(Pool &pool, uint64_t size) {
+    Block key;
+    key.size = size;
+    auto it = pool.free.lower_bound(&key);
+    if (it == pool.free.end()) return nullptr;
+    if (options_.expandable) {
+        // c10 counts a free block followed by unmapped space as the size it can grow to, and walks on
+        // from the best fit while the next one's is smaller.
+        auto growable = [](const Block *b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); };
+        for (auto next = std::next(it); next != pool.free.end() && growable(*next) < growable(*it); ++next) it = next;
+    }
+    Block *b = *it;
+    const uint64_t m = options_.max_split_size;
+    if (size < m && b->size >= m) return nullptr;                     // no oversize block for a small request
+    if (size >= m && b->size >= size + kLargeBuffer) return nullptr;  // nor one much larger than asked
+    pool.free.erase(it);
+    return b;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::alloc_block(Pool &pool, uint64_t size) {
+    if (options_.expandable) return alloc_expandable(pool, size);
+    uint64_t bytes = allocation_size(size);
+    if (!fits(bytes)) return nullptr;
+    uint64_t address = device_->alloc_segment(bytes);
+    if (!address) return nullptr;
+    Segment *s = new Segment;
+    s->address = address;
+    s->size = bytes;
+    s->small = pool.small;
+    Block *b = new Block;
+    b->address = address;
+    b->size = bytes;
+    b->segment = s;
+    s->head = b;
+    segments_[address] = s;
+    grew(bytes);
+    return b;
+}
+
+bool CachingAllocatorModel::should_split(const Pool &pool, const Block *b, uint64_t size) const {
+    uint64_t remaining = b->size - size;
+    if (pool.small || options_.expandable) return remaining >= kMinBlockSize;
+    return size < options_.max_split_size && remaining > kSmallSize;
+}
+
+// ---- expandable segments ------------------------------------------------------------------------
+
+CachingAllocatorModel::Block *CachingAllocatorModel::alloc_expandable(Pool &pool, uint64_t size) {
+    Block *c = find_expandable_block(pool, size);
+    if (!c) return nullptr;
+    if (!c->mapped) {
+        c = map_block(pool, c, std::min(c->size, size));
+        if (!c) return nullptr;
+    }
+    // Now a mapped free block followed by unmapped space: map what is still missing.
+    while (c->size < size) {
+        Block *n = c->next;
+        if (!n || n->mapped || n->allocated) return nullptr;  // find_expandable_block rules this out
+        c = map_block(pool, n, std::min(size - c->size, n->size));
+        if (!c) return nullptr;
+    }
+    pool.free.erase(c);
+    return c;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool &pool, uint64_t size) {
+    auto room_from = [size](const Block *b) {
+        uint64_t bytes = 0;
+        for (; b && bytes < size && !b->allocated; b = b->next) bytes += b->size;
+        return bytes >= size;
+    };
+    // The lowest unmapped space, together with the free block right before it, that has room.
+    for (Block *u : pool.unmapped) {
+        Block *c = u->prev && !u->prev->allocated ? u->prev : u;
+        if (room_from(c)) return c;
+    }
+    // None: a new address range, as large as the request if that is larger.
+    uint64_t range = std::max(options_.range_bytes, round_up(size, page_of(pool)));
+    uint64_t address = device_->reserve_range(range);
+    if (!address) return nullptr;
+    Segment *s = new Segment;
+    s->address = address;
+    s->size = range;
+    s->small = pool.small;
+    s->expandable = true;
+    Block *b = new Block;
+    b->address = address;
+    b->size = range;
+    b->mapped = false;
+    b->segment = s;
+    s->head = b;
+    segments_[address] = s;
+    pool.unmapped.insert(b);
+    return b;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block *u, uint64_t bytes) {
+    // Unmapped space starts on a page and is whole pages long, so `len` never passes it.
+    const uint64_t page = page_of(pool);
+    uint64_t len = std::min(round_up(bytes, page), u->size);
+    if (!fits(len) || !device_->map_pages(u->address, len, page)) return nullptr;
+    grew(len);
+    pool.unmapped.erase(u);
+    if (len < u->size) {
+        Block *rest = new Block;
+        rest->address = u->address + len;
+        rest->size = u->size - len;
+        rest->mapped = false;
+        rest->segment = u->segment;
+        rest->prev = u;
+        rest->next = u->next;
+        if (u->next) u->next->prev = rest;
+        u->next = rest;
+        u->size = len;
+        pool.unmapped.insert(rest);
+    }
+    u->mapped = true;
+    Block *b = merge_free(pool, u);
+    pool.free.insert(b);
+    return b;
+}
+
+void CachingAllocatorModel::unmap_block(Pool &pool, Block *b) {
+    // The pages lying entirely inside the free block.
+    const uint64_t page = page_of(pool), base = b->segment->address;
+    uint64_t lo = base + round_up(b->address - base, page);
+    uint64_t hi = base + (b->address + b->size - base) / page * page;
+    if (lo >= hi) return;
+    device_->unmap_pages(lo, hi - lo, page);
+    reserved_ -= hi - lo;
+    pool.free.erase(b);
+    const uint64_t end = b->address + b->size;
+    Block *u = b;
+    if (lo > b->address) {  // the part before the first page stays mapped and free
+        u = new Block;
+        u->segment = b->segment;
+        u->prev = b;
+        u->next = b->next;
+        if (b->next) b->next->prev = u;
+        b->next = u;
+        b->size = lo - b->address;
+        pool.free.insert(b);
+    }
+    u->address = lo;
+    u->size = hi - lo;
+    u->mapped = false;
+    if (hi < end) {  // and so does the part after the last page
+        Block *after = new Block;
+        after->address = hi;
+        after->size = end - hi;
+        after->segment = b->segment;
+        after->prev = u;
+        after->next = u->next;
+        if (u->next) u->next->prev = after;
+        u->next = after;
+        pool.free.insert(after);
+    }
+    pool.unmapped.insert(merge_free(pool, u));
+}
+
+void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
+    // A range with nothing mapped any more goes back whole, as c10 releases an empty expandable segment.
+    for (auto it = pool.unmapped.begin(); it != pool.unmapped.end();) {
+        Block *b = *it;
+        Segment *s = b->segment;
+        if (b->prev || b->next) {
+            ++it;
+            continue;
+        }
+        it = pool.unmapped.erase(it);
+        device_->release_range(s->address, s->size);
+        segments_.erase(s->address);
+        delete b;
+        delete s;
+    }
+}
+
+// ---- giving memory back on a refusal ------------------------------------------------------------------
+
+void CachingAllocatorModel::release_segment(Pool &pool, Block *whole) {
+    Segment *s = whole->segment;
+    pool.free.erase(whole);
+    device_->free_segment(s->address, s->size);
+    reserved_ -= s->size;
+    segments_.erase(s->address);
+    delete whole;
+    delete s;
+}
+
+bool CachingAllocatorModel::release_available_cached_blocks(Pool &pool, uint64_t size) {
+    const uint64_t m = options_.max_split_size;
+    if (m == kNoMaxSplit || options_.expandable) return false;  // c10 never frees expandable blocks here
+    const uint64_t want = std::max(size, m);
+    auto unsplit = [](const Block *b) { return !b->prev && !b->next; };
+    Block key;
+    key.size = want;
+    for (auto it = pool.free.lower_bound(&key); it != pool.free.end(); ++it) {
+        if (unsplit(*it)) {
+            release_segment(pool, *it);
+            return true;
+        }
+    }
+    // No single block is large enough: the largest oversize ones until enough is freed.
+    std::vector<Block *> victims;
+    uint64_t freed = 0;
+    for (auto it = pool.free.rbegin(); it != pool.free.rend() && (*it)->size >= m && freed < want; ++it) {
+        if (!unsplit(*it)) continue;
+        victims.push_back(*it);
+        freed += (*it)->size;
+    }
+    for (Block *b : victims) release_segment(pool, b);
+    return freed >= want;
+}
+
+void CachingAllocatorModel::release_cached_blocks() {
+    for (Pool *pool : {&large_, &small_}) {
+        std::vector<Block *> free(pool->free.begin(), pool->free.end());
+        for (Block *b : free) {
+            if (b->segment->expandable) unmap_block(*pool, b);
+            else if (!b->prev && !b->next) release_segment(*pool, b);
+        }
+        release_empty_ranges(*pool);
+    }
+}
+
+// ---- questions ------------------------------------------------------------------------------------
+
+uint64_t CachingAllocatorModel::block_bytes(uint64_t address) const {
+    auto it = live_.find(address);
+    return it == live_.end() ? 0 : it->second->size;
+}
+
+uint64_t CachingAllocatorModel::largest_free() const {
+    uint64_t largest = 0;
+    for (const Pool *p : {&small_, &large_})
+        if (!p->free.empty()) largest = std::max(largest, (*p->free.rbegin())->size);
+    return largest;
+}
+
+std::vector<SegmentInfo> CachingAllocatorModel::segments() const {
+    std::vector<SegmentInfo> out;
+    for (const auto &[address, s] : segments_) {
+        SegmentInfo info;
+        info.address = address;
+        info.range = s->size;
+        info.small = s->small;
+        info.expandable = s->expandable;
+        for (const Block *b = s->head; b; b = b->next) {
+            if (b->mapped) info.bytes += b->size;
+            if (b->allocated) info.allocated += b->size;
+            else if (b->mapped) info.largest_free = std::max(info.largest_free, b->size);
+        }
+        out.push_back(info);
+    }
+    return out;
+}
+
+bool CachingAllocatorModel::consistent(std::string *why) const {
+    auto broken = [why](const std::string &what) {
+        if (why) *why = what;
+        return false;
+    };
+    uint64_t allocated = 0, reserved = 0;
+    size_t live = 0, free_small = 0, free_large = 0, unmapped_small = 0, unmapped_large = 0;
+    for (const auto &[address, s] : segments_) {
+        const Pool &pool = s->small ? small_ : large_;
+        const uint64_t page = page_of(pool);
+        if (s->address != address || !s->head || s->head->prev) return broken("segment head");
+        if (s->expandable != options_.expandable) return broken("segment kind");
+        uint64_t at = address;
+        for (const Block *b = s->head; b; b = b->next) {
+            if (b->segment != s) return broken("block's segment");
+            if (b->address != at || b->size == 0) return broken("blocks do not tile their segment");
+            if (b->next && b->next->prev != b) return broken("prev/next links");
+            if (b->size % kMinBlockSize) return broken("block size not a multiple of 512");
+            at += b->size;
+            if (b->allocated) {
+                if (!b->mapped) return broken("a live block in unmapped space");
+                auto it = live_.find(b->address);
+                if (it == live_.end() || it->second != b) return broken("live block not in the live table");
+                allocated += b->size;
+                live++;
+            } else {
+                if (b->next && !b->next->allocated && b->next->mapped == b->mapped)
+                    return broken("free neighbours not merged");
+                Block *key = const_cast<Block *>(b);
+                if (!(b->mapped ? pool.free.count(key) : pool.unmapped.count(key)))
+                    return broken("free block not in its pool's set");
+                if (b->mapped) (s->small ? free_small : free_large)++;
+                else (s->small ? unmapped_small : unmapped_large)++;
+                if (!b->mapped && ((b->address - address) % page || b->size % page))
+                    return broken("unmapped space not whole pages");
+            }
+            if (b->mapped) reserved += b->size;
+        }
+        if (at != address + s->size) return broken("blocks do not cover their segment");
+        if (s->expandable) {
+            // reserved counts whole pages: a mapped run always ends on a page boundary.
+            for (const Block *b = s->head; b; b = b->next)
+                if (b->mapped && (!b->next || !b->next->mapped) && (b->address + b->size - address) % page)
+                    return broken("mapped run not ending on a page");
+        }
+    }
+    if (live != live_.size()) return broken("live table holds blocks of no segment");
+    if (free_small != small_.free.size() || free_large != large_.free.size()) return broken("stale free set entry");
+    if (unmapped_small != small_.unmapped.size() || unmapped_large != large_.unmapped.size())
+        return broken("stale unmapped set entry");
+    if (allocated != allocated_) return broken("allocated total");
+    if (reserved != reserved_) return broken("reserved total");
+    if (reserved_ > options_.limit) return broken("reserved past the limit");
+    if (allocated_ > reserved_) return broken("allocated past reserved");
+    return true;
+}
+
+}  // namespace gg::whatif

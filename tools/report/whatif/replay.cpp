@@ -1,0 +1,325 @@
+#include "tools/report/whatif/replay.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace gg::whatif {
+
+uint64_t spare_needed(uint64_t budget) { return std::max<uint64_t>(uint64_t(64) << 20, budget / 50); }
+
+using report::Report;
+using report::TensorEvent;
+using report::TensorView;
+
+namespace {
+
+// PyTorch's reserved and the model's agree when within one small segment of each other.
+constexpr uint64_t kAgreement = 2 * kMiB;
+// The unit of every segment and page: limits are searched in it.
+constexpr uint64_t kLimitStep = 2 * kMiB;
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t sub_sat(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+bool block_event(const TensorEvent &e) {
+    return e.action == TensorEvent::kAlloc || e.action == TensorEvent::kFree || e.action == TensorEvent::kOom;
+}
+
+size_t block_events(const TensorView &t) {
+    size_t n = 0;
+    for (const TensorEvent &e : t.events) n += e.device == t.device && block_event(e);
+    return n;
+}
+
+}  // namespace
+
+std::string describe(const Config &c) {
+    std::string s;
+    if (c.expandable) s = "expandable_segments:True";
+    if (c.max_split_size != kNoMaxSplit)
+        s += (s.empty() ? "" : ",") + std::string("max_split_size_mb:") + std::to_string(c.max_split_size >> 20);
+    return s.empty() ? "defaults" : s;
+}
+
+std::string cannot_replay(const Report &r) {
+    if (!r.tensor)
+        return "has no tensor view (the process did not load PyTorch's CUDA library, or the shim that wrote it "
+               "predates the tensor view): nothing to replay";
+    if (!r.tensor->from_blocks())
+        return "has no blocks of PyTorch's caching allocator (tensor_view.source is \"" + r.tensor->source +
+               "\": the cudaMallocAsync backend, or a PyTorch without the report call): nothing to replay";
+    if (block_events(*r.tensor) == 0)
+        return "has no block events to replay (tensor_view.events holds none; GPUGUARD_TENSOR_EVENTS=0 keeps none)";
+    return "";
+}
+
+Trace trace_of(const Report &r) {
+    Trace tr;
+    const TensorView &t = *r.tensor;
+    size_t total = block_events(t), skip = total > kMaxReplayEvents ? total - kMaxReplayEvents : 0;
+    tr.dropped = add_sat(t.events_dropped, skip);
+    for (const TensorEvent &e : t.events) {
+        if (e.device != t.device || !block_event(e)) continue;
+        if (skip) {
+            skip--;
+            continue;
+        }
+        tr.ops.push_back({char(e.action), e.address, e.bytes, e.allocated, e.reserved});
+    }
+
+    // The blocks live when the events start: a free with no allocation before it in the events, and a
+    // block listed live in the report that no event names.
+    std::unordered_map<uint64_t, uint64_t> live;
+    std::unordered_set<uint64_t> named;
+    std::map<uint64_t, uint64_t> seeds;
+    size_t from_frees = 0, from_list = 0;
+    for (const Trace::Op &op : tr.ops) {
+        if (op.action == 'a') {
+            live[op.address] = op.bytes;
+            named.insert(op.address);
+        } else if (op.action == 'f') {
+            named.insert(op.address);
+            if (!live.erase(op.address) && seeds.emplace(op.address, op.bytes).second) from_frees++;
+        }
+    }
+    for (const report::TensorBlock &b : t.blocks) {
+        if (seeds.size() >= kMaxReplayEvents) break;
+        if (!named.count(b.address) && seeds.emplace(b.address, b.bytes).second) from_list++;
+    }
+    tr.seeds.assign(seeds.begin(), seeds.end());
+
+    if (tr.dropped > 0) {
+        tr.approximate = true;
+        tr.caveats.push_back("the report kept the last " + std::to_string(tr.ops.size()) + " block events of " +
+                             std::to_string(add_sat(tr.ops.size(), tr.dropped)) + "; the " +
+                             std::to_string(tr.seeds.size()) +
+                             " blocks live before them are placed in address order, and the cache PyTorch held "
+                             "then is unknown");
+        if (from_list && t.block_count > t.blocks.size())
+            tr.caveats.push_back("the report lists " + std::to_string(t.blocks.size()) + " of " +
+                                 std::to_string(t.block_count) + " live blocks (the largest)");
+    } else if (!tr.seeds.empty()) {
+        tr.approximate = true;
+        tr.caveats.push_back(std::to_string(from_frees + from_list) +
+                             " blocks are freed or listed live without an allocation in the events; they are taken "
+                             "as live from the start");
+    }
+
+    bool refusal_in_events = false;
+    for (const Trace::Op &op : tr.ops) refusal_in_events |= op.action == 'o';
+    if (!refusal_in_events) {
+        if (t.oom && t.oom->requested > 0) tr.final_request = t.oom->requested;
+        else if (r.failed && r.failed->bytes && *r.failed->bytes > 0) tr.final_request = *r.failed->bytes;
+    }
+    return tr;
+}
+
+Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool stop) {
+    Options o;
+    o.expandable = config.expandable;
+    o.max_split_size = config.max_split_size;
+    o.limit = limit;
+    CachingAllocatorModel m(o);
+    Replay out;
+    auto failed = [&](size_t at, uint64_t bytes, bool refusal) {
+        if (!out.ok) return;
+        out.ok = false;
+        out.failed_at = at;
+        out.failed_bytes = bytes;
+        out.failed_at_refusal = refusal;
+        out.failed_allocated = m.allocated();
+        out.failed_reserved = m.reserved();
+    };
+    // A request PyTorch refused: served by the model, it is given back at once (the program went on
+    // without it).
+    auto refused_request = [&](size_t at, uint64_t bytes) {
+        out.refusals++;
+        uint64_t x = m.malloc(bytes);
+        out.last_refusal_refused = x == 0;
+        if (x) {
+            m.free(x);
+        } else {
+            out.refused_too++;
+            failed(at, bytes, true);
+        }
+    };
+
+    std::unordered_map<uint64_t, uint64_t> model_address;  // recorded address -> the model's
+    model_address.reserve(trace.seeds.size() + trace.ops.size() / 2 + 1);
+    for (const auto &[address, bytes] : trace.seeds) {
+        uint64_t x = m.malloc(bytes);
+        if (x) {
+            model_address[address] = x;
+            continue;
+        }
+        out.blocks_not_served++;
+        failed(kAtSeeds, bytes, false);
+        if (stop) return out;
+    }
+    for (size_t i = 0; i < trace.ops.size(); i++) {
+        const Trace::Op &op = trace.ops[i];
+        if (op.action == 'a') {
+            auto it = model_address.find(op.address);
+            if (it != model_address.end()) {  // handed out twice without a free between: the free was lost
+                m.free(it->second);
+                model_address.erase(it);
+            }
+            uint64_t x = m.malloc(op.bytes);
+            if (x) {
+                model_address[op.address] = x;
+            } else {
+                out.blocks_not_served++;
+                failed(i, op.bytes, false);
+            }
+        } else if (op.action == 'f') {
+            auto it = model_address.find(op.address);
+            if (it != model_address.end()) {
+                m.free(it->second);
+                model_address.erase(it);
+            }
+        } else {
+            refused_request(i, op.bytes);
+        }
+        uint64_t diff = m.reserved() > op.reserved ? m.reserved() - op.reserved : op.reserved - m.reserved();
+        out.compared++;
+        out.within += diff <= kAgreement;
+        out.largest_difference = std::max(out.largest_difference, diff);
+        if (stop && !out.ok) return out;
+    }
+    if (trace.final_request) refused_request(trace.ops.size(), *trace.final_request);
+    out.peak_allocated = m.peak_allocated();
+    out.peak_reserved = m.peak_reserved();
+    return out;
+}
+
+std::optional<uint64_t> smallest_limit(const Trace &trace, const Config &config, uint64_t at_least) {
+    Replay unlimited = replay(trace, config, kNoLimit, true);
+    if (!unlimited.ok) return std::nullopt;  // a request no limit serves
+    // Bisection over multiples of the step in [lo, hi], where hi serves everything.
+    uint64_t hi = (unlimited.peak_reserved + kLimitStep - 1) / kLimitStep;
+    uint64_t lo = std::min(at_least / kLimitStep, hi);
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (replay(trace, config, mid * kLimitStep, true).ok) hi = mid;
+        else lo = mid + 1;
+    }
+    return hi * kLimitStep;
+}
+
+std::optional<Budget> budget_of(const Report &r) {
+    Budget b;
+    const TensorView &t = *r.tensor;
+    if (r.process_bytes && t.reserved) b.outside = sub_sat(*r.process_bytes, *t.reserved);
+    bool per_process = r.limit_scope == "process";
+    if (!per_process) {
+        if (r.container_bytes && r.process_bytes && *r.container_bytes >= *r.process_bytes) {
+            b.others = *r.container_bytes - *r.process_bytes;
+        } else {
+            for (const report::LedgerProcess &p : r.ledger_processes)
+                if (!p.self) b.others = add_sat(b.others, p.bytes);
+        }
+    }
+    uint64_t base = 0;
+    if (r.limit_bytes) {
+        b.limit = r.limit_bytes;
+        b.scope = per_process ? "process" : "container";
+        base = *r.limit_bytes;
+    } else if (r.device_total) {
+        b.device_total = r.device_total;
+        b.scope = "device";
+        base = *r.device_total;
+    } else {
+        return std::nullopt;
+    }
+    b.bytes = sub_sat(sub_sat(base, b.others), b.outside);
+    return b;
+}
+
+namespace {
+
+Outcome outcome_of(const Config &c, const Replay &rep) {
+    Outcome o;
+    o.config = c;
+    o.avoids = rep.ok;
+    o.runs_out_earlier = !rep.ok && !rep.failed_at_refusal;
+    o.failed_bytes = rep.failed_bytes;
+    o.failed_allocated = rep.failed_allocated;
+    o.failed_reserved = rep.failed_reserved;
+    o.peak_reserved = rep.peak_reserved;
+    return o;
+}
+
+}  // namespace
+
+WhatIf what_if(const Report &r) {
+    WhatIf w;
+    w.report = r.name;
+    const TensorView &t = *r.tensor;
+    w.allocator_conf = t.allocator_conf;
+    w.recorded.expandable = t.expandable_segments();
+    w.recorded.max_split_size = t.max_split_size();
+    Trace tr = trace_of(r);
+    w.events = tr.ops.size();
+    w.seeded = tr.seeds.size();
+    w.dropped = tr.dropped;
+    w.approximate = tr.approximate;
+    w.caveats = tr.caveats;
+    w.budget = budget_of(r);
+    const uint64_t limit = w.budget ? w.budget->bytes : kNoLimit;
+
+    // c: PyTorch's own allocated peak, the refused request on top of what it held then.
+    uint64_t last_allocated = 0;
+    for (const Trace::Op &op : tr.ops) {
+        w.needed = std::max(w.needed, op.action == 'o' ? add_sat(op.allocated, op.bytes) : op.allocated);
+        if (op.action == 'o') w.refused_request = op.bytes;
+        last_allocated = op.allocated;
+    }
+    if (tr.final_request) {
+        w.refused_request = tr.final_request;
+        uint64_t held = t.oom && t.oom->requested == *tr.final_request ? t.oom->allocated : last_allocated;
+        w.needed = std::max(w.needed, add_sat(held, *tr.final_request));
+    }
+
+    // a: the settings PyTorch ran with, under the same budget.
+    Replay rec = replay(tr, w.recorded, limit, false);
+    WhatIf::Check &c = w.check;
+    c.compared = rec.compared;
+    c.within = rec.within;
+    c.largest_difference = rec.largest_difference;
+    if (w.budget && rec.refusals > 0) c.reproduces_oom = rec.blocks_not_served == 0 && rec.last_refusal_refused;
+    bool agrees = c.compared > 0 && c.within * 10 >= c.compared * 9;
+    bool runs_out_earlier = w.budget && rec.blocks_not_served > 0;
+    c.trusted = agrees && !runs_out_earlier && c.reproduces_oom != false;
+    if (!agrees) {
+        c.why = "the model's reserved bytes stray more than 2 MiB from PyTorch's at over a tenth of the events";
+    } else if (runs_out_earlier) {
+        c.why = "under this budget the model runs out before PyTorch did (the budget or the model is off)";
+    } else if (c.reproduces_oom == false) {
+        c.why = "under this budget the model serves the request PyTorch refused (the budget or the model is off)";
+    } else if (c.reproduces_oom == true) {
+        c.why = "it follows PyTorch's reserved bytes and refuses the same request under the same budget";
+    } else {
+        c.why = "it follows PyTorch's reserved bytes";
+    }
+
+    w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
+    Config expandable = w.recorded;
+    expandable.expandable = true;
+    w.smallest_expandable = smallest_limit(tr, expandable, w.needed);
+
+    if (w.budget) {
+        // b and d: other settings under the same budget.
+        w.expandable = w.recorded.expandable ? outcome_of(expandable, rec)
+                                             : outcome_of(expandable, replay(tr, expandable, limit, true));
+        for (uint64_t mb : kSplitSizesMb) {
+            Config split = w.recorded;
+            split.max_split_size = mb << 20;
+            w.max_split.push_back(outcome_of(split, replay(tr, split, limit, true)));
+        }
+    }
+    return w;
+}
+
+}  // namespace gg::whatif

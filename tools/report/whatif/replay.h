@@ -1,0 +1,161 @@
+// `gpuguard report --what-if`: the block events a report recorded (tensor_view.events) replayed through
+// the model of PyTorch's caching allocator (allocator_model.h) to answer, for the run that ran out of
+// memory:
+//   a. whether the model follows PyTorch here (its reserved bytes against PyTorch's at each event, and
+//      whether it refuses the same request under the same budget): whether to trust b to d;
+//   b. whether expandable_segments:True would have avoided the out-of-memory under the same budget;
+//   c. the smallest budget the run needed: the allocated peak (no allocator does with less), and the
+//      smallest at which the allocator as configured, and with expandable segments, replays through;
+//   d. which max_split_size_mb values would have avoided it under the same budget.
+// The budget is what the quota left to PyTorch: the limit (or the device's total without a quota)
+// minus other processes' bytes on the device (a container-wide quota) and minus this process's own
+// device memory outside PyTorch's allocator (both counted against the quota, neither reusable by c10).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tools/report/model.h"
+#include "tools/report/whatif/allocator_model.h"
+
+namespace gg::whatif {
+
+// The allocator's settings a replay varies.
+struct Config {
+    bool expandable = false;
+    uint64_t max_split_size = kNoMaxSplit;
+};
+// "expandable_segments:True,max_split_size_mb:128"; "defaults" when neither is set.
+std::string describe(const Config &c);
+
+// The recorded history of one device, as the replay uses it.
+struct Trace {
+    struct Op {
+        char action = 'a';  // 'a' a block handed out, 'f' taken back, 'o' a request refused
+        uint64_t address = 0, bytes = 0;
+        uint64_t allocated = 0, reserved = 0;  // PyTorch's totals after it
+    };
+    std::vector<Op> ops;
+    // Blocks live when the recorded events start (address, bytes; by address): freed in the events
+    // without being handed out there, or listed live in the report and never named by an event.
+    std::vector<std::pair<uint64_t, uint64_t>> seeds;
+    // A refused request the events do not hold (tensor_view.oom, else the failed request), tried last.
+    std::optional<uint64_t> final_request;
+    uint64_t dropped = 0;  // events before the first one replayed
+    bool approximate = false;
+    std::vector<std::string> caveats;  // why it is approximate, one sentence each
+};
+
+// At most this many events are replayed (the newest); older ones count as dropped. Bounds the work
+// of a report whose ring was configured huge: the search below replays the events some 50 times.
+constexpr size_t kMaxReplayEvents = 1u << 20;
+
+// Why a report cannot be replayed, one line without the file's name; "" when it can.
+std::string cannot_replay(const report::Report &r);
+Trace trace_of(const report::Report &r);
+
+// Where a replay first could not serve a request.
+constexpr size_t kAtSeeds = SIZE_MAX - 1;  // a block live before the events
+constexpr size_t kNowhere = SIZE_MAX;
+
+struct Replay {
+    bool ok = true;                                      // every recorded block and every refused request served
+    size_t failed_at = kNowhere;                         // the op (ops.size(): the final request; kAtSeeds)
+    uint64_t failed_bytes = 0;                           // that request
+    bool failed_at_refusal = false;                      // one PyTorch refused too (else PyTorch served it)
+    uint64_t failed_allocated = 0, failed_reserved = 0;  // the model's totals then
+    size_t blocks_not_served = 0;                        // recorded blocks the model could not hand out
+    size_t refusals = 0, refused_too = 0;                // requests PyTorch refused, and those the model refused too
+    bool last_refusal_refused = false;
+    uint64_t peak_allocated = 0, peak_reserved = 0;
+    // The model's reserved against PyTorch's after each op.
+    size_t compared = 0, within = 0;  // within 2 MiB
+    uint64_t largest_difference = 0;
+};
+
+// Replays `trace` through the model with `config`, reserved bytes never past `limit`; `stop` ends at
+// the first request not served (what the limit search needs).
+Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool stop);
+
+// The smallest limit (a multiple of 2 MiB, the unit of every segment and page) at which the replay
+// serves everything, searched by bisection from `at_least` up to the peak reserved of a replay
+// without a limit (which serves everything by construction). Bisection assumes that more memory
+// never hurts, which holds for the caching allocator but for rare orders of events. Unknown when
+// nothing serves it (a request larger than any device).
+std::optional<uint64_t> smallest_limit(const Trace &trace, const Config &config, uint64_t at_least);
+
+struct Budget {
+    uint64_t bytes = 0;  // what PyTorch's allocator could reserve
+    std::string scope;   // "container", "process" (the quota's scope) or "device" (no quota)
+    std::optional<uint64_t> limit, device_total;
+    uint64_t others = 0;   // other processes' bytes on the device (a container quota)
+    uint64_t outside = 0;  // this process's device memory outside PyTorch's allocator
+};
+std::optional<Budget> budget_of(const report::Report &r);
+
+struct Outcome {  // one setting under the budget
+    Config config;
+    bool avoids = false;            // serves every block and every refused request
+    bool runs_out_earlier = false;  // fails at a block PyTorch served
+    uint64_t failed_bytes = 0, failed_allocated = 0, failed_reserved = 0;
+    uint64_t peak_reserved = 0;  // when it avoids it
+};
+
+struct WhatIf {
+    std::string report;  // the file's name
+    std::string allocator_conf;
+    Config recorded;
+    size_t events = 0, seeded = 0;
+    uint64_t dropped = 0;
+    bool approximate = false;
+    std::vector<std::string> caveats;
+    std::optional<Budget> budget;
+    std::optional<uint64_t> refused_request;  // the last request PyTorch refused
+    struct Check {
+        size_t compared = 0, within = 0;
+        uint64_t largest_difference = 0;
+        std::optional<bool> reproduces_oom;  // unknown without a budget or a refusal
+        bool trusted = false;
+        std::string why;  // one sentence
+    } check;
+    std::optional<Outcome> expandable;  // b: unknown without a budget
+    std::vector<Outcome> max_split;     // d: 32 MiB to 1 GiB; empty without a budget
+    uint64_t needed = 0;                // c: PyTorch's allocated peak, with the refused request
+    std::optional<uint64_t> smallest_configured, smallest_expandable;
+};
+
+// What a setting that avoids the OOM should leave spare under the budget before the answer is "yes"
+// rather than "only just": a rerun does not repeat the recorded requests exactly (threads interleave
+// differently, libraries size their workspaces from what is free). On the H200, a DDP run that the
+// replay said max_split_size_mb:256 would serve with 50 MiB to spare asked for more in its rerun and
+// ran out (docs/platform-facts.md). 64 MiB or 2% of the budget, as the quota's own tolerance.
+uint64_t spare_needed(uint64_t budget);
+inline bool comfortably(const Outcome &o, uint64_t budget) {
+    return o.avoids && o.peak_reserved <= budget && budget - o.peak_reserved >= spare_needed(budget);
+}
+
+// The max_split_size_mb values tried (c10 requires more than 20).
+constexpr uint64_t kSplitSizesMb[] = {32, 64, 128, 256, 512, 1024};
+
+// The whole answer; the report must be replayable (cannot_replay(r) empty).
+WhatIf what_if(const report::Report &r);
+
+nlohmann::json to_json(const WhatIf &w);
+// A few lines a person reads in ten seconds.
+void render_text(const WhatIf &w, bool color, std::ostream &out);
+
+// The replay's answer as one piece of advice for the report's summary (tools/report/analysis.cpp):
+// a title naming the option that avoids the OOM (or none) and a detail with the numbers. Empty when
+// the model does not follow the run (not trusted) or there was no budget: then it says nothing.
+struct Verdict {
+    std::string title, detail;
+};
+std::optional<Verdict> verdict(const WhatIf &w);
+
+}  // namespace gg::whatif
