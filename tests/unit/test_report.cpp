@@ -159,3 +159,26 @@ TEST_CASE("the tensor view: c10's blocks, totals and events read back in the com
     CHECK_FALSE(t.timeline.empty());
     torch::reset_after_fork();
 }
+
+// Issue 18, defect 10: the tensor view's rows (a block's or a segment's stack, a segment's API) are
+// strings of the file like any other, made printable as they are read.
+TEST_CASE("report reader: the tensor view's strings come out without C0 or C1 controls") {
+    nlohmann::json d = {{"schema", "gpuguard.report"},
+                        {"version", 1},
+                        {"reason", "request"},
+                        {"tensor_view",
+                         {{"source", "c10"},
+                          {"blocks", {{"count", 1}, {"list", {{4096, 512, "s\x1b]0;t\x07"}}}}},
+                          {"segments", {{4096, 2097152, "s\u009b2J", "cuMemAlloc\x1b[2J\x9b"}}}}}};
+    gg::report::Report r;
+    gg::report::LoadError err;
+    REQUIRE_MESSAGE(gg::report::parse(d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "t", r, err),
+                    err.message);
+    REQUIRE(r.tensor);
+    REQUIRE(r.tensor->blocks.size() == 1);
+    REQUIRE(r.tensor->segments.size() == 1);
+    CHECK(r.tensor->blocks[0].stack == "s?]0;t?");
+    CHECK(r.tensor->segments[0].stack == "s??2J");  // each byte of U+009B
+    CHECK(r.tensor->segments[0].api.rfind("cuMemAlloc?[2J", 0) == 0);
+    CHECK(r.tensor->segments[0].api.find('\x1b') == std::string::npos);
+}

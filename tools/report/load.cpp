@@ -162,7 +162,9 @@ std::optional<uint64_t> row_u64(const json &row, size_t i) {
     return std::nullopt;
 }
 std::string row_str(const json &row, size_t i) {
-    return row.is_array() && i < row.size() && row[i].is_string() ? row[i].get<std::string>() : std::string();
+    // Printable, as str() makes every other string of the model.
+    return row.is_array() && i < row.size() && row[i].is_string() ? printable(row[i].get<std::string>())
+                                                                  : std::string();
 }
 
 TensorView read_tensor_view(const json &t) {
