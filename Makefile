@@ -251,6 +251,7 @@ FUZZ_DEPS_fuzz_config    := $(COMMON_SRC) shim/core/config.cpp
 FUZZ_DEPS_fuzz_ledger    := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_report    := $(COMMON_SRC) $(sort $(shell find tools/report -name '*.cpp')) tools/cli/text.cpp $(FUZZ_BUILD)/tools/embedded.cpp
 FUZZ_DEPS_fuzz_cfi       := shim/stacks/cfi_walker.cpp
+FUZZ_DEPS_fuzz_admission := $(COMMON_SRC)
 FUZZ_DEPS_fuzz_whatif    := $(COMMON_SRC) tools/report/model.cpp $(sort $(wildcard tools/report/whatif/*.cpp))
 
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check

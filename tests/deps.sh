@@ -10,7 +10,10 @@ for a in "$@"; do
 done
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in libunwind-dev nlohmann-json3-dev doctest-dev; do have "$pkg" || need+=("$pkg"); done
+# util-linux: unshare, mount and mountpoint for the hostile-environment checks (t_hostile.sh: PID
+# namespaces, a small tmpfs; skipped with the reason where root is not there). Essential in Debian, so
+# normally present.
+for pkg in libunwind-dev nlohmann-json3-dev doctest-dev util-linux; do have "$pkg" || need+=("$pkg"); done
 # chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi

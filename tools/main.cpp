@@ -1,10 +1,12 @@
 // gpuguard: the command. Each subcommand lives in its own file (tools/commands/<name>.cpp) and is
 // listed in tools/commands/commands.cpp.
+#include "common/base/log.h"
 #include "common/base/version.h"
 #include "tools/commands/commands.h"
 
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -19,8 +21,16 @@ int main(int argc, char **argv) {
         printf("gpuguard %s\n", GPUGUARD_VERSION_STRING);
         return 0;
     }
-    for (const gg::tool::Command &c : gg::tool::commands())
-        if (!strcmp(argv[1], c.name)) return c.run(argc - 1, argv + 1);
-    fprintf(stderr, "gpuguard: unknown command '%s' (try 'gpuguard --help')\n", argv[1]);
+    for (const gg::tool::Command &c : gg::tool::commands()) {
+        if (strcmp(argv[1], c.name) != 0) continue;
+        // A renderer or the reader out of host memory is one line and exit 2, never std::terminate.
+        try {
+            return c.run(argc - 1, argv + 1);
+        } catch (const std::bad_alloc &) {
+            fprintf(stderr, "gpuguard: out of memory\n");
+            return 2;
+        }
+    }
+    gg::log_error("unknown command '%s' (try 'gpuguard --help')", argv[1]);
     return 2;
 }

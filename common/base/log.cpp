@@ -1,5 +1,6 @@
 #include "common/base/log.h"
 
+#include "common/base/printable.h"
 #include "common/settings/settings.h"
 
 #include <atomic>
@@ -18,7 +19,11 @@ void log_vline(const char *fmt, va_list ap) {
     memcpy(buf, prefix, n);
     int k = vsnprintf(buf + n, sizeof(buf) - n - 1, fmt, ap);
     if (k < 0) k = 0;
-    n += (size_t)k < sizeof(buf) - n - 1 ? (size_t)k : sizeof(buf) - n - 2;
+    size_t body = (size_t)k < sizeof(buf) - n - 1 ? (size_t)k : sizeof(buf) - n - 2;
+    // The message names values from elsewhere (a variable, a path, a program's argv): none of their
+    // bytes may reach a terminal as a control (an escape sequence), and the line stays one line.
+    make_printable(buf + n, body);
+    n += body;
     if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
     ssize_t ignored = write(STDERR_FILENO, buf, n);
     (void)ignored;

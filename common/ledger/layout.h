@@ -9,10 +9,21 @@ namespace gg::ledger {
 
 constexpr int kMaxDevices = 32;
 constexpr int kMaxSlots = 512;
-constexpr uint32_t kLayoutVersion = 1;
+// 2: a slot's owner is alive while it holds an open-file-description lock on the slot's bytes
+// (liveness no longer by pid: version-1 processes would reclaim version-2 slots), a slot records
+// its PID namespace instead of its start time.
+// 3: Header::retired, and the replacement protocol of Ledger::open around it.
+// 4: limit_spec holds 4096 bytes: every spec the parser accepts (common/units/size_spec.h).
+constexpr uint32_t kLayoutVersion = 4;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
+// Ownership is not in these states but in the kernel: a process owns a slot (or a device entry it
+// registers) while it holds an F_OFD_SETLK write lock on that slot's (entry's) byte range of the
+// file, taken before it writes there. The kernel drops the lock when the process dies, by any
+// signal, in any PID namespace, and at exec (the descriptor is close-on-exec). So a slot whose lock
+// is free belongs to nobody, whatever its state says: the state is what its last owner got to write.
+// Free and reclaimed slots hold no bytes.
 enum DeviceState : uint32_t { kDeviceFree = 0, kDeviceClaiming = 1, kDeviceReady = 2 };
 enum SlotState : uint32_t { kSlotFree = 0, kSlotClaiming = 1, kSlotLive = 2, kSlotReclaiming = 3, kSlotReclaimed = 4 };
 
@@ -28,8 +39,8 @@ struct DeviceEntry {
 
 struct Slot {
     std::atomic<uint32_t> state;
-    std::atomic<int32_t> pid;
-    std::atomic<uint64_t> start_ticks;  // /proc/<pid>/stat field 22: tells a reused pid from the old process
+    std::atomic<int32_t> pid;      // in the owner's PID namespace: for people, never for liveness
+    std::atomic<uint64_t> pid_ns;  // that namespace's inode (/proc/self/ns/pid), 0 when unknown
     char command[96];
     std::atomic<uint64_t> bytes[kMaxDevices];
     std::atomic<uint64_t> peak[kMaxDevices];
@@ -45,9 +56,12 @@ struct Header {
     uint64_t created_unix_ns;
     int32_t creator_pid;
     uint32_t reserved;
-    char limit_spec[256];             // the limit as the creator gave it; empty for none. Never changes.
+    char limit_spec[4096];            // the limit as the creator gave it; empty for none. Never changes.
     std::atomic<uint32_t> slot_high;  // slots [0, slot_high) have been used at least once
-    uint32_t reserved2;
+    // 1 while a process that found this ledger idle replaces it (it holds the lock on the magic's
+    // bytes meanwhile), and for good once it has: a process that joins and then reads 1 leaves and
+    // opens the path again (Ledger::open says why this makes the decision one).
+    std::atomic<uint32_t> retired;
     std::atomic<uint64_t> reclaimed_processes;
     std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
     DeviceEntry devices[kMaxDevices];

@@ -11,7 +11,13 @@
 //   - admission adds to its own slot first, then sums all slots, and backs out if the sum passes the
 //     limit. With sequentially consistent operations, of two racing admissions the later one always
 //     sees the earlier one's bytes, so admitted bytes together never exceed the limit;
-//   - slots never move; a freed slot is reused in place.
+//   - slots never move; a freed slot is reused in place;
+//   - who owns a slot is not written in the file but held by the kernel: an open-file-description
+//     lock on the slot's bytes (common/ledger/processes.cpp), taken once when the process joins (never
+//     per allocation) and dropped by the kernel when the process dies or execs. A slot whose lock
+//     is free is dead whatever it says, so a process killed at any instruction of claiming,
+//     reclaiming or leaving a slot leaves nothing that is not taken back, and no pid is needed:
+//     processes in other PID namespaces share one ledger safely.
 // The file is created complete (written to a temporary name, then linked into place), so no process
 // ever maps a half-initialised ledger.
 #pragma once
@@ -57,17 +63,23 @@ public:
     // This process's slot; claims one on first use and again after fork (a child must never write
     // into its parent's slot). Returns false when every slot is held by a live process.
     bool join();
-    void on_fork_child();  // called in the child: forget the parent's slot
+    bool joined() const;  // whether this process holds a slot now
+    // Whether this process's last join() failed because every slot was held by a live process (and
+    // not because the file could not be opened again, which says so itself): what a refusal says.
+    bool slots_all_held() const;
+    void on_fork_child();  // called in the child: forget the parent's slot and its lock
     // A clean exit: the driver frees the process's memory, so its bytes leave the ledger at once
     // (a killed process's are reclaimed by the others instead).
     void leave();
 
     // Admission: true and the bytes are charged to this process, or false and nothing changed.
-    // *container_used receives the container's usage on the device as seen by the decision.
+    // *container_used receives the container's usage on the device as seen by the decision. No sum
+    // wraps: a request larger than the limit, or one that would wrap a count, is refused uncharged.
     bool try_charge(int dev, uint64_t bytes, uint64_t *container_used);
-    // Unconditional charge (an allocation that grew after admission, e.g. a pitch).
-    void charge(int dev, uint64_t bytes);
-    // Returns what was charged; subtraction is clamped and never underflows. Returns the bytes
+    // Unconditional charge (an allocation that grew after admission, e.g. a pitch); false, and
+    // nothing charged, when the count would wrap or the process has no slot.
+    bool charge(int dev, uint64_t bytes);
+    // Takes back what a charge added: exactly `bytes`, clamped at zero, never more. Returns the bytes
     // actually released (less than asked when the slot held less: a bug or a foreign pointer).
     uint64_t release(int dev, uint64_t bytes);
 
@@ -87,11 +99,14 @@ public:
     };
     struct ProcessView {
         int slot;
-        int pid;
+        int pid;  // in its own PID namespace
         std::string command;
         std::vector<uint64_t> bytes, peak;  // per device index
         bool alive, reclaimed, self;
+        bool other_namespace;  // its pid is in another PID namespace than the reader's
     };
+    // devices()'s `used` counts the processes alive now; container_used() counts every slot until
+    // the dead ones are reclaimed (what admission sees).
     std::vector<DeviceView> devices() const;
     std::vector<ProcessView> processes() const;
 
@@ -115,15 +130,28 @@ public:
     // device lookup.
     void remember();
 
+    // Tests only: called at each step of claiming a slot, so that a test can end the process there
+    // (as a SIGKILL would) and check that nothing leaks.
+    static void (*claim_step_for_test)(int step);
+
 private:
     Ledger() = default;
     Header *header_ = nullptr;
     size_t map_size_ = 0;
     std::string path_;
+    // The file, open while the ledger is: its OFD locks are this process's ownership of its slot.
+    // fd_pid_: the process that opened this description (a forked child opens its own).
+    int fd_ = -1;
+    std::atomic<int> fd_pid_{0};
     std::atomic<Slot *> slot_{nullptr};
     std::atomic<int> slot_pid_{0};
+    std::atomic<int> full_pid_{0};  // the process whose last join() found every slot held
+    // Serialises this process's threads around the locks it takes (join, reclaim_dead, leave,
+    // remember): the kernel does not tell two threads of one open file description apart.
     std::mutex join_mu_;
+    std::mutex device_mu_;  // the same, for device entries (device_index)
     bool read_only_ = false;
+    uint64_t pid_ns_ = 0;
     // rescue_fault(): the private copy (a mapping of the ledger's size, shared ledgers only) and
     // its state: kIntact, kRemembering (remember() is writing the copy), kRescuing, kRescued,
     // kRecovered (own bytes put back), kFailed.
@@ -131,13 +159,17 @@ private:
     std::atomic<int> rescue_{0};
     std::atomic<uint64_t> rescued_at_ns_{0};
     uint64_t sum(int dev) const;
+    bool owner_alive(int i) const;  // slot i's owner (common/ledger/processes.cpp)
+    bool own_descriptor();          // an open file description of this process's own
+    // Ledger::open's steps (common/ledger/open.cpp).
+    bool adopt(int fd, void *map, std::string *error);
+    void drop();
+    enum class Publish { kDone, kExists, kFailed };
+    Publish publish_new(const OpenOptions &o, bool replace, std::string *error);
+    void finish_open();
 };
 
 // Validation of a mapped file, shared with the fuzz target: "" when good, else why not.
 std::string validate(const void *data, size_t size);
-
-// Whether a process with this pid and start time is still the one that took a slot.
-bool process_alive(int pid, uint64_t start_ticks);
-uint64_t process_start_ticks(int pid);  // 0 when unknown
 
 }  // namespace gg::ledger

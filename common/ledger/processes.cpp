@@ -1,13 +1,21 @@
-// Other processes of the ledger: whether the one that took a slot is still alive (a pid can be
-// reused, so its start time is compared too), and what this process's command line is.
+// Other processes of the ledger: whether the owner of a slot is still alive, and what this process's
+// command line and PID namespace are.
+//
+// Liveness is an open-file-description lock (F_OFD_SETLK) that the owner holds on its slot's byte
+// range of the file (common/ledger/layout.h). Not a pid: a pid means nothing in another PID namespace
+// (Kubernetes containers that share /dev/shm, a sidecar), where it names no process or another one,
+// and a process that exec'd keeps its pid while the driver has freed its memory. The kernel drops an
+// OFD lock when the last descriptor of its open file description closes: at death by any signal,
+// and at exec (the ledger's descriptor is close-on-exec). A fork()ed child shares its parent's open
+// file description, so the child opens one of its own (Ledger::own_descriptor).
 #include "common/ledger/ledger.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/ledger/internal.h"
@@ -26,34 +34,73 @@ void internal::read_command(char *out, size_t size) {
         if (out[i] == '\0') out[i] = ' ';
 }
 
-uint64_t process_start_ticks(int pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = '\0';
-    // The command field can hold spaces and parentheses: fields are counted after the last ')'.
-    char *p = strrchr(buf, ')');
-    if (!p) return 0;
-    char state = p[2];
-    if (state == 'Z' || state == 'X') return 1;  // exited; its device memory is already gone
-    int field = 2;
-    for (char *q = p + 1; *q; q++) {
-        if (*q == ' ' && ++field == 22) return strtoull(q + 1, nullptr, 10);
-    }
-    return 0;
+uint64_t internal::pid_namespace() {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-bool process_alive(int pid, uint64_t start_ticks) {
-    if (pid <= 0) return false;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-    uint64_t now = process_start_ticks(pid);
-    if (now == 1) return false;                                            // a zombie
-    if (now != 0 && start_ticks != 0 && now != start_ticks) return false;  // the pid was reused
-    return true;
+Range internal::slot_range(int i) {
+    return {(off_t)(offsetof(Header, slots) + (size_t)i * sizeof(Slot)), (off_t)sizeof(Slot)};
+}
+Range internal::device_range(int i) {
+    return {(off_t)(offsetof(Header, devices) + (size_t)i * sizeof(DeviceEntry)), (off_t)sizeof(DeviceEntry)};
+}
+Range internal::all_slots_range() { return {(off_t)offsetof(Header, slots), (off_t)sizeof(Header::slots)}; }
+Range internal::replace_range() { return {0, (off_t)sizeof(Header::magic)}; }
+
+bool internal::try_lock(int fd, Range r) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = r.start;
+    fl.l_len = r.length;
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+void internal::unlock(int fd, Range r) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_UNLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = r.start;
+    fl.l_len = r.length;
+    fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+Held internal::held_by_another(int fd, Range r) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = r.start;
+    fl.l_len = r.length;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return Held::kUnknown;
+    return fl.l_type == F_UNLCK ? Held::kNo : Held::kYes;
+}
+
+int internal::reopen(int fd, const std::string &path) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    int again = ::open(proc, O_RDWR | O_CLOEXEC);
+    if (again >= 0) return again;
+    int e = errno;
+    struct stat was, now;
+    again = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (again >= 0 && fstat(fd, &was) == 0 && fstat(again, &now) == 0 && was.st_dev == now.st_dev &&
+        was.st_ino == now.st_ino)
+        return again;
+    if (again >= 0) close(again);
+    errno = e;
+    return -1;
+}
+
+bool Ledger::owner_alive(int i) const {
+    const Slot *mine = slot_.load();
+    if (mine == &header_->slots[i]) return true;
+    if (fd_ < 0) return false;  // a private ledger: this process's slot is the only one
+    // Unknown (a file system without OFD locks): alive, so that nobody's bytes are taken from it.
+    return held_by_another(fd_, slot_range(i)) != Held::kNo;
 }
 
 }  // namespace gg::ledger

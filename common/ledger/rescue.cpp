@@ -95,7 +95,8 @@ bool Ledger::take_recovery() {
 }
 
 void Ledger::add_own_bytes(int dev, uint64_t bytes) {
-    if (Slot *slot = slot_.load(); slot && bytes) raise_to(slot->peak[dev], slot->bytes[dev].fetch_add(bytes) + bytes);
+    if (Slot *slot = slot_.load(); slot && bytes && add_without_wrap(slot->bytes[dev], bytes))
+        raise_to(slot->peak[dev], slot->bytes[dev].load());
 }
 
 }  // namespace gg::ledger

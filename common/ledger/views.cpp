@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "common/base/saturating.h"
+
 #include "common/ledger/internal.h"
 
 namespace gg::ledger {
@@ -24,24 +26,37 @@ std::string Ledger::limit_spec() const {
     return field_text(header_->limit_spec);
 }
 
+// `used` is what the processes alive now hold: a process that exited without freeing (its driver
+// gave the memory back) or exec'd counts nothing here, though admission still counts its slot until
+// a process of the ledger reclaims it.
 std::vector<Ledger::DeviceView> Ledger::devices() const {
+    std::vector<bool> alive(kMaxSlots, false);
+    uint32_t high = header_->slot_high.load();
+    for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) {
+        uint32_t st = header_->slots[i].state.load();
+        alive[i] = st != kSlotFree && st != kSlotReclaimed && owner_alive((int)i);
+    }
     std::vector<DeviceView> out;
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), sum(i), d.peak.load(),
-                       d.physical_total.load()});
+        uint64_t used = 0;
+        for (uint32_t k = 0; k < high && k < (uint32_t)kMaxSlots; k++)
+            if (alive[k]) used = sat_add(used, header_->slots[k].bytes[i].load());
+        out.push_back(
+            {i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), used, d.peak.load(), d.physical_total.load()});
     }
     return out;
 }
 
 std::vector<Ledger::ProcessView> Ledger::processes() const {
     std::vector<ProcessView> out;
+    uint64_t ns = pid_namespace();
     uint32_t high = header_->slot_high.load();
     for (uint32_t i = 0; i < high && i < (uint32_t)kMaxSlots; i++) {
         const Slot &s = header_->slots[i];
         uint32_t st = s.state.load();
-        if (st != kSlotLive && st != kSlotReclaimed) continue;
+        if (st == kSlotFree) continue;
         ProcessView v;
         v.slot = (int)i;
         v.pid = s.pid.load();
@@ -50,9 +65,13 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
             v.bytes.push_back(s.bytes[d].load());
             v.peak.push_back(s.peak[d].load());
         }
+        // Claiming, live or reclaiming: alive while its owner holds the slot's lock, else dead (killed
+        // in any of these states) until a process of the ledger reclaims it.
         v.reclaimed = st == kSlotReclaimed;
-        v.alive = !v.reclaimed && process_alive(v.pid, s.start_ticks.load());
+        v.alive = !v.reclaimed && owner_alive((int)i);
         v.self = &s == slot_.load();
+        uint64_t theirs = s.pid_ns.load();
+        v.other_namespace = theirs && ns && theirs != ns;
         out.push_back(std::move(v));
     }
     return out;

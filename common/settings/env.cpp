@@ -12,9 +12,20 @@ Lookup process_env() {
     return [](const char *name) -> const char * { return ::getenv(name); };
 }
 
-const char *value(const Lookup &env, Id id) {
+std::optional<std::string> value(const Lookup &env, Id id) {
     const char *v = env(row(id).name);
-    return v && *v ? v : nullptr;
+    if (!v) return std::nullopt;
+    std::string s = v;
+    size_t b = s.find_first_not_of(' '), e = s.find_last_not_of(' ');
+    if (b == std::string::npos) return std::nullopt;
+    return s.substr(b, e - b + 1);
+}
+
+std::string spaces_problem(const std::string &raw) {
+    size_t b = raw.find_first_not_of(' '), e = raw.find_last_not_of(' ');
+    if (raw.empty() || (b == 0 && e == raw.size() - 1)) return "";
+    std::string trimmed = b == std::string::npos ? "" : raw.substr(b, e - b + 1);
+    return "has spaces at its start or end (read as '" + trimmed + "')";
 }
 
 }  // namespace gg::settings

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "common/units/size_spec.h"
@@ -69,8 +70,13 @@ Lookup process_env();
 // One variable of the process's environment, for the few that are not gpuguard's own (NO_COLOR,
 // PATH, LD_PRELOAD): null when unset.
 const char *env(const char *name);
-// The setting's value: null when unset or empty.
-const char *value(const Lookup &env, Id id);
+// The setting's value without the spaces around it: nullopt when unset, empty or only spaces. (Spaces
+// around a value are a problem of their own: spaces_problem.)
+std::optional<std::string> value(const Lookup &env, Id id);
+// Whether `raw` has spaces at its start or end: "" when not, else the words that say so, with what
+// it is read as (other whitespace is a control character, which each type's reader refuses). `gpuguard doctor` fails on
+// it; the shim says it in one line.
+std::string spaces_problem(const std::string &raw);
 
 // ---- checks and typed readers -------------------------------------------------------------------
 
@@ -107,8 +113,9 @@ struct LimitSetting {
 LimitSetting read_limit(const Lookup &env);
 
 // The ledger: GPUGUARD_LEDGER, else CUDA_DEVICE_MEMORY_SHARED_CACHE, else the default path; "" for a
-// per-process ledger (none, off or process).
-std::string read_ledger_path(const Lookup &env);
+// per-process ledger (none, off or process). A relative path is used as given (one ledger per
+// working directory, almost never what was meant): *problem, when given, gets the line that says so.
+std::string read_ledger_path(const Lookup &env, std::string *problem = nullptr);
 bool is_per_process_ledger(const std::string &value);
 
 // GPUGUARD_LEDGER_GROUP as a gid, -1 when unset or when it names no group (then *problem says so).

@@ -73,6 +73,10 @@ long group_id(const char *v) {
 
 const char *const kUnwinders[] = {"cfi", "libunwind", "libgcc", "none"};
 
+const char kRelativeLedger[] =
+    "a relative path: each working directory gets a ledger of its own, so processes started in another one do "
+    "not share the quota (use an absolute path)";
+
 // "NAME=VALUE is PROBLEM; WHEN_BAD": the shim's message for a malformed value.
 std::string message(const Row &r, const char *value, const std::string &problem, const std::string &when_bad) {
     return std::string(r.name) + "=" + value + " is " + problem + (when_bad.empty() ? "" : "; " + when_bad);
@@ -82,7 +86,8 @@ std::string using_default(const Row &r) { return std::string("using ") + r.defau
 
 }  // namespace
 
-std::string problem(Id id, const std::string &value) {
+// What is wrong with a value that has no spaces around it.
+std::string problem_of(Id id, const std::string &value) {
     const Row &r = row(id);
     const char *v = value.c_str();
     std::string why;
@@ -126,15 +131,27 @@ std::string problem(Id id, const std::string &value) {
                 if (value == u) return "";
             return "not cfi, libunwind, libgcc or none";
         case Type::kLedgerPath:
+            // Relative: one ledger per working directory, so processes started elsewhere (a launcher
+            // that changes directory, a notebook) do not share the quota.
+            return value.empty() || is_per_process_ledger(value) || value[0] == '/' ? "" : kRelativeLedger;
         case Type::kFolder:
         case Type::kFlag: return "";
     }
     return "";
 }
 
+std::string problem(Id id, const std::string &raw) {
+    std::string spaces = spaces_problem(raw);
+    size_t b = raw.find_first_not_of(' '), e = raw.find_last_not_of(' ');
+    std::string p = problem_of(id, b == std::string::npos ? "" : raw.substr(b, e - b + 1));
+    if (spaces.empty()) return p;
+    return p.empty() ? spaces : spaces + "; and " + p;
+}
+
 long read_count(const Lookup &env, Id id, std::string *problem_out) {
     const Row &r = row(id);
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     long n = r.default_value;
     if (v && !parse_count(v, r.min, r.max, &n)) {
         *problem_out = message(r, v, problem(id, v), using_default(r));
@@ -145,7 +162,8 @@ long read_count(const Lookup &env, Id id, std::string *problem_out) {
 
 bool read_switch(const Lookup &env, Id id, std::string *problem_out) {
     const Row &r = row(id);
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     if (!v) return r.default_value != 0;
     int s = parse_switch(v);
     if (s < 0) {
@@ -156,7 +174,8 @@ bool read_switch(const Lookup &env, Id id, std::string *problem_out) {
 }
 
 int read_signal(const Lookup &env, Id id, std::string *problem_out) {
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     if (!v) return 0;
     int sig = parse_signal(v);
     if (!sig) *problem_out = message(row(id), v, problem(id, v), row(id).when_bad);
@@ -164,7 +183,8 @@ int read_signal(const Lookup &env, Id id, std::string *problem_out) {
 }
 
 double read_fraction(const Lookup &env, Id id, std::string *problem_out) {
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     double f = 0;
     if (v && !parse_fraction(v, &f)) {
         *problem_out = message(row(id), v, problem(id, v), row(id).when_bad);
@@ -174,7 +194,8 @@ double read_fraction(const Lookup &env, Id id, std::string *problem_out) {
 }
 
 uint64_t read_size(const Lookup &env, Id id, std::string *problem_out) {
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     uint64_t b = 0;
     std::string why;
     if (v && !parse_size(v, &b, &why)) {
@@ -185,13 +206,15 @@ uint64_t read_size(const Lookup &env, Id id, std::string *problem_out) {
 }
 
 bool read_flag(const Lookup &env, Id id) {
-    const char *v = value(env, id);
+    std::optional<std::string> text = value(env, id);
+    const char *v = text ? text->c_str() : nullptr;
     return v && strcmp(v, "0") != 0;
 }
 
 CudnnCap read_cudnn_cap(const Lookup &env, std::string *problem_out) {
     CudnnCap cap;
-    const char *v = value(env, Id::kCudnnWorkspaceLimit);
+    std::optional<std::string> text = value(env, Id::kCudnnWorkspaceLimit);
+    const char *v = text ? text->c_str() : nullptr;
     if (!v || !strcasecmp(v, "auto")) return cap;
     if (!strcasecmp(v, "off") || !strcasecmp(v, "none")) {
         cap.mode = CudnnCap::kOff;
@@ -209,7 +232,8 @@ CudnnCap read_cudnn_cap(const Lookup &env, std::string *problem_out) {
 }
 
 std::string read_unwinder(const Lookup &env, std::string *problem_out) {
-    const char *v = value(env, Id::kUnwinder);
+    std::optional<std::string> text = value(env, Id::kUnwinder);
+    const char *v = text ? text->c_str() : nullptr;
     if (!v) return "";
     for (const char *u : kUnwinders)
         if (!strcmp(v, u)) return v;
@@ -220,16 +244,23 @@ std::string read_unwinder(const Lookup &env, std::string *problem_out) {
 
 LimitSetting read_limit(const Lookup &env) {
     LimitSetting s;
+    // Spaces around a value are not part of it (spaces_problem says so); any other byte is the
+    // parser's to judge, which refuses a control character anywhere.
+    auto trim = [](const char *v) {
+        std::string t = v;
+        size_t b = t.find_first_not_of(' '), e = t.find_last_not_of(' ');
+        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
     if (const char *v = env("GPUGUARD_MEM_LIMIT")) {  // set but empty is a mistake, not "no limit"
-        s.text = v;
+        s.text = trim(v);
         s.source = "GPUGUARD_MEM_LIMIT";
-        s.set_but_empty = !*v;
+        s.set_but_empty = s.text.empty();
         return s;
     }
     // HAMi-core's names, so that users can switch: the default, then the per-device entries.
-    auto set = [&env](const std::string &name) -> std::string {
+    auto set = [&env, &trim](const std::string &name) -> std::string {
         const char *v = env(name.c_str());
-        return v && *v ? v : "";
+        return v ? trim(v) : "";
     };
     std::string all = set("CUDA_DEVICE_MEMORY_LIMIT"), per;
     for (int i = 0; i < 64; i++) {
@@ -245,18 +276,24 @@ bool is_per_process_ledger(const std::string &v) {
     return !strcasecmp(v.c_str(), "none") || !strcasecmp(v.c_str(), "off") || !strcasecmp(v.c_str(), "process");
 }
 
-std::string read_ledger_path(const Lookup &env) {
-    const char *v = value(env, Id::kLedger);
-    if (!v) {  // HAMi-core's name
+std::string read_ledger_path(const Lookup &env, std::string *problem_out) {
+    std::optional<std::string> text = value(env, Id::kLedger);
+    const char *name = row(Id::kLedger).name;
+    if (!text) {  // HAMi-core's name
         const char *alias = env("CUDA_DEVICE_MEMORY_SHARED_CACHE");
-        v = alias && *alias ? alias : nullptr;
+        std::string a = alias ? alias : "";
+        size_t b = a.find_first_not_of(' '), e = a.find_last_not_of(' ');
+        if (b != std::string::npos) text = a.substr(b, e - b + 1), name = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
     }
-    if (!v) return ledger::default_path();
-    return is_per_process_ledger(v) ? "" : v;
+    if (!text) return ledger::default_path();
+    if (is_per_process_ledger(*text)) return "";
+    if (problem_out && (*text)[0] != '/') *problem_out = std::string(name) + "=" + *text + " is " + kRelativeLedger;
+    return *text;
 }
 
 int read_ledger_group(const Lookup &env, std::string *problem_out) {
-    const char *v = value(env, Id::kLedgerGroup);
+    std::optional<std::string> text = value(env, Id::kLedgerGroup);
+    const char *v = text ? text->c_str() : nullptr;
     if (!v) return -1;
     long gid = group_id(v);
     if (gid < 0)

@@ -2,6 +2,7 @@
 
 #include "common/units/human.h"
 
+#include <strings.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -13,11 +14,26 @@
 namespace gg {
 namespace {
 
+// Spaces only: any other whitespace is a control byte, refused (printable()).
 std::string trim(const std::string &s) {
     size_t b = 0, e = s.size();
-    while (b < e && isspace((unsigned char)s[b])) b++;
-    while (e > b && isspace((unsigned char)s[e - 1])) e--;
+    while (b < e && s[b] == ' ') b++;
+    while (e > b && s[e - 1] == ' ') e--;
     return s.substr(b, e - b);
+}
+
+// Whether every byte is printable ASCII; else *why names the first that is not.
+bool printable(const std::string &raw, std::string *why) {
+    for (size_t i = 0; i < raw.size(); i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c >= 0x20 && c < 0x7f) continue;
+        char buf[96];
+        snprintf(buf, sizeof buf, "it holds %s (byte 0x%02x at position %zu)",
+                 c < 0x20 || c == 0x7f ? "a control character" : "a byte that is not ASCII", c, i);
+        *why = buf;
+        return false;
+    }
+    return true;
 }
 
 // The multiplier for a unit suffix, or 0 when the suffix is not a unit.
@@ -42,6 +58,7 @@ uint64_t unit_multiplier(std::string unit) {
 }  // namespace
 
 bool parse_size(const std::string &raw, uint64_t *bytes, std::string *why) {
+    if (!printable(raw, why)) return false;
     std::string text = trim(raw);
     if (text.empty()) {
         *why = "empty size";
@@ -104,6 +121,7 @@ std::string Limit::str() const {
 }
 
 bool parse_limit(const std::string &raw, Limit *out, std::string *why) {
+    if (!printable(raw, why)) return false;
     std::string text = trim(raw);
     if (!text.empty() && text.back() == '%') {
         std::string num = trim(text.substr(0, text.size() - 1));
@@ -130,6 +148,12 @@ bool parse_limit(const std::string &raw, Limit *out, std::string *why) {
 
 bool parse_limit_spec(const std::string &raw, LimitSpec *out, std::string *why) {
     LimitSpec spec;
+    if (!printable(raw, why)) return false;
+    if (raw.size() > kMaxLimitSpecLength) {
+        *why = "it is " + std::to_string(raw.size()) + " characters long, more than the " +
+               std::to_string(kMaxLimitSpecLength) + " a ledger holds";
+        return false;
+    }
     std::string text = trim(raw);
     if (text.empty()) {
         *why = "empty limit";
@@ -158,10 +182,20 @@ bool parse_limit_spec(const std::string &raw, LimitSpec *out, std::string *why) 
         e.key = trim(item.substr(0, eq));
         std::string value = trim(item.substr(eq + 1));
         bool ordinal = !e.key.empty() && std::all_of(e.key.begin(), e.key.end(), ::isdigit);
-        bool uuid = e.key.rfind("GPU-", 0) == 0 && e.key.size() > 4;
+        bool uuid = e.key.size() > 4 && strncasecmp(e.key.c_str(), "GPU-", 4) == 0 &&
+                    std::all_of(e.key.begin() + 4, e.key.end(),
+                                [](char c) { return isxdigit((unsigned char)c) || c == '-'; }) &&
+                    std::any_of(e.key.begin() + 4, e.key.end(), ::isxdigit);
         if (!ordinal && !uuid) {
-            *why = "'" + e.key + "' is not a device (use an ordinal like 0 or a UUID like GPU-5e1d...)";
+            *why = "'" + e.key + "' is not a device (use an ordinal like 0 or a UUID like GPU-5e1d..., hex digits)";
             return false;
+        }
+        if (ordinal) {  // a number: "00" and "0" are the same device
+            size_t z = e.key.find_first_not_of('0');
+            e.key = z == std::string::npos ? "0" : e.key.substr(z);
+        } else {  // the driver's spelling: "GPU-" and lower-case hex
+            e.key = "GPU-" + e.key.substr(4);
+            for (size_t i = 4; i < e.key.size(); i++) e.key[i] = (char)tolower((unsigned char)e.key[i]);
         }
         if (value.empty()) {
             *why = "no limit after '" + e.key + "='";
@@ -178,6 +212,19 @@ bool parse_limit_spec(const std::string &raw, LimitSpec *out, std::string *why) 
     }
     *out = spec;
     return true;
+}
+
+std::vector<std::string> unmatched_entries(const LimitSpec &spec, const std::vector<std::string> &uuids) {
+    std::vector<std::string> out;
+    for (const LimitSpec::Entry &e : spec.per_device) {
+        bool selects = false;
+        for (size_t i = 0; i < uuids.size() && !selects; i++) {
+            if (e.key.rfind("GPU-", 0) == 0) selects = uuids[i].rfind(e.key, 0) == 0;
+            else selects = std::to_string(i) == e.key;
+        }
+        if (!selects) out.push_back(e.key + "=" + e.limit.str());
+    }
+    return out;
 }
 
 Limit LimitSpec::for_device(int ordinal, const std::string &uuid) const {

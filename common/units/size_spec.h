@@ -38,7 +38,20 @@ struct LimitSpec {
     Limit for_device(int ordinal, const std::string &uuid) const;
 };
 
+// The longest spec the parser accepts: what the ledger's limit field holds (common/ledger/layout.h),
+// so that every process reads back exactly the spec its creator wrote.
+constexpr size_t kMaxLimitSpecLength = 4095;
+
+// Text is printable ASCII: a control byte (a newline, a tab, an escape) or a byte that is not ASCII
+// makes the whole spec malformed, and only spaces around the spec and its parts are ignored.
+// Ordinals are numbers ("00" is device 0); UUID prefixes are hex digits and dashes after "GPU-", in
+// any case (kept in lower case, as the driver writes them).
 bool parse_limit(const std::string &text, Limit *out, std::string *why);
 bool parse_limit_spec(const std::string &text, LimitSpec *out, std::string *why);
+
+// The per-device entries of `spec` that select none of the devices a process sees (ordinals 0 to
+// uuids.size() - 1, with these UUIDs): each as "key=limit", for the one line that says so. The shim
+// and `gpuguard doctor` both ask this.
+std::vector<std::string> unmatched_entries(const LimitSpec &spec, const std::vector<std::string> &uuids);
 
 }  // namespace gg

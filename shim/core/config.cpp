@@ -41,11 +41,18 @@ Config parse_config(const settings::Lookup &env) {
     Config c;
     std::string problem;
     c.debug = debug_enabled();
+    // Spaces around a value ('none ' made a file named so): read without them, and said once.
+    for (const settings::Row &r : settings::rows()) {
+        const char *raw = env(r.name);
+        std::string spaces = raw ? settings::spaces_problem(raw) : "";
+        if (!spaces.empty()) c.problems.push_back(std::string(r.name) + "='" + raw + "' " + spaces);
+    }
     load_limit(env, c);
-    c.ledger_path = settings::read_ledger_path(env);
+    c.ledger_path = settings::read_ledger_path(env, &problem);
+    note(c, problem);
     c.ledger_group = settings::read_ledger_group(env, &problem);
     note(c, problem);
-    if (const char *v = settings::value(env, Id::kReportDir)) c.report_dir = v;
+    if (std::optional<std::string> v = settings::value(env, Id::kReportDir)) c.report_dir = *v;
     c.max_reports = (int)settings::read_count(env, Id::kMaxReports, &problem);
     note(c, problem);
     c.top_n = (int)settings::read_count(env, Id::kTopN, &problem);
@@ -70,7 +77,7 @@ Config parse_config(const settings::Lookup &env) {
     note(c, problem);
     c.cudnn_cap = settings::read_cudnn_cap(env, &problem);
     note(c, problem);
-    if (const char *v = settings::value(env, Id::kRealLibcuda)) c.real_libcuda = v;
+    if (std::optional<std::string> v = settings::value(env, Id::kRealLibcuda)) c.real_libcuda = *v;
     return c;
 }
 

@@ -3,6 +3,7 @@
 #include "shim/hooks/export.h"
 #include "shim/hooks/hook_table.h"
 #include "shim/quota/guard.h"
+#include "shim/quota/sizes.h"
 #include "shim/resolve/real.h"
 #include "shim/torch/view.h"
 
@@ -30,14 +31,20 @@ uint64_t format_bytes(CUarray_format f) {
 }
 
 uint64_t array_bytes(CUarray_format f, unsigned channels, size_t w, size_t h, size_t d) {
-    return format_bytes(f) * (channels ? channels : 1) * (uint64_t)w * (h ? h : 1) * (d ? d : 1);
+    return sizes::array_bytes(format_bytes(f), channels, w, h, d);
 }
 
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
     uint64_t total = 0;
     size_t w = desc->Width, h = desc->Height, d = desc->Depth;
-    for (unsigned i = 0; i < (levels ? levels : 1); i++) {
-        total += array_bytes(desc->Format, desc->NumChannels, w, h, d);
+    unsigned n = levels ? levels : 1;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t level = array_bytes(desc->Format, desc->NumChannels, w, h, d);
+        if (w <= 1 && h <= 1 && d <= 1) {  // every further level is this size: no loop of 2^32 rounds
+            total = sat_add(total, sat_mul(level, n - i));
+            break;
+        }
+        total = sat_add(total, level);
         w = w > 1 ? w / 2 : 1;
         h = h > 1 ? h / 2 : h;
         d = d > 1 ? d / 2 : d;
@@ -118,12 +125,12 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesi
 GG_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                               unsigned elem) {
     // Admitted at the pitch the driver will most likely choose; the true pitch is charged after.
-    uint64_t estimate = ((uint64_t)width + 511) / 512 * 512 * height;
+    uint64_t estimate = sizes::pitch_estimate(width, height);
     return allocate(Api::cuMemAllocPitch_v2, -1, estimate, KeyKind::kPointer, [&](uint64_t *key, uint64_t *actual) {
         CUresult r = real_call(R().cuMemAllocPitch_v2, dptr, pitch, width, height, elem);
         if (r == CUDA_SUCCESS) {
             *key = *dptr;
-            *actual = (uint64_t)*pitch * height;
+            *actual = sat_mul(*pitch, height);
         }
         return r;
     });

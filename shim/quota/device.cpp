@@ -5,10 +5,13 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "common/base/hot.h"
 #include "common/base/log.h"
 #include "common/ledger/ledger.h"
+#include "common/units/size_spec.h"
 #include "shim/core/state.h"
 #include "shim/resolve/real.h"
 
@@ -26,7 +29,35 @@ Cached g_devices[kMaxOrdinals];
 // number cannot change while the process lives: the driver reads CUDA_VISIBLE_DEVICES at cuInit.
 std::atomic<int> g_device_count{-1};
 
+// A per-device entry of the limit that selects none of this process's devices ("7=8GiB" with one
+// device, a UUID prefix of no GPU here) limits nothing: said once per process, at the first device
+// lookup, one line per entry. (CUDA_VISIBLE_DEVICES may hide a device from one process and not from
+// another: the line says what this one sees.)
+std::atomic<bool> g_selectors_checked{false};
+void check_selectors() {
+    if (g_selectors_checked.exchange(true)) return;
+    State &s = state();
+    const RealDriver &r = real_driver();
+    int count = 0;
+    if (s.fail_closed || s.spec.per_device.empty() || !r.cuDeviceGetCount || r.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return;
+    std::vector<std::string> uuids;
+    for (int i = 0; i < count && i < kMaxOrdinals; i++) {
+        CUdevice dev = i;
+        if (r.cuDeviceGet) r.cuDeviceGet(&dev, i);
+        CUuuid u{};
+        bool known = r.cuDeviceGetUuid_v2 && r.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS;
+        uuids.push_back(known ? ledger::uuid_string(reinterpret_cast<const uint8_t *>(u.bytes)) : "");
+    }
+    for (const std::string &e : unmatched_entries(s.spec, uuids))
+        log_error(
+            "the limit's entry '%s' selects no device this process sees (%d device%s: ordinals from 0, or UUIDs "
+            "starting GPU-%.8s...); it limits nothing here",
+            e.c_str(), count, count == 1 ? "" : "s", uuids.empty() ? "" : uuids[0].c_str() + 4);
+}
+
 void describe(int ordinal, DeviceInfo &d) {
+    check_selectors();
     const RealDriver &r = real_driver();
     d.ordinal = ordinal;
     CUdevice dev = ordinal;

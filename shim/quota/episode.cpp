@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/base/log.h"
+#include "common/base/saturating.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "shim/core/state.h"
@@ -56,11 +57,20 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
     std::string what =
         std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
     if (dev && dev->name[0]) what += std::string(" (") + dev->name + ")";
+    if (r.cause == Cause::kNoSlot)
+        return "refused " + what + ": this process has no slot in the ledger " + state().ledger->path() + " (all " +
+               std::to_string(ledger::kMaxSlots) +
+               " are held by live processes), so its bytes cannot be counted against the limit; refused until a "
+               "slot is free";
     if (r.cause == Cause::kQuota) {
         if (r.limit == 0)
             return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source +
                    "), every allocation is refused";
-        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) +
+        if (r.bytes > r.limit)
+            return "refused " + what + ": more than the container's whole limit of " + human_bytes(r.limit) +
+                   " (the container holds " + human_bytes(r.container_used) + ", this process " +
+                   human_bytes(tracker().live_bytes()) + ")";
+        return "refused " + what + ": the container would hold " + human_bytes(sat_add(r.container_used, r.bytes)) +
                " of its " + human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) +
                ")";
     }
@@ -99,7 +109,7 @@ void failed(const Request &r, int skip_frames) {
     const DeviceInfo *dev = device_info(r.ordinal);
     std::string message = describe(r, dev);
     report::Failure f{r.api, r.driver_api, r.bytes, r.ordinal, (int)r.result, stack, id, first_unix_ns, thread_id()};
-    report::Reason reason = r.cause == Cause::kQuota ? report::Reason::kQuota : report::Reason::kDriverOom;
+    report::Reason reason = r.cause != Cause::kDriver ? report::Reason::kQuota : report::Reason::kDriverOom;
     if (torch::inside_allocator(stack)) {
         std::lock_guard<std::mutex> lock(g_mu);
         if (id != g_id) return;  // another episode began meanwhile

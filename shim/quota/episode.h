@@ -9,7 +9,9 @@
 
 namespace gg::episode {
 
-enum class Cause { kQuota, kDriver };
+// kNoSlot: refused by the quota because this process has no slot in the shared ledger to count its
+// bytes in (a forked child that found every slot held by a live process).
+enum class Cause { kQuota, kNoSlot, kDriver };
 
 struct Request {
     Api api, driver_api;

@@ -5,6 +5,7 @@
 
 #include "common/base/hot.h"
 #include "common/base/log.h"
+#include "common/base/saturating.h"
 #include "common/units/size_spec.h"
 #include "shim/base/profile.h"
 #include "shim/core/state.h"
@@ -69,10 +70,16 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
         // becomes an out-of-memory for the program.
         if (l.reclaim_dead(false) > 0 && l.try_charge(d, bytes, &used)) {
             t->charged = true;
+        } else if (!has_limit(*t->dev)) {
+            // No limit to keep: a request the ledger cannot count (one that would wrap its count)
+            // goes to the driver uncharged, and the driver decides.
+            return CUDA_SUCCESS;
         } else {
             tracker().count_failure(t->api);
-            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota,
-                               used,   l.limit(d)};
+            // A process without a slot (every one held by a live process) is refused whatever it asks:
+            // its refusal says so, rather than the bytes, which are not the reason.
+            episode::Cause cause = l.slots_all_held() ? episode::Cause::kNoSlot : episode::Cause::kQuota;
+            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, cause, used, l.limit(d)};
             episode::failed(r, kShimFrames);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -81,19 +88,29 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
         GG_PROFILE_STEP(kAdmitReclaim);
         l.reclaim_dead(true);  // the periodic check: dead processes' bytes come back within a second
     }
-    if (has_limit(*t->dev)) maybe_warn(*t->dev, used - bytes, used);
+    if (has_limit(*t->dev)) maybe_warn(*t->dev, sat_sub(used, bytes), used);
     return CUDA_SUCCESS;
 }
 
 GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes) {
-    if (t.dev && t.dev->ledger_index >= 0 && actual_bytes > t.bytes)
-        state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes);
+    bool counted = t.charged;
+    if (counted && actual_bytes < t.bytes) {
+        // Smaller than admitted (a pitch the driver chose narrower than the estimate): the difference
+        // goes back now, since the free takes back what the allocation holds and would leave it behind.
+        state().ledger->release(t.dev->ledger_index, t.bytes - actual_bytes);
+    } else if (counted && actual_bytes > t.bytes &&
+               !state().ledger->charge(t.dev->ledger_index, actual_bytes - t.bytes)) {
+        // More than the ledger can count (the driver's pitch times height would wrap it): the
+        // allocation is left out of the ledger, so that its free takes back nothing it did not charge.
+        state().ledger->release(t.dev->ledger_index, t.bytes);
+        counted = false;
+    }
     Allocation a;
     a.bytes = actual_bytes;
     a.t_ns = mono_ns();
     a.thread = thread_id();
     a.ordinal = t.dev ? (int16_t)t.dev->ordinal : -1;
-    a.ledger_dev = t.dev && t.charged ? (int16_t)t.dev->ledger_index : -1;
+    a.ledger_dev = t.dev && counted ? (int16_t)t.dev->ledger_index : -1;
     a.api = t.api;
     a.driver_api = t.driver_api;
     a.workspace = t_workspace;

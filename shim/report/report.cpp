@@ -14,6 +14,7 @@
 
 #include "common/base/log.h"
 #include "common/base/version.h"
+#include "common/report/environment.h"
 #include "common/report/schema.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
@@ -39,18 +40,6 @@ std::mutex g_sections_mu;
 // Never destroyed (shim/base/race_once.h): a report may be written while exit() runs static destructors.
 std::atomic<std::vector<SectionFn> *> g_sections_made{nullptr};
 std::vector<SectionFn> &sections_list() { return never_destroyed(g_sections_made); }
-
-// Environment variables a report may carry; never the whole environment (it holds secrets).
-bool allowed_env(const char *name) {
-    static const char *const prefixes[] = {"GPUGUARD_",          "CUDA_",         "PYTORCH_", "NVIDIA_",
-                                           "XLA_PYTHON_CLIENT_", "TF_FORCE_GPU_", "NCCL_"};
-    static const char *const exact[] = {"LD_PRELOAD", "OMP_NUM_THREADS", "WORLD_SIZE", "RANK", "LOCAL_RANK"};
-    for (const char *p : prefixes)
-        if (!strncmp(name, p, strlen(p))) return true;
-    for (const char *e : exact)
-        if (!strcmp(name, e)) return true;
-    return false;
-}
 
 std::string read_small_file(const char *path) {
     int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -88,8 +77,10 @@ json process_section() {
     for (char **e = environ; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
-        std::string name(*e, (size_t)(eq - *e));
-        if (allowed_env(name.c_str())) env[name] = eq + 1;
+        // Exact names, values of secret-looking ones hidden (common/report/environment.h); never the
+        // whole environment.
+        std::string name(*e, (size_t)(eq - *e)), value;
+        if (report_env::carried(name, eq + 1, &value)) env[name] = value;
     }
     p[key::env] = env;
     return p;

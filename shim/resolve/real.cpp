@@ -7,6 +7,7 @@
 
 #include "common/base/hot.h"
 #include "common/base/log.h"
+#include "common/nvidia/driver_check.h"
 #include "shim/base/race_once.h"
 #include "shim/core/config.h"
 
@@ -29,19 +30,31 @@ GG_DLSYM_PATH DlsymFn find_real_dlsym() {
     return reinterpret_cast<DlsymFn>(p);
 }
 
+// A library that is not the driver is never used as it: the shim itself (GPUGUARD_REAL_LIBCUDA naming
+// libgpuguard.so, or a libcuda.so.1 that is a copy of it) would have each hook call itself until the
+// stack ran out, and a library without the driver's functions (libc) would fail every call with
+// CUDA_ERROR_NOT_FOUND, silently. Each is one line, and the next candidate is tried.
+void *load_checked(const char *path, const char *what) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        log_error("%s%s cannot be loaded (%s)%s", what, path, dlerror(),
+                  *what ? "; trying libcuda.so.1" : "; every driver call fails");
+        return nullptr;
+    }
+    std::string problem = nvidia::driver_problem([h](const char *s) { return real_dlsym(h, s); });
+    if (problem.empty()) return h;
+    log_error("%s%s %s; %s", what, path, problem.c_str(),
+              *what ? "trying libcuda.so.1" : "every driver call fails with CUDA_ERROR_NOT_FOUND");
+    dlclose(h);
+    return nullptr;
+}
+
 RealDriver load_driver() {
     RealDriver d;
     const std::string &path = config().real_libcuda;
-    if (!path.empty()) {
-        d.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!d.handle)
-            log_error("GPUGUARD_REAL_LIBCUDA=%s cannot be loaded (%s); trying libcuda.so.1", path.c_str(), dlerror());
-    }
-    if (!d.handle) d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!d.handle) {
-        log_error("cannot load the CUDA driver libcuda.so.1 (%s)", dlerror());
-        return d;
-    }
+    if (!path.empty()) d.handle = load_checked(path.c_str(), "GPUGUARD_REAL_LIBCUDA=");
+    if (!d.handle) d.handle = load_checked("libcuda.so.1", "");
+    if (!d.handle) return d;
 #define GG_LOAD(symbol) d.symbol = reinterpret_cast<decltype(d.symbol)>(real_dlsym(d.handle, #symbol));
 #define DRIVER_HOOK(symbol, family, since, pts) GG_LOAD(symbol)
 #include "shim/hooks/hooks.def"

@@ -852,8 +852,16 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
         trace("cuMemAllocPitch_v2", r, "%zux%zu", WidthInBytes, Height);
         return r;
     }
+    // A width or a height whose pitched size passes 2^64 is more than any device holds: out of
+    // memory, as a real driver says, never a size that wrapped around to a small one.
+    unsigned __int128 bytes =
+        ((unsigned __int128)WidthInBytes + kPitchAlign - 1) / kPitchAlign * kPitchAlign * (unsigned __int128)Height;
+    if (bytes > UINT64_MAX) {
+        trace("cuMemAllocPitch_v2", CUDA_ERROR_OUT_OF_MEMORY, "%zux%zu", WidthInBytes, Height);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     size_t pitch = (WidthInBytes + kPitchAlign - 1) / kPitchAlign * kPitchAlign;
-    CUresult r = device_alloc("cuMemAllocPitch_v2", dptr, static_cast<uint64_t>(pitch) * Height);
+    CUresult r = device_alloc("cuMemAllocPitch_v2", dptr, static_cast<uint64_t>(bytes));
     if (!r) *pPitch = pitch;
     return r;
 }

@@ -9,7 +9,8 @@
 //   - a numeric GPUGUARD_LEDGER_GROUP is that group or refused, never another one (a gid that
 //     wrapped around int would share the ledger with a group nobody named);
 //   - the shim complains about a variable exactly when `doctor`'s check of it (settings::problem)
-//     finds a problem, so `doctor` flags whatever the shim will refuse or ignore.
+//     finds a problem, so `doctor` flags whatever the shim will refuse or ignore (issue 18: spaces
+//     around a value, a relative ledger path, a control byte in a limit, alike on both sides).
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -26,17 +27,23 @@
 
 namespace {
 
+// Spaces around a value are not part of it (documented: a line says so).
+std::string trimmed(const std::string &v) {
+    size_t b = v.find_first_not_of(' '), e = v.find_last_not_of(' ');
+    return b == std::string::npos ? "" : v.substr(b, e - b + 1);
+}
+
 // The expected fail_closed, computed from the documented rules rather than from the code's helpers.
 bool expect_fail_closed(const std::map<std::string, std::string> &env) {
     auto it = env.find("GPUGUARD_MEM_LIMIT");
     std::string text;
     if (it != env.end()) {
-        if (it->second.empty()) return true;
-        text = it->second;
+        if (trimmed(it->second).empty()) return true;
+        text = trimmed(it->second);
     } else {
         auto set = [&](const std::string &n) {
             auto v = env.find(n);
-            return v != env.end() && !v->second.empty() ? v->second : std::string();
+            return v != env.end() ? trimmed(v->second) : std::string();
         };
         text = set("CUDA_DEVICE_MEMORY_LIMIT");
         for (int i = 0; i < 64; i++) {
@@ -103,9 +110,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (const std::string &p : c.problems)
             if (p.compare(0, strlen(r.name) + 1, std::string(r.name) + "=") == 0) complained = true;
         std::string problem = gg::settings::problem(r.id, it->second);
-        // GPUGUARD_MEM_LIMIT wins over HAMi-core's names, so its check alone decides fail_closed.
-        if (r.id == gg::settings::Id::kMemLimit) FUZZ_REQUIRE(problem.empty() == !c.fail_closed);
-        else FUZZ_REQUIRE(problem.empty() == !complained);
+        // GPUGUARD_MEM_LIMIT wins over HAMi-core's names, so its check alone decides fail_closed;
+        // spaces around it are a line of their own, not a malformed limit.
+        if (r.id == gg::settings::Id::kMemLimit) {
+            FUZZ_REQUIRE(gg::settings::problem(r.id, trimmed(it->second)).empty() == !c.fail_closed);
+            if (!gg::settings::spaces_problem(it->second).empty()) FUZZ_REQUIRE(complained);
+        } else {
+            FUZZ_REQUIRE(problem.empty() == !complained);
+        }
     }
     return 0;
 }

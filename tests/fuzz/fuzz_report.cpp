@@ -4,6 +4,7 @@
 // uncaught exception (which would end `gpuguard report` with std::terminate). So every input that
 // loads goes through the analysis and all renderers, as `gpuguard report --json --html - --folded ...`
 // and `gpuguard report diff` would run them.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -69,12 +70,67 @@ json odd_value(std::mt19937 &rng) {
     return json::parse(kJson[rng() % (sizeof kJson / sizeof *kJson)]);
 }
 
+// What this target reads a report with: the reader's depth limit, and a size limit small enough for
+// inputs to cross it (the real one is 64 MiB).
+const Limits kLimits = {48 << 10, 64};
+
+// Issue 18, defect 8: a depth or size mutation. A value of the document becomes itself nested in
+// `levels` arrays or objects (around the depth limit, or far past it: 100,000 levels overflowed the
+// stack of every recursive walk), or the text is padded past the size limit.
+size_t depth_or_size(uint8_t *data, size_t size, size_t max_size, std::mt19937 &rng) {
+    std::string text(reinterpret_cast<const char *>(data), size);
+    if (rng() % 3 == 0) {
+        size_t pad = kLimits.max_bytes + rng() % 64 - 32;
+        if (pad > size && pad <= max_size) text.append(pad - size, ' ');
+    } else {
+        size_t levels = rng() % 2 ? 56 + rng() % 16 : 1 + rng() % 100000;
+        bool arrays = rng() % 2;
+        size_t per = arrays ? 2 : 6;
+        if (levels * per + size > max_size) levels = max_size > size ? (max_size - size) / per : 0;
+        size_t at = text.find(':', rng() % (text.size() + 1));  // just after a key, else at the end
+        if (at == std::string::npos) at = text.size();
+        else at++;
+        std::string open, close;
+        for (size_t i = 0; i < levels; i++) open += arrays ? "[" : "{\"a\":", close += arrays ? "]" : "}";
+        size_t end = at;
+        // The value after the key: a number, a string or a literal (a structured one is wrapped whole
+        // only when it happens to be short; wrapping nothing is fine too).
+        while (end < text.size() && text[end] != ',' && text[end] != '}' && text[end] != ']') end++;
+        text = text.substr(0, at) + open + text.substr(at, end - at) + close + text.substr(end);
+    }
+    if (text.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
+    memcpy(data, text.data(), text.size());
+    return text.size();
+}
+
+// The nesting of the text, counted independently of the reader's own count (strings skipped).
+int depth_of(const std::string &text) {
+    int depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (c == '\\') escaped = true;
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+        if ((c == ']' || c == '}') && depth > 0) depth--;
+    }
+    return deepest;
+}
+
 }  // namespace
 
 // Structure-aware mutation: byte-level mutation of a 30 KB report rarely yields another report, so
 // most of the time one value of the parsed document is replaced, removed or duplicated instead.
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed) {
     std::mt19937 rng(seed);
+    if (rng() % 8 == 0) return depth_or_size(data, size, max_size, rng);
+    // The mutator's own walks recurse: a document past the reader's depth limit is mutated bytewise.
+    if (depth_of(std::string(reinterpret_cast<const char *>(data), size)) > kLimits.max_depth)
+        return LLVMFuzzerMutate(data, size, max_size);
     json d = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
     if (d.is_discarded() || !d.is_structured() || rng() % 8 == 0) return LLVMFuzzerMutate(data, size, max_size);
     for (int edits = 1 + rng() % 3; edits > 0; edits--) {
@@ -112,11 +168,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::string text(reinterpret_cast<const char *>(data), size);
     Report r;
     LoadError err;
-    if (!parse(text, "fuzz.json", r, err)) {
-        // A refusal is one line that names the file.
+    bool too_large = text.size() > kLimits.max_bytes, too_deep = !too_large && depth_of(text) > kLimits.max_depth;
+    if (!parse(text, "fuzz.json", r, err, kLimits)) {
+        // A refusal is one line that names the file; one past a limit says which.
         FUZZ_REQUIRE(err.message.rfind("fuzz.json: ", 0) == 0 && err.message.find('\n') == std::string::npos);
+        if (too_large) FUZZ_REQUIRE(err.message.find("larger than") != std::string::npos);
+        if (too_deep) FUZZ_REQUIRE(err.message.find("nested more than") != std::string::npos);
         return 0;
     }
+    FUZZ_REQUIRE(!too_large && !too_deep);
     Analysis a = analyze(r);
     (void)to_json(a).dump(2);
     for (bool color : {false, true}) {

@@ -8,7 +8,8 @@
  * then runs operations given as arguments, printing one line each: "<op> <arg> -> <CUresult>".
  *   alloc BYTES | pitch WIDTH HEIGHT | managed BYTES | async BYTES | async_ptsz BYTES | create BYTES |
  *   array W H | array3d W H D | mipmap W H LEVELS | free I | release I | destroy I | info | total |
- *   sleep MS | device N | nocontext | freeall | threads N BYTES ROUNDS (N threads racing alloc/free)
+ *   sleep MS | device N | nocontext | freeall | threads N BYTES ROUNDS (N threads racing alloc/free) |
+ *   exec PROG ARGS... (the rest of the arguments: replaces this image, its allocations not freed)
  * I is the index of an earlier successful allocation (0-based, in order). */
 
 #include <cuda.h>
@@ -325,6 +326,11 @@ int main(int argc, char **argv) {
             fflush(stdout);
             char buf[64];
             while (fread(buf, 1, sizeof buf, stdin) > 0) {}
+        } else if (!strcmp(op, "exec")) {
+            fflush(stdout);
+            execvp(argv[i + 1], argv + i + 1);
+            fprintf(stderr, "drv: cannot exec %s\n", argv[i + 1]);
+            return 2;
         } else if (!strcmp(op, "threads")) {
             int n = (int)ARG(1);
             struct race rs[64];

@@ -272,6 +272,9 @@ static int run_family(int use_clone, size_t parent_bytes, struct family *f) {
         perror("hammer: fork");
         return 3;
     }
+    /* The child's ends: a child that dies before holding then ends the read below instead of hanging it. */
+    close(f->to_parent[1]);
+    close(f->to_child[0]);
     char c;
     if (read(f->to_parent[0], &c, 1) != 1) {
         fprintf(stderr, "hammer: the child died before holding\n");

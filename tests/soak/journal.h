@@ -28,6 +28,21 @@ struct Journal {
     std::atomic<uint64_t> frees;
     std::atomic<uint64_t> oom;     // CUDA_ERROR_OUT_OF_MEMORY: the quota, or the driver's injected failures
     std::atomic<uint64_t> errors;  // any other error: a failure of the soak
+    std::atomic<uint64_t> huge;    // requests of sizes no device holds (near SIZE_MAX): all refused
+    // exec: a real driver frees an image's memory when it execs; the test driver's ground truth
+    // keeps it, as after a SIGKILL. So the worker adds what it held to exec_left before it execs,
+    // and the supervisor takes that off the truth, as it does for a killed worker.
+    std::atomic<uint64_t> exec_left;
+    std::atomic<uint64_t> execs;
+    // 1 once this image has installed its SIGTERM handler and made a driver call (so the shim's report
+    // signal handler is in place): the supervisor sends SIGTERM and SIGUSR2 only then.
+    std::atomic<uint32_t> ready;
+    // A worker in a PID namespace of its own: its pid as the supervisor's namespace sees it (the
+    // supervisor's child is the namespace's parent, which writes it); 0 otherwise.
+    std::atomic<int32_t> outer_pid;
+    // Set by the supervisor before its SIGTERM: an image that execs after the signal was handled (or
+    // in the instant between) sees it and stops at once instead of running on.
+    std::atomic<uint32_t> term_requested;
     ThreadRecord thread[kMaxThreads];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the journal is shared with another process");

@@ -9,6 +9,7 @@
 #   SOAK_LIMIT=1GiB         the shared limit (allocations go up to a quarter of it)
 #   SOAK_KILL_EVERY=3       mean seconds between stops of a random worker (3 SIGKILL : 1 SIGTERM)
 #   SOAK_SIGNAL_EVERY=2     mean seconds between report signals (SIGUSR2) to a random worker
+#   SOAK_NAMESPACES=1       one worker in four in a PID namespace of its own, where root may unshare (0: none)
 #   SOAK_SEED=<time>        the random seed, printed so that a failing run can be repeated
 #   SOAK_BUILD=build-soak   the sanitizer build folder
 #   SOAK_KEEP=1             keep the work folder (ledger, truth, journals, sanitizer logs) after a pass

@@ -1,18 +1,24 @@
 // The soak supervisor (`make soak`, tests/soak/run.sh): runs PROCS soak workers (soak_worker.cpp) of
 // THREADS threads each under the shim, sharing one ledger and one limit, for MINUTES; SIGKILLs,
-// SIGTERMs and restarts them at random, sends them the report signal, and checks all the while:
+// SIGTERMs and restarts them at random, sends them the report signal, and checks all the while.
+// Issue 18's traffic: request sizes up to twice the limit and near SIZE_MAX, one worker in four in a
+// PID namespace of its own (where root may unshare: pods sharing /dev/shm), and one incarnation in
+// four exec'ing itself with its memory allocated. Checked:
 //   - the test driver's ground truth (FAKE_CUDA_TRUTH) of bytes held by live processes never passes
 //     the limit (bytes left by killed processes are subtracted: journal.h);
 //   - no worker crashes (any death other than our SIGKILL or a clean exit), stalls, gets an error
 //     other than out-of-memory, or trips a sanitizer (their logs land in the work folder);
 //   - written reports load in `gpuguard report`;
-// and at the end, with every worker gone: the truth holds nothing but what killed processes left,
-// the ledger is back at zero, and its peak never passed the limit. Prints a table; exits 1 on failure.
+// and at the end, with every worker gone: the truth holds nothing but what killed (or exec'd) images
+// left, the ledger is back at zero with no slot left but free or reclaimed, and its peak never passed
+// the limit. Prints a table; exits 1 on failure.
 //
 //   soak WORKDIR   with SOAK_* settings in the environment (run.sh documents them)
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -50,7 +56,8 @@ long env_long(const char *name, long def) {
 
 struct Worker {
     int id = 0;
-    pid_t pid = 0;
+    pid_t pid = 0;  // the supervisor's child: the worker, or the parent of a PID namespace it is init of
+    bool in_namespace = false;
     std::string journal_path;
     soak::Journal *journal = nullptr;
     bool killed = false, terminated = false;
@@ -61,7 +68,8 @@ struct Worker {
 struct Totals {
     uint64_t starts = 0, kills = 0, kills_in_call = 0, terms = 0, signals = 0, allocs = 0, frees = 0, oom = 0,
              errors = 0, crashes = 0, stalls = 0, bad_exits = 0, reports = 0, reports_checked = 0, reports_bad = 0,
-             violations = 0, exit_window = 0, samples = 0;
+             violations = 0, exit_window = 0, samples = 0, huge = 0, execs = 0, ns_starts = 0;
+    uint64_t max_over = 0;                  // the most bytes live processes ever held over the limit
     uint64_t leaked_lo = 0, leaked_hi = 0;  // bytes killed processes left in the truth
     uint64_t max_live = 0;                  // highest truth minus leaked_hi seen
     uint64_t max_exit_overshoot = 0;        // the most over the limit while a worker was exiting cleanly
@@ -71,6 +79,7 @@ struct Totals {
 std::string g_work, g_bin, g_cli;
 uint64_t g_limit;
 bool g_allow_exit_window;
+bool g_namespaces;  // whether this machine lets the supervisor make PID namespaces
 std::vector<std::string> g_worker_env;
 std::vector<Worker> g_workers;
 Totals T;
@@ -88,9 +97,25 @@ soak::Journal *map_journal(const std::string &path) {
     return p == MAP_FAILED ? nullptr : static_cast<soak::Journal *>(p);
 }
 
+// Whether a PID namespace (and a mount namespace for its /proc) can be made here: root, usually.
+bool namespaces_work() {
+    pid_t pid = fork();
+    if (pid == 0) _exit(unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The pid to signal a worker by: the worker itself, also when it is init of a namespace of its own
+// (then its pid in our namespace, once its parent has written it; 0 until then).
+pid_t target(const Worker &w) { return w.in_namespace ? w.journal->outer_pid.load() : w.pid; }
+
 void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     memset(static_cast<void *>(w.journal), 0, sizeof(soak::Journal));  // a fresh incarnation
     std::string t = std::to_string(threads), m = std::to_string(max_alloc), s = std::to_string(rng() % 1000000007);
+    // One incarnation in four execs itself (with its memory allocated) after half a second to five.
+    std::string exec_after = std::to_string(rng() % 4 == 0 ? 500 + rng() % 4500 : 0);
+    w.in_namespace = g_namespaces && w.id % 4 == 3;
     std::string worker = g_bin + "/soak_worker";
     std::vector<std::string> env = g_worker_env;
     // Every third worker also sees injected driver failures (the shim's rollback path).
@@ -99,7 +124,7 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     std::vector<char *> envp, argv;
     for (std::string &e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    argv = {worker.data(), w.journal_path.data(), t.data(), m.data(), s.data(), nullptr};
+    argv = {worker.data(), w.journal_path.data(), t.data(), m.data(), s.data(), exec_after.data(), nullptr};
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -110,9 +135,35 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
         if (getppid() != parent) _exit(127);
         int null = open("/dev/null", O_WRONLY);  // the shim's one-line refusals, thousands of them
         if (null >= 0) dup2(null, STDERR_FILENO), dup2(null, STDOUT_FILENO);
+        if (w.in_namespace) {
+            // This process stays in our namespace and waits; its child is init of a new one, with a
+            // /proc of its own, as `unshare --pid --fork --mount-proc` makes it. The child's status
+            // is passed on as this process's own.
+            if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) _exit(127);
+            pid_t inner = fork();
+            if (inner == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+                    _exit(127);
+                execve(worker.c_str(), argv.data(), envp.data());
+                _exit(127);
+            }
+            if (inner < 0) _exit(127);
+            w.journal->outer_pid.store(inner);
+            int status = 0;
+            while (waitpid(inner, &status, 0) < 0 && errno == EINTR) {}
+            if (WIFSIGNALED(status)) {
+                signal(WTERMSIG(status), SIG_DFL);
+                prctl(PR_SET_DUMPABLE, 0);  // no core file for a re-raised fault
+                kill(getpid(), WTERMSIG(status));
+            }
+            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
+        }
         execve(worker.c_str(), argv.data(), envp.data());
         _exit(127);
     }
+    if (w.in_namespace) T.ns_starts++;
     w.pid = pid;
     w.killed = w.terminated = false;
     w.last_ops = 0;
@@ -135,6 +186,11 @@ void reaped(Worker &w, int status) {
     T.frees += j.frees.load();
     T.oom += j.oom.load();
     T.errors += j.errors.load();
+    T.huge += j.huge.load();
+    T.execs += j.execs.load();
+    // What its exec'd images left in the driver's truth (a real driver would have freed it).
+    T.leaked_lo += j.exec_left.load();
+    T.leaked_hi += j.exec_left.load();
     if (j.errors.load())
         problem("worker " + std::to_string(w.pid) + ": " + std::to_string(j.errors.load()) +
                 " driver errors other than out-of-memory");
@@ -167,9 +223,21 @@ void reaped(Worker &w, int status) {
 
 uint64_t truth_now(fake::Truth *t) { return t->dev[0].current.load(); }
 
+// A clean stop: the request in the journal (an image that has not installed its SIGTERM handler yet,
+// just started or just exec'd, sees it there and exits), and SIGTERM once the image can take it
+// (before, SIGTERM would kill it instead: seen 4 of 86 times in a 20-minute run).
+void stop(Worker &w) {
+    w.terminated = true;
+    w.journal->term_requested.store(1);
+    if (w.journal->ready.load() && target(w)) kill(target(w), SIGTERM);
+}
+
 void sample(fake::Truth *t) {
     uint64_t cur = truth_now(t);
-    uint64_t live = cur > T.leaked_hi ? cur - T.leaked_hi : 0;
+    uint64_t left = T.leaked_hi;
+    for (const Worker &w : g_workers)
+        if (w.pid) left += w.journal->exec_left.load();  // exec'd images of workers still running
+    uint64_t live = cur > left ? cur - left : 0;
     T.samples++;
     T.max_live = std::max(T.max_live, live);
     if (live <= g_limit) return;
@@ -188,6 +256,7 @@ void sample(fake::Truth *t) {
         return;
     }
     T.violations++;
+    T.max_over = std::max(T.max_over, live - g_limit);
     if (T.violations <= 5)
         problem("live processes hold " + std::to_string(live) + " bytes in the driver, over the limit of " +
                 std::to_string(g_limit));
@@ -282,6 +351,8 @@ int main(int argc, char **argv) {
           "GPUGUARD_REPORT_DIR=" + g_work + "/reports", std::string("GPUGUARD_MAX_REPORTS=2")})
         g_worker_env.push_back(v);
 
+    g_namespaces = env_long("SOAK_NAMESPACES", 1) != 0 && namespaces_work();
+    if (!g_namespaces) fprintf(stderr, "soak: no PID namespaces here (unshare needs root): every worker in ours\n");
     std::vector<Worker> &workers = g_workers;
     workers.resize((size_t)procs);
     for (int i = 0; i < procs; i++) {
@@ -326,31 +397,28 @@ int main(int argc, char **argv) {
         if (now >= next_kill) {
             next_kill = after(kill_gap(rng));
             Worker &w = workers[rng() % workers.size()];
-            if (w.pid && !w.killed && !w.terminated) {
+            if (w.pid && !w.killed && !w.terminated && target(w)) {
                 // Most stops are SIGKILL (anywhere, even inside a hook); SOAK_TERM_SHARE are clean exits.
                 if (std::uniform_real_distribution<double>(0, 1)(rng) >= term_share) {
                     w.killed = true;
                     T.kills++;
-                    kill(w.pid, SIGKILL);
+                    kill(target(w), SIGKILL);
                     waitpid(w.pid, &status, 0);  // accounted before the next sample
                     reaped(w, status);
                     start(w, threads, max_alloc, rng);
-                } else if (w.journal->ops.load() > 0) {
-                    // Only once the worker has made an operation: before that it may not have
-                    // installed its SIGTERM handler yet (ASan's start-up takes a while), and SIGTERM
-                    // would kill it instead of stopping it cleanly (seen: 4 of 86 in a 20-minute run).
-                    w.terminated = true;
+                } else {
+                    stop(w);
                     T.terms++;
-                    kill(w.pid, SIGTERM);
                 }
             }
         }
         if (now >= next_signal) {
             next_signal = after(signal_gap(rng));
             Worker &w = workers[rng() % workers.size()];
-            // Only once the shim is set up in the worker (its first hooked call installs the handler).
-            if (w.pid && w.journal->ops.load() > 0 && !w.killed) {
-                kill(w.pid, SIGUSR2);
+            // Only once the shim is set up in the worker's image (its first hooked call installs the
+            // handler; an image exec'd since has none yet).
+            if (w.pid && w.journal->ready.load() && target(w) && !w.killed) {
+                kill(target(w), SIGUSR2);
                 T.signals++;
             }
         }
@@ -365,12 +433,14 @@ int main(int argc, char **argv) {
                 w.killed = true;  // counted as a kill: what it held stays in the truth
                 // Every thread's stack, by gdb when there is one (a sanitizer busy with a report may be
                 // the very thing that hangs), then SIGABRT for the sanitizer's own account.
-                std::string gdb = "command -v gdb >/dev/null && timeout 60 gdb -p " + std::to_string(w.pid) +
+                pid_t t = target(w) ? target(w) : w.pid;
+                std::string gdb = "command -v gdb >/dev/null && timeout 60 gdb -p " + std::to_string(t) +
                                   " -batch -ex 'thread apply all bt' > '" + stacks + "' 2>&1";
                 if (system(gdb.c_str()) != 0) problem("no gdb to take the stalled worker's stacks");
-                kill(w.pid, SIGABRT);
+                kill(t, SIGABRT);
                 // Time for the sanitizer to write the report (run.sh symbolizes it afterwards).
                 for (int i = 0; i < 100 && waitpid(w.pid, &status, WNOHANG) == 0; i++) usleep(100000);
+                kill(t, SIGKILL);
                 if (kill(w.pid, SIGKILL) == 0) waitpid(w.pid, &status, 0);
                 reaped(w, status);
                 start(w, threads, max_alloc, rng);
@@ -392,7 +462,7 @@ int main(int argc, char **argv) {
 
     // The end: every worker stopped cleanly, then nothing may remain but what killed ones left.
     for (Worker &w : workers)
-        if (w.pid && !w.terminated) w.terminated = true, kill(w.pid, SIGTERM);
+        if (w.pid && !w.terminated) stop(w);
     for (Worker &w : workers) {
         if (!w.pid) continue;
         int status = 0;
@@ -402,6 +472,7 @@ int main(int argc, char **argv) {
             T.stalls++;
             problem("worker " + std::to_string(w.pid) + " did not exit within 60 s of SIGTERM");
             w.killed = true;
+            if (target(w)) kill(target(w), SIGKILL);
             kill(w.pid, SIGKILL);
             waitpid(w.pid, &status, 0);
         }
@@ -413,17 +484,24 @@ int main(int argc, char **argv) {
     if (!truth_ok)
         problem("the driver holds " + std::to_string(left) + " bytes after every worker exited; killed ones left " +
                 std::to_string(T.leaked_lo) + ".." + std::to_string(T.leaked_hi));
-    // The ledger, as the next process would find it: dead processes reclaimed, nothing counted.
+    // The ledger, as the next process would find it: dead processes reclaimed, nothing counted (what
+    // admission counts, not only the live processes' bytes), and every slot free or reclaimed: a slot
+    // left claiming, live or reclaiming by a killed process is one leaked for good.
     std::string error, notice;
-    uint64_t ledger_used = UINT64_MAX, ledger_peak = UINT64_MAX;
+    uint64_t ledger_used = UINT64_MAX, ledger_peak = UINT64_MAX, leaked_slots = 0, slots_used = 0;
     if (gg::ledger::Ledger *l = gg::ledger::Ledger::open({ledger_path, limit_text, -1, false}, &error, &notice)) {
         l->reclaim_dead(false);
-        for (const auto &d : l->devices()) ledger_used = d.used, ledger_peak = d.peak;
+        for (const auto &d : l->devices()) ledger_used = l->container_used(d.index), ledger_peak = d.peak;
+        for (const auto &p : l->processes()) {
+            slots_used++;
+            if (!p.self && !p.reclaimed) leaked_slots++;
+        }
         delete l;
     } else {
         problem("cannot open the ledger at the end: " + error);
     }
     if (ledger_used != 0) problem("the ledger counts " + std::to_string(ledger_used) + " bytes with every worker gone");
+    if (leaked_slots) problem(std::to_string(leaked_slots) + " slots of the ledger were neither free nor reclaimable");
     if (ledger_peak > g_limit) problem("the ledger's peak " + std::to_string(ledger_peak) + " passed the limit");
     std::vector<std::string> san = list(g_work, "sanitizer.");
     for (const std::string &f : san) problem("sanitizer report: " + f);
@@ -434,10 +512,12 @@ int main(int argc, char **argv) {
     auto n = [](uint64_t v) { return std::to_string(v); };
     printf("\nsoak summary (%d processes x %d threads, limit %s, %.1f min%s, seed %s)\n", procs, threads,
            gib(g_limit).c_str(), ran / 60, g_interrupted ? ", interrupted" : "", env_or("SOAK_SEED", "?").c_str());
-    row("worker starts", n(T.starts));
+    row("worker starts (in a PID namespace of their own)", n(T.starts) + " (" + n(T.ns_starts) + ")");
     row("SIGKILLs (inside a driver call)", n(T.kills) + " (" + n(T.kills_in_call) + ")");
     row("clean stops (SIGTERM)", n(T.terms));
     row("allocations / frees", n(T.allocs) + " / " + n(T.frees));
+    row("requests near SIZE_MAX (all refused)", n(T.huge));
+    row("execs with memory allocated", n(T.execs));
     row("out-of-memory answers (quota + injected)", n(T.oom));
     row("other driver errors", n(T.errors));
     row("report signals sent", n(T.signals));
@@ -445,14 +525,15 @@ int main(int argc, char **argv) {
         n(T.reports) + " / " + n(T.reports_checked - T.reports_bad) + " of " + n(T.reports_checked));
     row("truth samples", n(T.samples));
     row("max bytes held by live processes", gib(T.max_live) + " (limit " + gib(g_limit) + ")");
-    row("samples over the limit", n(T.violations));
+    row("samples over the limit (most bytes over)", n(T.violations) + " (" + n(T.max_over) + ")");
     row("samples over it during a clean exit (max)",
         n(T.exit_window) + " (" + gib(T.max_exit_overshoot) + ")" + (g_allow_exit_window ? ", tolerated" : ""));
-    row("left in the driver by killed processes",
+    row("left in the driver by killed and exec'd images",
         gib(T.leaked_lo) + (T.leaked_hi != T.leaked_lo ? " .. " + gib(T.leaked_hi) : ""));
     row("driver holds at the end", gib(left) + (truth_ok ? " (all of it left by killed processes)" : " (MISMATCH)"));
     row("ledger used at the end / its peak", (ledger_used == UINT64_MAX ? "?" : gib(ledger_used)) + " / " +
                                                  (ledger_peak == UINT64_MAX ? "?" : gib(ledger_peak)));
+    row("ledger slots used / leaked", n(slots_used) + " / " + n(leaked_slots));
     row("crashes / stalls / bad exits", n(T.crashes) + " / " + n(T.stalls) + " / " + n(T.bad_exits));
     row("sanitizer reports", n(san.size()));
     for (const std::string &p : T.problems) printf("  problem: %s\n", p.c_str());

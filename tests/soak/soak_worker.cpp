@@ -1,9 +1,13 @@
 // A soak worker: THREADS threads of random device-memory traffic through the test driver, under the
 // shim, until SIGTERM (a clean exit, leaving some memory held for the driver's teardown) or SIGKILL.
-//   soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED
+//   soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED EXEC_AFTER_MS
 // Each thread allocates through cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync and
 // cuMemCreate, frees through the matching call, asks cuMemGetInfo now and then, and records every
-// driver call in the journal before making it (journal.h says why).
+// driver call in the journal before making it (journal.h says why). Sizes are log-uniform up to
+// MAX_ALLOC_BYTES, now and then up to twice the whole limit, and now and then near SIZE_MAX (a
+// negative size cast to size_t: 2^63, SIZE_MAX - k, a pitch whose width wraps), which no device
+// holds and the quota must refuse without disturbing anything else. With EXEC_AFTER_MS > 0 the
+// worker execs itself that long after it starts, its memory still allocated (up to three times).
 #include <cuda.h>
 
 #include <fcntl.h>
@@ -15,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "journal.h"
@@ -24,6 +29,9 @@ namespace {
 soak::Journal *g_journal;
 std::atomic<bool> g_stop{false};
 size_t g_max_alloc;
+// Sizes above this are more than the test driver's devices hold (run.sh: FAKE_CUDA_MEM, 64 TiB): they
+// can never be handed out, so they are journaled as 0 bytes in flight.
+constexpr uint64_t kNoDeviceHolds = uint64_t(1) << 47;
 
 enum Kind { kAlloc, kPitch, kManaged, kAsync, kCreate, kKinds };
 struct Held {
@@ -34,6 +42,7 @@ struct Held {
 };
 
 void on_term(int) { g_stop.store(true); }
+std::atomic<bool> g_exec{false};  // stop the threads for an exec, not for good
 
 struct Thread {
     int index;
@@ -84,14 +93,39 @@ void *run(void *arg) {
     }
     std::vector<Held> held;
     std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
-    while (!g_stop.load()) {
+    std::uniform_real_distribution<double> log_wide(12, __builtin_log2((double)g_max_alloc * 8));
+    while (!g_stop.load() && !g_exec.load() && !g_journal->term_requested.load()) {
         unsigned op = rng() % 100;
-        if (op < 5) {
+        if (op < 2) {
+            // A size no device holds: the quota refuses it before the driver, and nothing else moves.
+            static const uint64_t kEdges[] = {UINT64_MAX,        UINT64_MAX - 1,          UINT64_MAX - 4095,
+                                              uint64_t(1) << 63, (uint64_t(1) << 63) + 1, uint64_t(1) << 62};
+            uint64_t size = kEdges[rng() % (sizeof kEdges / sizeof *kEdges)] - (rng() % 2 ? rng() % 100000 : 0);
+            CUdeviceptr p = 0;
+            size_t pitch = 0;
+            CUmemGenericAllocationHandle hd = 0;
+            CUmemAllocationProp prop = {};
+            prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            unsigned how = rng() % 4;
+            CUresult r = journaled(rec, soak::kAllocating, 0, [&] {
+                switch (how) {
+                    case 0: return cuMemAllocAsync(&p, size, nullptr);
+                    case 1: return cuMemAllocPitch_v2(&p, &pitch, size, 1 + rng() % 3, 16);  // the width wraps
+                    case 2: return cuMemCreate(&hd, size / (2u << 20) * (2u << 20), &prop, 0);
+                    default: return cuMemAlloc_v2(&p, size);
+                }
+            });
+            g_journal->huge.fetch_add(1);
+            if (r == CUDA_SUCCESS) g_journal->errors.fetch_add(1);  // handed out: the quota broken
+            else count(r);
+        } else if (op < 5) {
             size_t free_b = 0, total_b = 0;
             count(cuMemGetInfo_v2(&free_b, &total_b));
             g_journal->ops.fetch_add(1);
         } else if (op < 55 && held.size() < 12) {
-            Held h{Kind(rng() % kKinds), 0, 0, (uint64_t)__builtin_exp2(log_size(rng))};
+            Held h{Kind(rng() % kKinds), 0, 0,
+                   (uint64_t)__builtin_exp2(rng() % 20 ? log_size(rng) : log_wide(rng))};  // up to twice the limit
             CUresult r;
             if (h.kind == kPitch) {
                 // A width that is a multiple of the driver's pitch alignment, so that the size charged
@@ -130,15 +164,17 @@ void *run(void *arg) {
         if (rng() % 4 == 0) usleep((useconds_t)(rng() % 2000));
     }
     // A clean exit frees about half; the rest is left to the driver's teardown at exit, as programs do.
-    for (size_t i = 0; i < held.size(); i += 2) release(rec, held[i]);
+    // An exec leaves all of it, as a launcher that execs its payload does.
+    if (!g_exec.load())
+        for (size_t i = 0; i < held.size(); i += 2) release(rec, held[i]);
     return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED\n");
+    if (argc != 6) {
+        fprintf(stderr, "usage: soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED EXEC_AFTER_MS\n");
         return 2;
     }
     int fd = open(argv[1], O_RDWR | O_CLOEXEC);
@@ -153,17 +189,39 @@ int main(int argc, char **argv) {
     if (threads < 1 || threads > soak::kMaxThreads) return 2;
     g_max_alloc = strtoull(argv[3], nullptr, 0);
     unsigned seed = (unsigned)strtoul(argv[4], nullptr, 0);
+    long exec_after_ms = strtol(argv[5], nullptr, 0);
     signal(SIGTERM, on_term);
+    if (g_journal->term_requested.load()) return 0;  // stopped while this image was being exec'd
     if (cuInit(0) != CUDA_SUCCESS) {
         fprintf(stderr, "soak_worker: cuInit failed\n");
         return 3;
     }
+    size_t f = 0, t = 0;
+    cuMemGetInfo_v2(&f, &t);  // the shim is set up (its report signal handler too): signals are safe now
+    g_journal->ready.store(1);
     std::vector<pthread_t> ids((size_t)threads);
     std::vector<Thread> args((size_t)threads);
     for (int i = 0; i < threads; i++) {
         args[(size_t)i] = {i, seed * 7919u + (unsigned)i};
         pthread_create(&ids[(size_t)i], nullptr, run, &args[(size_t)i]);
     }
+    if (exec_after_ms > 0 && g_journal->execs.load() < 3) {
+        for (long waited = 0; waited < exec_after_ms && !g_stop.load() && !g_journal->term_requested.load();
+             waited += 10)
+            usleep(10000);
+        if (!g_stop.load() && !g_journal->term_requested.load()) g_exec.store(true);
+    }
     for (pthread_t id : ids) pthread_join(id, nullptr);
+    if (g_exec.load() && !g_stop.load() && !g_journal->term_requested.load()) {
+        // What this image holds stays in the test driver's truth (a real driver frees it at exec).
+        g_journal->ready.store(0);
+        g_journal->exec_left.fetch_add(g_journal->held.exchange(0));
+        g_journal->execs.fetch_add(1);
+        std::string again = std::to_string(exec_after_ms * 2);
+        char *next[] = {argv[0], argv[1], argv[2], argv[3], argv[4], again.data(), nullptr};
+        execv("/proc/self/exe", next);
+        g_journal->errors.fetch_add(1);  // exec failed
+        return 4;
+    }
     return 0;
 }

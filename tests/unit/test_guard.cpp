@@ -101,6 +101,19 @@ TEST_CASE("an allocation larger than admitted (a pitch) is charged the differenc
     CHECK(core.used() == 0);
 }
 
+// A pitch narrower than the estimate admitted: the ledger holds what the allocation holds, so that its
+// free leaves nothing charged (the difference stayed charged until the process exited).
+TEST_CASE("an allocation smaller than admitted (a narrower pitch) is charged what it holds") {
+    Core core("1GiB");
+    guard::DriverCall scope;
+    guard::Ticket t;
+    REQUIRE(guard::admit(Api::cuMemAllocPitch_v2, -1, 100 * kMiB, &t) == CUDA_SUCCESS);
+    guard::commit(t, KeyKind::kPointer, 0x1000, 50 * kMiB);
+    CHECK(core.used() == 50 * kMiB);
+    release(0x1000);
+    CHECK(core.used() == 0);
+}
+
 TEST_CASE("an unknown pointer's free changes nothing") {
     Core core("1GiB");
     guard::DriverCall scope;
@@ -121,4 +134,34 @@ TEST_CASE("the quota view: the limit and the container's usage, for cuMemGetInfo
     CHECK(q.container_used == 512 * kMiB);
     Core unlimited("");
     CHECK_FALSE(guard::quota_of(0).limited);
+}
+
+// Issue 18, defect 1: SIZE_MAX (a negative size cast to size_t) wrapped the admission's sum and was
+// admitted; its rollback then took the process's other bytes off the ledger.
+TEST_CASE("a request that would wrap the sum is refused uncharged, with a limit or without") {
+    {
+        Core core("300MiB");
+        guard::DriverCall scope;
+        REQUIRE(allocate(0x1000, 200 * kMiB) == CUDA_SUCCESS);
+        for (uint64_t huge : {UINT64_MAX, UINT64_MAX - 200 * kMiB + 1, UINT64_MAX / 2, 300 * kMiB + 1}) {
+            guard::Ticket t;
+            CHECK(guard::admit(Api::cuMemAlloc_v2, -1, huge, &t) == CUDA_ERROR_OUT_OF_MEMORY);
+            CHECK_FALSE(t.charged);
+            CHECK(core.used() == 200 * kMiB);
+        }
+        guard::Ticket t;
+        REQUIRE(guard::admit(Api::cuMemAlloc_v2, -1, 100 * kMiB, &t) == CUDA_SUCCESS);
+        guard::failed(t, CUDA_ERROR_OUT_OF_MEMORY);  // the rollback takes exactly what was charged
+        CHECK(core.used() == 200 * kMiB);
+    }
+    {
+        Core core("");  // no limit: the driver decides, and the ledger's count never wraps
+        guard::DriverCall scope;
+        REQUIRE(allocate(0x1000, 200 * kMiB) == CUDA_SUCCESS);
+        guard::Ticket t;
+        CHECK(guard::admit(Api::cuMemAlloc_v2, -1, UINT64_MAX, &t) == CUDA_SUCCESS);
+        CHECK_FALSE(t.charged);
+        guard::failed(t, CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK(core.used() == 200 * kMiB);
+    }
 }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -159,7 +160,7 @@ TEST_CASE("ledger: foreign, truncated, other-version and symlinked files are ref
     unlink(good.c_str());
 }
 
-TEST_CASE("ledger: a dead process's slot is reclaimed, and a reused pid is not mistaken for it") {
+TEST_CASE("ledger: a dead process's slot is reclaimed, whatever its pid says") {
     std::string path = temp_path("reclaim");
     Ledger *l = open_ledger(path, "1000");
     int d = l->device_index(kUuid, 1000, 5000, "gpu");
@@ -189,10 +190,10 @@ TEST_CASE("ledger: a dead process's slot is reclaimed, and a reused pid is not m
     CHECK(l->try_charge(d, 1000, &used));
     l->release(d, 1000);
 
-    // A slot whose pid is alive (ours) but whose start time differs: the pid was reused.
+    // A slot that says live, with a pid that is alive (our parent's), but whose lock nobody holds:
+    // its owner is gone (a pid in another PID namespace, or a process that exec'd, looks just so).
     Slot &fake = l->header()->slots[kMaxSlots - 1];
     fake.pid.store(getppid());
-    fake.start_ticks.store(12345);  // not the parent's real start time
     fake.bytes[d].store(300);
     fake.state.store(kSlotLive);
     l->header()->slot_high.store(kMaxSlots);
@@ -375,6 +376,299 @@ TEST_CASE("ledger: forged text fields are shown bounded and without control byte
     }
     CHECK(found);
     l->release(d, 10);
+    delete l;
+    unlink(path.c_str());
+}
+
+// Issue 18, defect 1: counts that cannot wrap, and a rollback that takes back exactly its charge.
+TEST_CASE("ledger: no count wraps; a refused request leaves nothing charged") {
+    OpenOptions o;
+    o.limit_spec = "1000";
+    std::string error, notice;
+    Ledger *l = Ledger::open(o, &error, &notice);
+    REQUIRE(l);
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(d, 600, &used));
+    for (uint64_t huge : {UINT64_MAX, UINT64_MAX - 599, UINT64_MAX - 600, uint64_t(1) << 63, uint64_t(1001)}) {
+        CHECK_FALSE(l->try_charge(d, huge, &used));
+        CHECK(used == 600);
+        CHECK(l->own_bytes(d) == 600);
+    }
+    CHECK_FALSE(l->charge(d, UINT64_MAX));  // would wrap: nothing added
+    CHECK(l->own_bytes(d) == 600);
+    CHECK(l->release(d, 600) == 600);
+    delete l;
+
+    o.limit_spec = "";
+    l = Ledger::open(o, &error, &notice);
+    REQUIRE(l);
+    d = l->device_index(kUuid, kNoLimit, 5000, "gpu");
+    REQUIRE(l->try_charge(d, 600, &used));
+    CHECK_FALSE(l->try_charge(d, UINT64_MAX, &used));  // would wrap this process's count
+    CHECK(l->own_bytes(d) == 600);
+    REQUIRE(l->try_charge(d, UINT64_MAX - 600, &used));  // fits exactly: no limit
+    CHECK(l->container_used(d) == UINT64_MAX);
+    CHECK(l->release(d, UINT64_MAX - 600) == UINT64_MAX - 600);
+    CHECK(l->container_used(d) == 600);
+    // A forged count near UINT64_MAX in another slot saturates the sum instead of wrapping it.
+    l->header()->slots[kMaxSlots - 1].bytes[d].store(UINT64_MAX - 100);
+    l->header()->slot_high.store(kMaxSlots);
+    CHECK(l->container_used(d) == UINT64_MAX);
+    delete l;
+}
+
+#include "shim/quota/sizes.h"
+
+TEST_CASE("sizes: a pitch or an array that would wrap saturates instead") {
+    using namespace gg::sizes;
+    CHECK(pitch_estimate(1, 1) == 512);
+    CHECK(pitch_estimate(1000, 3) == 3 * 1024);
+    CHECK(pitch_estimate(UINT64_MAX, 1) >= UINT64_MAX - 511);
+    CHECK(pitch_estimate(UINT64_MAX - 10, 2) == UINT64_MAX);
+    CHECK(pitch_estimate(1 << 20, uint64_t(1) << 50) == UINT64_MAX);
+    CHECK(array_bytes(4, 0, 10, 0, 0) == 40);
+    CHECK(array_bytes(4, 4, uint64_t(1) << 40, uint64_t(1) << 30, 1) == UINT64_MAX);
+}
+
+namespace {
+int g_die_at_step = 0;
+void die_at(int step) {
+    if (step == g_die_at_step) _exit(42);
+}
+
+// Runs `body` in a child process; returns its exit status (-1 when it did not exit).
+template <typename F>
+int in_child(F body) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        body();
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+// Issue 18, defect 5: a process killed while it claimed its slot left the slot "claiming" for good:
+// invisible to gpuguard top, never reclaimed, and with every slot so, every allocation refused.
+TEST_CASE("ledger: a process killed at any step of claiming its slot leaks nothing") {
+    std::string path = temp_path("claim-kill");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(d, 100, &used));
+    for (int step = 1; step <= 4; step++) {
+        CAPTURE(step);
+        // A child takes over a dead process's slot (its bytes still counted), and dies at `step`.
+        Slot &dead = l->header()->slots[kMaxSlots - 1];
+        dead.bytes[d].store(500);
+        dead.state.store(kSlotLive);
+        l->header()->slot_high.store(kMaxSlots);
+        for (int i = 0; i < kMaxSlots; i++)  // so that the child's only choice is the dead one
+            if (&l->header()->slots[i] != &dead && l->header()->slots[i].state.load() != kSlotLive)
+                l->header()->slots[i].state.store(kSlotLive);
+        int status = in_child([&] {
+            g_die_at_step = step;
+            Ledger::claim_step_for_test = die_at;
+            Ledger *c = open_ledger(path, "1000");
+            uint64_t u;
+            c->try_charge(d, 10, &u);
+            _exit(1);
+        });
+        CHECK(status == 42);
+        CHECK(l->container_used(d) <= 600);  // the dead slot's 500, or nothing of it: never more
+        l->reclaim_dead(false);
+        CHECK(l->container_used(d) == 100);  // ours alone: every other slot was reclaimed
+        int left = 0;
+        for (int i = 0; i < kMaxSlots; i++) {
+            uint32_t st = l->header()->slots[i].state.load();
+            if (st != kSlotFree && st != kSlotReclaimed && l->header()->slots[i].pid.load() != getpid()) left++;
+        }
+        CHECK(left == 0);
+    }
+    // Every slot left "claiming" by a killed claimer: a newcomer still gets one.
+    for (int i = 0; i < kMaxSlots; i++)
+        if (l->header()->slots[i].pid.load() != getpid()) l->header()->slots[i].state.store(kSlotClaiming);
+    CHECK(in_child([&] {
+              Ledger *c = open_ledger(path, "1000");
+              uint64_t u;
+              _exit(c->try_charge(d, 10, &u) ? 0 : 1);
+          }) == 0);
+    delete l;
+    unlink(path.c_str());
+}
+
+// Issue 18, defects 4 and 13: liveness is the kernel's lock on a slot, not a pid. A forked child
+// shares its parent's open file description (and so its locks) until it opens its own.
+TEST_CASE("ledger: a forked child neither shares its parent's slot nor keeps it alive after the parent dies") {
+    std::string path = temp_path("fork-lock");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    for (bool handler : {true, false}) {  // fork()'s child handler, or a clone() that runs none
+        CAPTURE(handler);
+        int to_parent[2];
+        REQUIRE(pipe(to_parent) == 0);
+        pid_t a = fork();
+        if (a == 0) {
+            Ledger *c = open_ledger(path, "1000");
+            uint64_t u;
+            if (!c->try_charge(d, 300, &u)) _exit(1);
+            pid_t b = fork();
+            if (b == 0) {
+                if (handler) c->on_fork_child();
+                else if (!c->try_charge(d, 200, &u)) _exit(1);  // joins: a slot of its own
+                pid_t me = getpid();
+                (void)!write(to_parent[1], &me, sizeof me);
+                pause();
+                _exit(0);
+            }
+            pause();
+            _exit(0);
+        }
+        pid_t b = 0;
+        REQUIRE(read(to_parent[0], &b, sizeof b) == (ssize_t)sizeof b);
+        uint64_t expect = handler ? 300 : 500;
+        CHECK(l->container_used(d) == expect);
+        CHECK(l->reclaim_dead(false) == 0);  // A and B alive
+        kill(a, SIGKILL);
+        waitpid(a, nullptr, 0);
+        CHECK(l->reclaim_dead(false) == 1);  // A's slot, although B shared its description once
+        CHECK(l->container_used(d) == expect - 300);
+        int alive = 0;
+        for (const auto &p : l->processes()) alive += p.alive && !p.self;
+        CHECK(alive == (handler ? 0 : 1));  // B, when it joined
+        kill(b, SIGKILL);                   // an orphan now, reaped by whoever adopted it
+        close(to_parent[0]);
+        close(to_parent[1]);
+    }
+    delete l;
+    unlink(path.c_str());
+}
+
+// Issue 18, defect 3: processes that replaced an idle ledger at the same time could end on two files.
+TEST_CASE("ledger: processes racing to replace an idle ledger all end on the file at the path") {
+    std::string path = temp_path("replace-race");
+    for (int round = 0; round < 20; round++) {
+        CAPTURE(round);
+        delete open_ledger(path, "1MiB");  // idle, with a limit nobody below asks for
+        int go[2], in[2], release[2];
+        REQUIRE(pipe(go) == 0);
+        REQUIRE(pipe(in) == 0);
+        REQUIRE(pipe(release) == 0);
+        std::vector<pid_t> kids;
+        for (int k = 0; k < 6; k++) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(go[1]);
+                close(release[1]);
+                char c;
+                (void)!read(go[0], &c, 1);  // all start together: when the parent closes `go`
+                OpenOptions o;
+                o.path = path;
+                o.limit_spec = std::to_string(2 + k % 3) + "MiB";
+                std::string error, notice;
+                Ledger *l = Ledger::open(o, &error, &notice);
+                if (!l) _exit(2);
+                (void)!write(in[1], "x", 1);
+                (void)!read(release[0], &c, 1);  // every child holds its slot until all are in
+                // The file at the path is the one this process's slot is in (its creation time and
+                // creator tell it from any other), and the slot is alive in it.
+                Header at{};
+                int fd = ::open(path.c_str(), O_RDONLY);
+                bool same = fd >= 0 && pread(fd, &at, offsetof(Header, limit_spec), 0) > 0 &&
+                            at.created_unix_ns == l->header()->created_unix_ns &&
+                            at.creator_pid == l->header()->creator_pid;
+                bool mine = false;
+                for (const auto &p : l->processes()) mine |= p.self && p.alive;
+                _exit(same && mine ? 0 : 1);
+            }
+            kids.push_back(pid);
+        }
+        close(in[1]);
+        close(go[0]);
+        close(go[1]);
+        char c;
+        for (int n = 0; n < 6 && read(in[0], &c, 1) == 1;) n++;
+        close(release[0]);
+        close(release[1]);
+        int ok = 0;
+        for (pid_t k : kids) {
+            int status = 0;
+            waitpid(k, &status, 0);
+            ok += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        }
+        CHECK(ok == 6);
+        close(in[0]);
+    }
+    unlink(path.c_str());
+}
+
+// A replacer killed between setting the old file's retired flag and its rename: the flag is stale.
+TEST_CASE("ledger: a retired flag nobody stands behind is cleared, and the ledger opens") {
+    std::string path = temp_path("stale-retired");
+    delete open_ledger(path, "1GiB");
+    auto retire = [&] {
+        int fd = ::open(path.c_str(), O_RDWR);
+        uint32_t one = 1;
+        CHECK(pwrite(fd, &one, sizeof one, offsetof(Header, retired)) == (ssize_t)sizeof one);
+        close(fd);
+    };
+    retire();
+    std::string notice;
+    Ledger *l = open_ledger(path, "1GiB", &notice);  // the same limit: the file stays
+    CHECK(l->header()->retired.load() == 0);
+    CHECK(l->limit_spec() == "1GiB");
+    delete l;
+    retire();
+    l = open_ledger(path, "2GiB", &notice);  // another limit, idle: replaced
+    CHECK(l->limit_spec() == "2GiB");
+    delete l;
+    unlink(path.c_str());
+}
+
+// With every slot held by a live process, a newcomer is told so in one line (it then keeps a quota of
+// its own), and gets a slot as soon as one is free. The holder stands for 511 processes: each of its
+// Ledgers is an open file description of its own, whose lock is a live process's to the others.
+TEST_CASE("ledger: every slot held by a live process: one line naming it, and a slot once one is free") {
+    std::string path = temp_path("full");
+    Ledger *l = open_ledger(path, "1GiB");  // slot 0
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    pid_t holder = fork();
+    if (holder == 0) {
+        std::vector<Ledger *> all;
+        for (int i = 1; i < kMaxSlots; i++) all.push_back(open_ledger(path, "1GiB"));
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    REQUIRE(read(ready[0], &c, 1) == 1);
+    auto open_in_child = [&] {
+        return in_child([&] {
+            OpenOptions o;
+            o.path = path;
+            o.limit_spec = "1GiB";
+            std::string error, notice;
+            Ledger *n = Ledger::open(o, &error, &notice);
+            _exit(n ? 0 : error.find("all 512 slots are held by live processes") != std::string::npos ? 3 : 4);
+        });
+    };
+    CHECK(open_in_child() == 3);
+    // A child forked by the holder of the last slot finds none either, and can tell why (its refusals
+    // say so): not joined, every slot held.
+    CHECK(in_child([&] {
+              l->on_fork_child();
+              _exit(!l->join() && !l->joined() && l->slots_all_held() ? 0 : 5);
+          }) == 0);
+    CHECK(!l->slots_all_held());  // the parent holds its slot
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    CHECK(open_in_child() == 0);
+    close(ready[0]);
+    close(ready[1]);
     delete l;
     unlink(path.c_str());
 }

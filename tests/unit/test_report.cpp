@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/report/environment.h"
 #include "core_fixture.h"
 #include "shim/quota/guard.h"
 #include "shim/report/report.h"
@@ -91,6 +92,27 @@ TEST_CASE("a report the shim writes reads back in the command with every field")
     CHECK(r.stack(r.top_allocations[0].stack));
 }
 
+// Issue 18, defect 11: exact names, and a secret-looking name's value hidden.
+TEST_CASE("report environment: exact names only, secret-looking values hidden") {
+    using namespace gg::report_env;
+    for (const char *yes : {"GPUGUARD_MEM_LIMIT", "GPUGUARD_LEDGER", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
+                            "NCCL_DEBUG", "LOCAL_RANK", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_7",
+                            "CUDA_DEVICE_MEMORY_LIMIT_63", "LD_PRELOAD"})
+        CHECK_MESSAGE(allowed(yes), yes);
+    for (const char *no : {"NVIDIA_API_KEY", "CUDA_TOKEN", "NCCL_PASSWORD", "PYTORCH_SECRET", "GPUGUARD_API_TOKEN",
+                           "GPUGUARD_", "CUDA_", "CUDA_DEVICE_MEMORY_LIMIT_64", "CUDA_DEVICE_MEMORY_LIMIT_x", "PATH",
+                           "HOME", "AWS_SECRET_ACCESS_KEY", "cuda_visible_devices"})
+        CHECK_MESSAGE(!allowed(no), no);
+    std::string v;
+    CHECK(carried("CUDA_VISIBLE_DEVICES", "0,1", &v));
+    CHECK(v == "0,1");
+    CHECK_FALSE(carried("HF_TOKEN", "x", &v));
+    for (const char *secret :
+         {"X_API_KEY", "my_token", "DB_PASSWORD", "PASSWD", "A_SECRET", "AUTH_HEADER", "SESSION_ID"})
+        CHECK_FALSE_MESSAGE(shown(secret), secret);
+    CHECK(shown("NCCL_IB_DISABLE"));
+}
+
 TEST_CASE("the tensor view: c10's blocks, totals and events read back in the command") {
     Core core("1GiB", /*stack_depth=*/8);
     torch::reset_after_fork();  // no block of an earlier test
@@ -136,4 +158,27 @@ TEST_CASE("the tensor view: c10's blocks, totals and events read back in the com
     CHECK(t.events_recorded == 4);
     CHECK_FALSE(t.timeline.empty());
     torch::reset_after_fork();
+}
+
+// Issue 18, defect 10: the tensor view's rows (a block's or a segment's stack, a segment's API) are
+// strings of the file like any other, made printable as they are read.
+TEST_CASE("report reader: the tensor view's strings come out without C0 or C1 controls") {
+    nlohmann::json d = {{"schema", "gpuguard.report"},
+                        {"version", 1},
+                        {"reason", "request"},
+                        {"tensor_view",
+                         {{"source", "c10"},
+                          {"blocks", {{"count", 1}, {"list", {{4096, 512, "s\x1b]0;t\x07"}}}}},
+                          {"segments", {{4096, 2097152, "s\u009b2J", "cuMemAlloc\x1b[2J\x9b"}}}}}};
+    gg::report::Report r;
+    gg::report::LoadError err;
+    REQUIRE_MESSAGE(gg::report::parse(d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "t", r, err),
+                    err.message);
+    REQUIRE(r.tensor);
+    REQUIRE(r.tensor->blocks.size() == 1);
+    REQUIRE(r.tensor->segments.size() == 1);
+    CHECK(r.tensor->blocks[0].stack == "s?]0;t?");
+    CHECK(r.tensor->segments[0].stack == "s??2J");  // each byte of U+009B
+    CHECK(r.tensor->segments[0].api.rfind("cuMemAlloc?[2J", 0) == 0);
+    CHECK(r.tensor->segments[0].api.find('\x1b') == std::string::npos);
 }

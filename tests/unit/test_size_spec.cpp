@@ -84,3 +84,43 @@ TEST_CASE("human sizes") {
     CHECK(human_bytes(512) == "512 B");
     CHECK(human_bytes(3ull << 29) == "1.50 GiB");
 }
+
+// Issue 18, defects 6 and 7: what the parser accepts is what the ledger stores and every process
+// reads back; a selector is a device or it is refused; one that selects nothing is named.
+TEST_CASE("limit specs: printable ASCII only, no longer than the ledger holds") {
+    LimitSpec s;
+    std::string why;
+    for (const char *bad : {"1GiB\n", "1GiB,\t0=2GiB", "\r1GiB", "1G\x1b[2J", "1G\x7f", "1G\xc2\x9b", "0=1G,\n1=2G"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(parse_limit_spec(bad, &s, &why));
+        CHECK((why.find("control character") != std::string::npos || why.find("not ASCII") != std::string::npos));
+    }
+    CHECK(parse_limit_spec("  4GiB , 1 = 2GiB  ", &s, &why));  // spaces around parts are fine
+    std::string longest = "1GiB";
+    while (longest.size() + 1 + 53 <= kMaxLimitSpecLength)
+        longest += ",GPU-" + std::to_string(10000000 + longest.size()) + "-aaaa-bbbb-cccc-dddddddddddd=1GiB";
+    CHECK(longest.size() <= kMaxLimitSpecLength);
+    CHECK_MESSAGE(parse_limit_spec(longest, &s, &why), why);
+    std::string too_long = longest + std::string(kMaxLimitSpecLength + 1 - longest.size(), ' ');
+    CHECK_FALSE(parse_limit_spec(too_long, &s, &why));
+    CHECK(why.find("more than the 4095 a ledger holds") != std::string::npos);
+}
+
+TEST_CASE("limit specs: ordinals are numbers, UUIDs are hex; unmatched entries are named") {
+    LimitSpec s;
+    std::string why;
+    REQUIRE(parse_limit_spec("00=100MiB,GPU-ABcd=1GiB", &s, &why));
+    CHECK(s.for_device(0, "GPU-ffff").resolve(0) == 100ull << 20);
+    CHECK(s.for_device(1, "GPU-abcd0000").resolve(0) == 1ull << 30);
+    CHECK_FALSE(parse_limit_spec("0=1G,000=2G", &s, &why));
+    CHECK(why.find("given twice") != std::string::npos);
+    for (const char *bad : {"GPU-nonexist=1G", "GPU-=1G", "GPU---=1G", "GPU-12g4=1G"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(parse_limit_spec(bad, &s, &why));
+        CHECK(why.find("is not a device") != std::string::npos);
+    }
+    REQUIRE(parse_limit_spec("4GiB,0=1GiB,7=2GiB,GPU-dead=3GiB,GPU-66616b65=5GiB", &s, &why));
+    std::vector<std::string> uuids = {"GPU-66616b65-ee13-385d-82a7-ccf1163b6000"};
+    CHECK(unmatched_entries(s, uuids) == std::vector<std::string>{"7=2.00 GiB", "GPU-dead=3.00 GiB"});
+    CHECK(unmatched_entries(s, {}).size() == 4);
+}

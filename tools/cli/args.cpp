@@ -1,5 +1,7 @@
 #include "tools/cli/args.h"
 
+#include "common/base/log.h"
+
 #include <cstdio>
 #include <cstring>
 
@@ -38,12 +40,12 @@ std::string Args::take() { return done() ? std::string() : std::string(argv_[i_+
 
 int Args::usage_error(const std::string &message) const {
     const std::string &m = message.empty() ? error_ : message;
-    fprintf(stderr, "gpuguard: %s: %s (try 'gpuguard %s --help')\n", command_.c_str(), m.c_str(), command_.c_str());
+    log_error("%s: %s (try 'gpuguard %s --help')", command_.c_str(), m.c_str(), command_.c_str());
     return 2;
 }
 
 int fail(int status, const std::string &message) {
-    fprintf(stderr, "gpuguard: %s\n", message.c_str());
+    log_error("%s", message.c_str());
     return status;
 }
 

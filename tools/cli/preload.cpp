@@ -18,7 +18,8 @@ bool is_file(const std::string &path) {
 }  // namespace
 
 std::string find_library(std::string *why) {
-    if (const char *v = settings::value(settings::process_env(), settings::Id::kLibrary)) {
+    if (std::optional<std::string> text = settings::value(settings::process_env(), settings::Id::kLibrary)) {
+        const char *v = text->c_str();
         if (is_file(v)) return absolute_path(v);
         *why = std::string("GPUGUARD_LIBRARY=") + v + ": no such file";
         return "";

@@ -5,6 +5,7 @@
 #include "tools/report/render.h"
 #include "tools/report/whatif/replay.h"
 
+#include "common/base/log.h"
 #include "common/settings/settings.h"
 #include "tools/cli/args.h"
 
@@ -95,17 +96,17 @@ bool write_output(const std::string &path, const std::string &data, const char *
     if (f) f.write(data.data(), static_cast<std::streamsize>(data.size()));
     if (f) f.close();
     if (!f) {
-        fprintf(stderr, "gpuguard: cannot write %s: %s\n", path.c_str(), errno ? strerror(errno) : "write failed");
+        gg::log_error("cannot write %s: %s", path.c_str(), errno ? strerror(errno) : "write failed");
         return false;
     }
-    fprintf(stderr, "gpuguard: wrote %s (%s)\n", path.c_str(), what);
+    gg::log_error("wrote %s (%s)", path.c_str(), what);
     return true;
 }
 
 bool load_or_say(const std::string &path, Report &r) {
     LoadError err;
     if (load(path, r, err)) return true;
-    fprintf(stderr, "gpuguard: %s\n", err.message.c_str());
+    gg::log_error("%s", err.message.c_str());
     return false;
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/base/log.h"
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 #include "common/units/size_spec.h"
@@ -62,8 +63,7 @@ std::string usage() {
 [[noreturn]] void exec_or_die(char **cmd) {
     execvp(cmd[0], cmd);
     int e = errno;
-    fprintf(stderr, "gpuguard: %s %s: %s\n", e == ENOENT ? "command not found:" : "cannot execute", cmd[0],
-            strerror(e));
+    gg::log_error("%s %s: %s", e == ENOENT ? "command not found:" : "cannot execute", cmd[0], strerror(e));
     _exit(e == ENOENT ? 127 : 126);
 }
 
@@ -177,8 +177,8 @@ int cmd_run(int argc, char **argv) {
     }
 
     const gg::settings::Lookup env = gg::settings::process_env();
-    if (const char *set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
-        std::string v = have_cudnn ? cudnn : set;
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
+        std::string v = have_cudnn ? cudnn : *set;
         const char *what = have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
         std::string problem = v.empty() ? "" : gg::settings::problem(Id::kCudnnWorkspaceLimit, v);
         if (!problem.empty()) return fail(2, what + v + " is " + problem);
@@ -187,8 +187,8 @@ int cmd_run(int argc, char **argv) {
 
     // Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
     // since the command may change its working directory before it runs out of memory.
-    if (const char *set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
-        report_dir = set;
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
+        report_dir = *set;
         have_report = true;
     }
     if (have_report) {
@@ -231,11 +231,17 @@ int cmd_run(int argc, char **argv) {
         o.group = group;
         std::string error, notice;
         gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
-        if (!l) return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        if (!l && (errno == ENOSPC || errno == EDQUOT)) {
+            // A full /dev/shm: the command still runs, each of its processes under a quota of its own
+            // (the shim would otherwise print the same line in every one of them).
+            gg::log_error("warning: %s; each process of the command gets a quota of its own", error.c_str());
+            setenv("GPUGUARD_LEDGER", "none", 1);
+        } else if (!l) {
+            return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+        }
         if (!notice.empty())
-            fprintf(stderr,
-                    "gpuguard: warning: %s: processes still use it; --limit takes effect once they have exited\n",
-                    notice.c_str());
+            gg::log_error("warning: %s: processes still use it; --limit takes effect once they have exited",
+                          notice.c_str());
         delete l;  // the file stays; the command's processes map it
     }
 

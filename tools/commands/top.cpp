@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/log.h"
+#include "common/base/printable.h"
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 #include "common/units/human.h"
@@ -44,14 +46,16 @@ const char kUsage[] =
     "  --interval SEC   seconds between refreshes (default 1; at least 0.1)\n"
     "  -h, --help       this help\n"
     "\n"
-    "Process states: alive; dead (exited or killed, its bytes still counted until another process of\n"
-    "the ledger reclaims them, within a second of its next allocation); reclaimed (bytes given back).\n"
+    "Process states: alive; dead (exited, exec'd or killed: its bytes are not in USED, but admission\n"
+    "counts them until another process of the ledger reclaims them, within a second of its next\n"
+    "allocation); reclaimed (bytes given back). A pid marked * is in another PID namespace.\n"
     "\n"
     "JSON: {\"version\": 1, \"ledger\", \"limit_spec\" (null for none), \"time_unix_ns\",\n"
     "  \"devices\": [{\"index\", \"uuid\", \"name\", \"limit_bytes\" (null for none), \"used_bytes\",\n"
     "               \"peak_bytes\", \"physical_total_bytes\"}],\n"
-    "  \"processes\": [{\"slot\", \"pid\", \"command\", \"state\" (alive|dead|reclaimed), \"bytes\",\n"
-    "                 \"devices\": [{\"index\", \"bytes\", \"peak_bytes\"}]}]}\n"
+    "  \"processes\": [{\"slot\", \"pid\", \"pid_namespace\" (same|other), \"command\",\n"
+    "                 \"state\" (alive|dead|reclaimed), \"bytes\", \"devices\": [{\"index\", \"bytes\",\n"
+    "                 \"peak_bytes\"}]}]}\n"
     "Device indexes are the ledger's (the same GPU has the same index for every process, whatever\n"
     "its CUDA_VISIBLE_DEVICES), not CUDA ordinals: match devices by uuid.\n"
     "\n"
@@ -97,7 +101,7 @@ std::unique_ptr<Ledger> open_ledger(const std::string &path, std::string *error,
 
 Snapshot take(const Ledger &l) {
     Snapshot s;
-    s.path = l.path();
+    s.path = gg::printable(l.path());
     s.limit_spec = l.limit_spec();
     s.devices = l.devices();
     s.processes = l.processes();
@@ -153,18 +157,24 @@ std::string render_table(const Snapshot &s, bool live) {
 
     out += format("\n%8s %-10s %3s %11s %11s  %s\n", "PID", "STATE", "#", "BYTES", "PEAK", "COMMAND");
     if (s.processes.empty()) out += "    (no process has joined this ledger)\n";
+    bool foreign = false;
     for (const auto &p : s.processes) {
+        // A pid of another PID namespace (a container sharing /dev/shm) names nothing here.
+        std::string pid = std::to_string(p.pid) + (p.other_namespace ? "*" : "");
+        foreign |= p.other_namespace;
         bool any = false;
         for (const auto &d : s.devices) {
             size_t i = (size_t)d.index;
             if (i >= p.bytes.size() || (!p.bytes[i] && !p.peak[i])) continue;
-            out += format("%8d %-10s %3d %11s %11s  %s\n", p.pid, state_of(p), d.index,
+            out += format("%8s %-10s %3d %11s %11s  %s\n", pid.c_str(), state_of(p), d.index,
                           gg::human_bytes(p.bytes[i]).c_str(), gg::human_bytes(p.peak[i]).c_str(), p.command.c_str());
             any = true;
         }
         if (!any)
-            out += format("%8d %-10s %3s %11s %11s  %s\n", p.pid, state_of(p), "-", "0 B", "0 B", p.command.c_str());
+            out +=
+                format("%8s %-10s %3s %11s %11s  %s\n", pid.c_str(), state_of(p), "-", "0 B", "0 B", p.command.c_str());
     }
+    if (foreign) out += "(* a pid in another PID namespace: it names no process here)\n";
     return out;
 }
 
@@ -188,6 +198,7 @@ std::string render_json(const Snapshot &s) {
         }
         processes.push_back({{"slot", p.slot},
                              {"pid", p.pid},
+                             {"pid_namespace", p.other_namespace ? "other" : "same"},
                              {"command", p.command},
                              {"state", state_of(p)},
                              {"bytes", total_bytes(p)},
@@ -337,8 +348,9 @@ int cmd_top(int argc, char **argv) {
     if (!have_path) {
         path = gg::settings::read_ledger_path(gg::settings::process_env());
         if (path.empty()) {
-            const char *set = gg::settings::value(gg::settings::process_env(), gg::settings::Id::kLedger);
-            return a.usage_error("GPUGUARD_LEDGER=" + std::string(set ? set : "none") +
+            std::optional<std::string> set =
+                gg::settings::value(gg::settings::process_env(), gg::settings::Id::kLedger);
+            return a.usage_error("GPUGUARD_LEDGER=" + (set ? *set : std::string("none")) +
                                  " means a per-process quota with no shared ledger to show; pass --ledger PATH");
         }
     }
@@ -347,7 +359,7 @@ int cmd_top(int argc, char **argv) {
     int code = 0;
     std::unique_ptr<Ledger> l = open_ledger(path, &error, &code);
     if (!l) {
-        fprintf(stderr, "gpuguard: %s\n", error.c_str());
+        gg::log_error("%s", error.c_str());
         return code;
     }
     if (as_json) {

@@ -3,9 +3,15 @@
 #include "common/base/version.h"
 #include "tools/report/model.h"
 
+#include "common/base/printable.h"
+#include "common/report/environment.h"
 #include "common/report/schema.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
+
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
@@ -42,9 +48,12 @@ const json *field(const json &obj, const char *name) {
     return &*it;
 }
 
+// Every string of the model is made printable here (common/base/printable.h): a report is a file
+// anyone may have edited, and its command line is the program's argv, so any of its strings may hold
+// a terminal escape (C0 or C1) that the text summary, diff or an export would print raw.
 std::string str(const json &obj, const char *name) {
     const json *v = field(obj, name);
-    return v && v->is_string() ? v->get<std::string>() : std::string();
+    return v && v->is_string() ? printable(v->get<std::string>()) : std::string();
 }
 
 std::optional<int64_t> i64(const json &obj, const char *name) {
@@ -153,7 +162,9 @@ std::optional<uint64_t> row_u64(const json &row, size_t i) {
     return std::nullopt;
 }
 std::string row_str(const json &row, size_t i) {
-    return row.is_array() && i < row.size() && row[i].is_string() ? row[i].get<std::string>() : std::string();
+    // Printable, as str() makes every other string of the model.
+    return row.is_array() && i < row.size() && row[i].is_string() ? printable(row[i].get<std::string>())
+                                                                  : std::string();
 }
 
 TensorView read_tensor_view(const json &t) {
@@ -243,11 +254,16 @@ void read_body(const json &d, Report &r) {
     r.uid = i64(p, key::uid);
     r.start_unix_ns = time_ns(p, key::start_unix_ns);
     for (const json &a : arr(p, key::command))
-        if (a.is_string()) r.command.push_back(a.get<std::string>());
+        if (a.is_string()) r.command.push_back(printable(a.get<std::string>()));
     r.exe = str(p, key::exe);
     r.hostname = str(p, key::hostname);
-    for (auto &[k, v] : obj(p, key::env).items())
-        if (v.is_string()) r.env[k] = v.get<std::string>();
+    // By the rule the shim writes with now (common/report/environment.h), also for a report written
+    // by an earlier version: parse() has already taken the others out of the document itself.
+    for (auto &[k, v] : obj(p, key::env).items()) {
+        std::string value;
+        if (v.is_string() && report_env::carried(k, v.get<std::string>(), &value))
+            r.env[printable(k)] = printable(value);
+    }
 
     const json &dev = obj(d, key::device);
     r.device_ordinal = i32(dev, key::ordinal);
@@ -287,7 +303,7 @@ void read_body(const json &d, Report &r) {
 
     for (auto &[api, c] : obj(d, key::counts_by_api).items()) {
         ApiCounts ac;
-        ac.api = api;
+        ac.api = printable(api);
         ac.allocs = u64(c, key::allocs).value_or(0);
         ac.frees = u64(c, key::frees).value_or(0);
         ac.failures = u64(c, key::failures).value_or(0);
@@ -333,10 +349,10 @@ void read_body(const json &d, Report &r) {
 
     for (auto &[id, s] : obj(d, key::stacks).items()) {
         Stack st;
-        st.id = id;
+        st.id = printable(id);
         for (const json &f : arr(s, key::frames))
             if (f.is_object()) st.frames.push_back(read_frame(f));
-        r.stacks[id] = std::move(st);
+        r.stacks[st.id] = std::move(st);
     }
 
     if (const json *l = field(d, key::ledger); l && l->is_object()) {
@@ -395,37 +411,111 @@ std::string describe(const json &v) {
 
 }  // namespace
 
-bool load(const std::string &path, Report &out, LoadError &err) {
+std::string size_text(size_t bytes) {
+    return bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+// Reads at most max + 1 bytes: enough to tell a file over the limit (/dev/zero never ends).
+bool read_bounded(int fd, size_t max, std::string *text, std::string *error) {
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            *error = strerror(errno);
+            return false;
+        }
+        if (n == 0) return true;
+        text->append(buf, (size_t)n);
+        if (text->size() > max) return true;
+    }
+}
+
+// The deepest nesting of arrays and objects, counted before anything is parsed (strings skipped);
+// stops counting past `max`.
+int nesting(const std::string &text, int max) {
+    int depth = 0, deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > deepest && (deepest = depth) > max) return deepest;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
+bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits) {
     out = Report();
     out.path = path;
     out.name = path;
-    std::stringstream ss;
+    std::string text, why;
     if (path == "-") {
         out.name = "<stdin>";
-        ss << std::cin.rdbuf();
+        if (!read_bounded(STDIN_FILENO, limits.max_bytes, &text, &why)) {
+            err.message = "<stdin>: cannot read: " + why;
+            return false;
+        }
     } else {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
             err.message = path + ": cannot open: " + strerror(errno);
             return false;
         }
-        ss << in.rdbuf();
+        // A file that says it is too large is refused before a byte is read; one that does not say
+        // (a pipe, a device such as /dev/zero) is read up to the limit.
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > limits.max_bytes) {
+            close(fd);
+            err.message =
+                path + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
+            return false;
+        }
+        bool ok = read_bounded(fd, limits.max_bytes, &text, &why);
+        close(fd);
+        if (!ok) {
+            err.message = path + ": cannot read: " + why;
+            return false;
+        }
     }
     std::string name = out.name;  // a copy: parse starts by clearing `out`
-    bool ok = parse(ss.str(), name, out, err);
+    bool ok = parse(text, name, out, err, limits);
     out.path = path;
     return ok;
 }
 
-bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err) {
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err, const Limits &limits) {
     out = Report();
     out.path = name;
     out.name = name;
+    if (text.size() > limits.max_bytes) {
+        err.message =
+            name + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
+        return false;
+    }
+    if (nesting(text, limits.max_depth) > limits.max_depth) {
+        err.message = name + ": nested more than " + std::to_string(limits.max_depth) +
+                      " levels deep, which no gpuguard report is; not read";
+        return false;
+    }
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
         err.message = name + ": empty file, not a gpuguard report";
         return false;
     }
-    json d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    json d;
+    try {
+        d = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    } catch (const std::bad_alloc &) {
+        err.message = name + ": out of memory while parsing it";
+        return false;
+    }
     if (d.is_discarded()) {
         // Tell a cut-off file (a crash while writing, a full disk) from one that never was JSON.
         bool looks_json = text[text.find_first_not_of(" \t\r\n")] == '{';
@@ -459,9 +549,23 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
     }
     try {
         read_body(d, out);
+    } catch (const std::bad_alloc &) {
+        err.message = name + ": out of memory while reading it";
+        return false;
     } catch (const std::exception &e) {  // lenient accessors should make this unreachable
         err.message = name + ": unreadable report: " + e.what();
         return false;
+    }
+    // The document is what --html embeds whole: the environment the reader does not carry leaves it.
+    if (auto p = d.find(key::process); p != d.end() && p->is_object()) {
+        if (auto env = p->find(key::env); env != p->end() && env->is_object()) {
+            json kept = json::object();
+            for (auto &[k, v] : env->items()) {
+                std::string value;
+                if (v.is_string() && report_env::carried(k, v.get<std::string>(), &value)) kept[k] = value;
+            }
+            *env = std::move(kept);
+        }
     }
     out.raw = std::move(d);
     return true;

@@ -201,11 +201,21 @@ struct LoadError {
     std::string message;
 };
 
+// What a report may be: no report gpuguard writes comes near either (its deepest value is 6 levels
+// down; GPUGUARD_TOP_N=100000 with deep stacks of their own stays far under the size), and a file
+// past them is refused before it is parsed: a report 100,000 levels deep overflowed the stack of
+// every recursive walk, /dev/zero never ended, and memory grows about eight times the file's size.
+struct Limits {
+    size_t max_bytes = size_t(64) << 20;
+    int max_depth = 64;
+};
+
 // Reads and validates a report. Returns false and fills `err` on a missing, unreadable, non-JSON,
-// truncated or foreign file, or a version this build does not read. Never throws.
-bool load(const std::string &path, Report &out, LoadError &err);
+// truncated, too large, too deep or foreign file, or a version this build does not read. Never throws.
+bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits = Limits());
 // The same from the file's contents; `name` is what messages call it. The fuzz target's entry.
-bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err);
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err,
+           const Limits &limits = Limits());
 
 // ---- shared vocabulary -----------------------------------------------------------------------
 

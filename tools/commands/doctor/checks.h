@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/base/printable.h"
+
 namespace gg::doctor {
 
 enum Level { kOk, kInfo, kWarn, kFail };
@@ -21,7 +23,8 @@ public:
         static const char *const tags[] = {"ok", "info", "warn", "FAIL"};
         std::string t = text;
         if (!fix.empty()) t += "; fix: " + fix;
-        printf("  %-5s %-13s %s\n", tags[level], what.c_str(), t.c_str());
+        // Values from the environment and the ledger: no control character reaches the terminal.
+        printf("  %-5s %-13s %s\n", tags[level], printable(what).c_str(), printable(t).c_str());
         fflush(stdout);
         if (level == kFail) failed_++;
         if (level == kWarn) warned_++;

@@ -2,6 +2,7 @@
 #include <cuda.h>
 
 #include "common/ledger/ledger.h"
+#include "common/nvidia/driver_check.h"
 #include "common/nvidia/nvml_min.h"
 #include "common/settings/settings.h"
 #include "common/units/human.h"
@@ -53,12 +54,21 @@ void check_nvml(Checks &c, std::vector<Gpu> &gpus) {
 
 // Returns false when there is no usable driver or GPU.
 bool check_driver(Checks &c, std::vector<Gpu> &gpus) {
-    const char *real = settings::value(settings::process_env(), settings::Id::kRealLibcuda);
+    std::optional<std::string> real_text = settings::value(settings::process_env(), settings::Id::kRealLibcuda);
+    const char *real = real_text ? real_text->c_str() : nullptr;
     std::string name = real ? real : "libcuda.so.1";
     void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         c.line(kFail, "driver", "cannot load " + name + ": " + dlerror(),
                "give the container the GPU driver (docker run --gpus all, or a nvidia.com/gpu resource in Kubernetes)");
+        return false;
+    }
+    // The same check as the shim's (common/nvidia/driver_check.h): the shim itself, or not a driver.
+    std::string problem = nvidia::driver_problem([h](const char *s) { return dlsym(h, s); });
+    if (!problem.empty()) {
+        c.line(kFail, "driver", where(h) + " " + problem,
+               real ? "unset GPUGUARD_REAL_LIBCUDA, or set it to the NVIDIA driver's libcuda.so.1"
+                    : "install the NVIDIA driver's libcuda.so.1 where the loader finds it");
         return false;
     }
     auto cu_init = sym<decltype(&::cuInit)>(h, "cuInit");

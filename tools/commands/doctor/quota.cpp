@@ -36,6 +36,14 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
             smallest = std::min(smallest, b);
             per += ", gpu " + std::to_string(g.ordinal) + ": " + (b == UINT64_MAX ? "none" : gg::human_bytes(b));
         }
+        // An entry that selects no GPU here limits nothing (the shim says so too).
+        std::vector<std::string> uuids;
+        for (const Gpu &g : gpus) uuids.push_back(g.uuid);
+        for (const std::string &e : gg::unmatched_entries(spec, uuids))
+            c.line(kFail, "limit",
+                   "the entry '" + e + "' of " + s.source + " selects no device of the " + std::to_string(gpus.size()) +
+                       " here, so it limits nothing",
+                   "use an ordinal from 0 or a UUID prefix of a GPU listed above");
         // A number without a unit is bytes: "8" is almost always a forgotten "GiB".
         if (smallest < (1u << 20))
             c.line(kWarn, "limit",
@@ -91,7 +99,8 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
 }
 
 void check_reports(Checks &c) {
-    const char *v = settings::value(settings::process_env(), settings::Id::kReportDir);
+    std::optional<std::string> text = settings::value(settings::process_env(), settings::Id::kReportDir);
+    const char *v = text ? text->c_str() : nullptr;
     std::string dir = v ? v : ".", why;
     std::string shown = v ? dir : "the working directory (" + gg::tool::absolute_path(".") + " here)";
     if (gg::tool::dir_writable(dir, &why)) c.line(kOk, "reports", shown + " is writable");

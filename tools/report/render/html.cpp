@@ -59,16 +59,15 @@ json view_of(const Report &r, const Analysis &a) {
 }
 
 // JSON inside <script type="application/json">: every '<' becomes \u003c, so neither "</script>" nor
-// "<!--" can end or change the script element, whatever strings the report holds.
-std::string script_safe_json(const json &j) {
+// "<!--" can end or change the script element, whatever strings the report holds. Appended to
+// `out` as it is escaped: the report's dump is the one copy made of it.
+void append_script_safe(std::string &out, const json &j) {
     std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-    std::string out;
-    out.reserve(s.size() + 64);
+    out.reserve(out.size() + s.size() + 64);
     for (char c : s) {
         if (c == '<') out += "\\u003c";
         else out += c;
     }
-    return out;
 }
 
 std::string html_escape(const std::string &s) {
@@ -89,7 +88,16 @@ std::string html_escape(const std::string &s) {
 
 std::string render_html(const Report &r, const Analysis &a) {
     std::string_view page = gg::tool::web_asset("report.html");
-    json data = {{"report", r.raw}, {"analysis", to_json(a)}, {"view", view_of(r, a)}};
+    // {"report": ..., "analysis": ..., "view": ...}, without copying the report's document into a new one.
+    auto data = [&](std::string &out) {
+        out += "{\"report\":";
+        append_script_safe(out, r.raw);
+        out += ",\"analysis\":";
+        append_script_safe(out, to_json(a));
+        out += ",\"view\":";
+        append_script_safe(out, view_of(r, a));
+        out += '}';
+    };
     std::string title = "gpuguard · " + a.headline + (r.command_line().empty() ? "" : " · " + r.command_line());
 
     // One pass over the template: inserted text is never scanned again, so a report string that
@@ -112,7 +120,7 @@ std::string render_html(const Report &r, const Analysis &a) {
         std::string_view token = page.substr(open + 2, close - open - 2);
         if (token == "STYLE") out.append(gg::tool::web_asset("report.css"));
         else if (token == "SCRIPT") out.append(gg::tool::web_asset("report.js"));
-        else if (token == "DATA") out += script_safe_json(data);
+        else if (token == "DATA") data(out);
         else if (token == "TITLE") out += html_escape(title);
         else out.append(page.substr(open, close + 2 - open));
         i = close + 2;
