@@ -121,6 +121,7 @@ GG_HOT bool Ledger::join() {
             !s.state.compare_exchange_strong(expected, kSlotReclaiming))
             continue;
         for (auto &b : s.bytes) b.exchange(0);
+        clear_kinds(header_, s);
         s.state.store(kSlotReclaimed);
         header_->reclaimed_processes.fetch_add(1);
     }
@@ -137,6 +138,7 @@ GG_HOT bool Ledger::join() {
                 s.bytes[d].store(0);
                 s.peak[d].store(0);
             }
+            clear_kinds(header_, s);
             s.state.store(kSlotLive);
             uint32_t high = header_->slot_high.load();
             while (high < (uint32_t)i + 1 && !header_->slot_high.compare_exchange_weak(high, (uint32_t)i + 1)) {}
@@ -239,6 +241,7 @@ GG_HOT int Ledger::reclaim_dead(bool periodic) {
         if (!s.state.compare_exchange_strong(expected, kSlotReclaiming)) continue;  // another process won
         uint64_t freed = 0;
         for (auto &b : s.bytes) freed += b.exchange(0);
+        clear_kinds(header_, s);
         s.state.store(kSlotReclaimed);
         header_->reclaimed_processes.fetch_add(1);
         reclaimed++;

@@ -9,7 +9,9 @@ namespace gg::ledger {
 
 constexpr int kMaxDevices = 32;
 constexpr int kMaxSlots = 512;
-constexpr uint32_t kLayoutVersion = 1;
+// 2: what each process holds beside its allocations, by kind (SlotKinds), and the measured cost of a
+// context per device (DeviceCost), both appended after the slots.
+constexpr uint32_t kLayoutVersion = 2;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -35,6 +37,26 @@ struct Slot {
     std::atomic<uint64_t> peak[kMaxDevices];
 };
 
+// What the driver takes for a process beside its allocations (docs/architecture.md, "What the quota
+// counts"). A slot's bytes[d] is the total that admission sums; these say how much of it is which
+// kind, and the allocations are the rest. Kept apart from Slot, indexed like the slots, so that a
+// reader of allocations alone never touches them.
+enum Kind : int {
+    kContext = 0,  // CUDA contexts and the modules and libraries loaded into them
+    kGraphs = 1,   // CUDA graphs' memory pool (graph memory nodes)
+    kPools = 2,    // stream-ordered pools' memory reserved beyond their live allocations
+    kKinds = 3
+};
+struct SlotKinds {
+    std::atomic<uint64_t> bytes[kMaxDevices][kKinds];
+};
+// The memory a CUDA context costs on a device, as first measured (shim/usage/context.cpp), so that a
+// process that cannot measure its own charges what another one measured.
+enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnProcess = 2 };
+struct DeviceCost {
+    std::atomic<uint64_t> context;  // bytes << 8 | CostSource: one word, so bytes and source agree
+};
+
 struct Header {
     char magic[8];  // "GPUGLEDG"
     uint32_t layout_version;
@@ -52,6 +74,8 @@ struct Header {
     std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
     DeviceEntry devices[kMaxDevices];
     Slot slots[kMaxSlots];
+    SlotKinds kinds[kMaxSlots];     // kinds[i] belongs to slots[i]
+    DeviceCost costs[kMaxDevices];  // costs[i] belongs to devices[i]
 };
 
 }  // namespace gg::ledger

@@ -213,6 +213,7 @@ void Ledger::leave() {
     Slot *slot = slot_.load();
     if (!slot || slot_pid_.load() != getpid()) return;
     for (auto &b : slot->bytes) b.store(0);
+    clear_kinds(header_, *slot);
     slot->state.store(kSlotReclaimed);
     slot_.store(nullptr);
 }

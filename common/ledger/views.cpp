@@ -29,8 +29,14 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), sum(i), d.peak.load(),
-                       d.physical_total.load()});
+        DeviceView v{i,      uuid_string(d.uuid), field_text(d.name),      d.limit.load(),
+                     sum(i), d.peak.load(),       d.physical_total.load(), {},
+                     0,      kCostUnknown};
+        uint32_t high = header_->slot_high.load();
+        for (uint32_t s = 0; s < high && s < (uint32_t)kMaxSlots; s++)
+            for (int k = 0; k < kKinds; k++) v.kinds[k] += header_->kinds[s].bytes[i][k].load();
+        v.context_cost = context_cost(i, &v.context_source);
+        out.push_back(std::move(v));
     }
     return out;
 }
@@ -49,6 +55,9 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
         for (int d = 0; d < kMaxDevices; d++) {
             v.bytes.push_back(s.bytes[d].load());
             v.peak.push_back(s.peak[d].load());
+            std::array<uint64_t, kKinds> k{};
+            for (int j = 0; j < kKinds; j++) k[j] = header_->kinds[i].bytes[d][j].load();
+            v.kinds.push_back(k);
         }
         v.reclaimed = st == kSlotReclaimed;
         v.alive = !v.reclaimed && process_alive(v.pid, s.start_ticks.load());
