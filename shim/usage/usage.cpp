@@ -33,12 +33,16 @@ uint64_t differ(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 // lazily, local memory grown, the driver's rounding of small allocations) is the context's kind.
 // Readings above the ledger count at once; one below waits for a second that agrees a second later:
 // an allocation in flight is charged before the driver has it, and shows as less for a moment.
+// NVML's figure and the ledger's are read at different moments: a reading is used only when the
+// ledger did not move around it (another thread's free released between the two reads would show
+// its block as overhead). Under steady traffic readings are skipped; a quiet moment (a memory
+// query, a refusal, a report) takes one.
 void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
-    uint64_t own = 0;
-    if (self_view::own_bytes(d, &own) != self_view::Own::kFound) return;
     ledger::Ledger &l = *state().ledger;
     int li = d.ledger_index;
-    uint64_t total = l.own_bytes(li), ctx = l.own_kind(li, ledger::kContext);
+    uint64_t own = 0, total = l.own_bytes(li);
+    if (self_view::own_bytes(d, &own) != self_view::Own::kFound || l.own_bytes(li) != total) return;
+    uint64_t ctx = l.own_kind(li, ledger::kContext);
     uint64_t others = total > ctx ? total - ctx : 0;  // allocations, graphs and pools as charged
     uint64_t overhead = own > others ? own - others : 0;
     if (overhead > ctx) {
