@@ -98,6 +98,7 @@ Usage &usage() {
 
 // Gives back what a pool holds beyond max(keep, its live bytes rounded to chunks) (caller holds mu).
 void pool_trim(CUmemoryPool p, uint64_t keep) {
+    if (keep >= p->reserved) return;  // also keeps round_up(UINT64_MAX), PyTorch's threshold, from wrapping
     uint64_t floor = round_up(p->used);
     if (keep > floor) floor = round_up(keep);
     if (p->reserved <= floor) return;
