@@ -5,6 +5,10 @@
 // (shim/usage/). Only the slot's own process writes its kinds.
 #include "common/ledger/ledger.h"
 
+#include <signal.h>
+
+#include <cerrno>
+
 #include "common/ledger/internal.h"
 
 namespace gg::ledger {
@@ -98,6 +102,31 @@ bool Ledger::offer_context_cost(int dev, uint64_t bytes, CostSource source) {
         if (have >= source) return false;  // as good a measurement is there already
         if (c.compare_exchange_weak(cur, want)) return true;
     }
+}
+
+int Ledger::context_measurer(int dev) const {
+    uint64_t packed = dev >= 0 && dev < kMaxDevices ? header_->costs[dev].context.load() : 0;
+    return (packed & ((1u << kSourceBits) - 1)) == kCostMeasuring ? (int)(packed >> kSourceBits) : 0;
+}
+
+bool Ledger::claim_context_measurement(int dev) {
+    if (read_only_ || dev < 0 || dev >= kMaxDevices) return false;
+    std::atomic<uint64_t> &c = header_->costs[dev].context;
+    uint64_t mine = (uint64_t)self_pid() << kSourceBits | kCostMeasuring, cur = c.load();
+    for (;;) {
+        int pid = context_measurer(dev);
+        // Free: nothing there, or the claim of a process that died measuring (kill(pid, 0) alone: a pid
+        // reused within the wait only makes a process wait its few seconds out).
+        bool free = cur == 0 || (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH);
+        if (!free) return false;
+        if (c.compare_exchange_weak(cur, mine)) return true;
+    }
+}
+
+void Ledger::drop_context_claim(int dev) {
+    if (read_only_ || dev < 0 || dev >= kMaxDevices) return;
+    uint64_t mine = (uint64_t)self_pid() << kSourceBits | kCostMeasuring;
+    header_->costs[dev].context.compare_exchange_strong(mine, 0);
 }
 
 }  // namespace gg::ledger

@@ -52,7 +52,9 @@ struct SlotKinds {
 };
 // The memory a CUDA context costs on a device, as first measured (shim/usage/context.cpp), so that a
 // process that cannot measure its own charges what another one measured.
-enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnProcess = 2 };
+// kCostMeasuring: no cost yet, and the process whose pid stands in the bytes is measuring it (its
+// context is the only one made on the device meanwhile; the others of the ledger wait for it).
+enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnProcess = 2, kCostMeasuring = 3 };
 struct DeviceCost {
     std::atomic<uint64_t> context;  // bytes << 8 | CostSource: one word, so bytes and source agree
 };

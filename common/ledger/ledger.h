@@ -94,6 +94,12 @@ public:
     uint64_t context_cost(int dev, CostSource *source) const;
     // Keeps the measurement when its source is better than the one the ledger holds (or the first).
     bool offer_context_cost(int dev, uint64_t bytes, CostSource source);
+    // While no cost is known, one process at a time measures it: claim_ returns true for the one
+    // that may (the cost unknown and nobody alive measuring), measurer() the pid measuring (0: none),
+    // drop_ gives the claim up when the measurement failed. See shim/usage/context.cpp.
+    bool claim_context_measurement(int dev);
+    int context_measurer(int dev) const;
+    void drop_context_claim(int dev);
 
     // Frees the slots of processes that died. Returns how many were reclaimed. `periodic` limits it
     // to once per 500 ms across all processes of the ledger.

@@ -1,5 +1,7 @@
 #include "shim/usage/context.h"
 
+#include <time.h>
+
 #include <mutex>
 
 #include "common/base/log.h"
@@ -90,6 +92,33 @@ void charge_after(const Ticket &t, uint64_t cost) {
     }
 }
 
+// While the cost is unknown: claims the measurement (0 back, t->measuring set), or waits for the
+// process that measures and returns its figure. A measurer that died frees the claim; one that takes
+// longer than kWaitNs (a context takes well under a second) is not waited for further.
+constexpr uint64_t kWaitNs = 10000000000ull;
+uint64_t claim_or_wait(const DeviceInfo &d, Ticket *t) {
+    ledger::Ledger &l = *state().ledger;
+    int li = d.ledger_index;
+    timespec start{};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (uint64_t cost = known_cost(d)) return cost;
+        if (l.claim_context_measurement(li)) {
+            t->measuring = true;
+            return 0;
+        }
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((uint64_t)(now.tv_sec - start.tv_sec) * 1000000000ull + (uint64_t)(now.tv_nsec - start.tv_nsec) > kWaitNs) {
+            log_error("waited 10 s for process %d to measure a CUDA context on device %d; going on without its figure",
+                      l.context_measurer(li), d.ordinal);
+            return 0;
+        }
+        timespec nap{0, 5000000};
+        nanosleep(&nap, nullptr);
+    }
+}
+
 }  // namespace
 
 uint64_t known_cost(const DeviceInfo &d) {
@@ -118,6 +147,7 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t) {
     }
     if (!t->creates) return CUDA_SUCCESS;
     t->dev = d;
+    uint64_t cost = claim_or_wait(*d, t), used = 0;  // before the readings: another's context lands meanwhile
     if (first_in_process) self_view::check_before_first_context(*d);
     // What this process and the device hold before, to measure the context by.
     uint64_t own = 0;
@@ -130,7 +160,6 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t) {
     t->container_before = l.container_used(li);
     t->device_before_ok = self_view::device_used(*d, &t->device_before);
 
-    uint64_t cost = known_cost(*d), used = 0;
     if (!cost) return CUDA_SUCCESS;  // measured and charged after the call
     if (!l.try_charge_kind(li, ledger::kContext, cost, &used) &&
         !(l.reclaim_dead(false) > 0 && l.try_charge_kind(li, ledger::kContext, cost, &used)) &&
@@ -158,11 +187,13 @@ void done(Ticket &t, CUresult result, CUcontext made) {
     int li = t.dev->ledger_index;
     if (result != CUDA_SUCCESS) {
         if (t.charged) l.release_kind(li, ledger::kContext, t.charged);
+        if (t.measuring) l.drop_context_claim(li);
         return;
     }
     ledger::CostSource source = ledger::kCostUnknown;
     uint64_t measured = measure(t, &source);
     if (measured) l.offer_context_cost(li, measured, source);
+    if (t.measuring) l.drop_context_claim(li);  // when the offer did not replace it
     uint64_t cost = measured ? measured : t.charged;
     if (!cost && !t.device_before_ok && !t.own_before_ok) {
         static std::atomic<bool> said{false};

@@ -6,8 +6,11 @@
 // (the best measurement wins), so that a process that cannot measure charges what another measured.
 //
 // A context whose known cost no longer fits the quota is refused with CUDA_ERROR_OUT_OF_MEMORY, one
-// line and a report, as a full GPU refuses it. A context whose cost was not known yet (the first of a
-// ledger) is made and charged after; if that passes the limit, one line and a warning report say so.
+// line and a report, as a full GPU refuses it. While the cost is not known, one process of the ledger
+// at a time makes its context and measures it; the others wait for the figure (at most 10 s), so that
+// ranks started together (torchrun) are admitted with it, and the device-wide measurement sees one
+// context only. The measuring context is made and charged after; if that passes the limit, one line
+// and a warning report say so.
 #pragma once
 #include <cstdint>
 
@@ -22,8 +25,9 @@ struct Ticket {
     const DeviceInfo *dev = nullptr;  // set when this call makes a context on an accounted device
     bool creates = false;  // this call makes a context: the first retain of the primary one, or a cuCtxCreate
     bool primary = false;
-    uint64_t charged = 0;  // admitted before the call: the cost the ledger knew
-    bool alone = false;    // the process held nothing on the device before: the context can be measured
+    uint64_t charged = 0;    // admitted before the call: the cost the ledger knew
+    bool alone = false;      // the process held nothing on the device before: the context can be measured
+    bool measuring = false;  // this process holds the ledger's claim to measure the cost (ledger.h)
     bool own_before_ok = false, device_before_ok = false;
     uint64_t own_before = 0, device_before = 0, container_before = 0;
 };

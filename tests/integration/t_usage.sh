@@ -166,12 +166,12 @@ old_meaning() {
 }
 check "GPUGUARD_COUNT_CONTEXT=0 keeps the old meaning: allocations only" old_meaning
 
-# Four processes on one ledger, as four PyTorch ranks: once the first has measured the context, the
-# others are admitted with it, and the driver never holds more than the quota.
+# Four processes started together on one fresh ledger, as four PyTorch ranks: one measures the
+# context while the others wait for its figure and are admitted with it, so the driver never holds
+# more than the quota.
 four_processes() {
   usage_env
   export GPUGUARD_MEM_LIMIT=2GiB GPUGUARD_MAX_REPORTS=0
-  shimmed "$U" ctx >/dev/null 2>&1
   local p
   for p in 1 2 3 4; do
     shimmed "$U" ctx threshold async $((200*MIB)) free_async alloc $((150*MIB)) capture $((100*MIB)) glaunch \
