@@ -3,7 +3,11 @@
 //   soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED
 // Each thread allocates through cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync and
 // cuMemCreate, frees through the matching call, asks cuMemGetInfo now and then, and records every
-// driver call in the journal before making it (journal.h says why).
+// driver call in the journal before making it (journal.h says why). Beside them (issue 19), pool and
+// graph traffic that the journal does not follow (the supervisor reads the truth's per-process table):
+// half the threads keep what their pool frees (release threshold UINT64_MAX, as PyTorch's
+// cudaMallocAsync backend), the others let it go at a synchronization; now and then a thread captures
+// a graph with a memory node, launches it and destroys it, and trims the graph pool.
 #include <cuda.h>
 
 #include <fcntl.h>
@@ -72,6 +76,30 @@ bool release(soak::ThreadRecord &rec, const Held &h) {
     return r == CUDA_SUCCESS;
 }
 
+// A graph whose capture allocates `bytes` (a memory node) and frees it, launched once (the launch
+// maps its memory in the device's graph pool, or is refused by the quota) and destroyed; `upload`
+// maps it by cuGraphUpload first.
+void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
+    CUgraph g = nullptr;
+    CUgraphExec exec = nullptr;
+    CUdeviceptr p = 0;
+    if (cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
+        g_journal->errors.fetch_add(1);
+        return;
+    }
+    CUresult r = cuMemAllocAsync(&p, bytes, stream);
+    if (r == CUDA_SUCCESS) r = cuMemFreeAsync(p, stream);
+    CUresult e = cuStreamEndCapture(stream, &g);
+    if (r == CUDA_SUCCESS) r = e;
+    if (r == CUDA_SUCCESS) r = cuGraphInstantiate(&exec, g, 0);
+    if (r == CUDA_SUCCESS && upload) r = cuGraphUpload(exec, stream);
+    if (r == CUDA_SUCCESS) r = cuGraphLaunch(exec, stream);
+    count(r);
+    if (exec) count(cuGraphExecDestroy(exec));
+    if (g) count(cuGraphDestroy(g));
+    g_journal->ops.fetch_add(1);
+}
+
 void *run(void *arg) {
     Thread *t = static_cast<Thread *>(arg);
     soak::ThreadRecord &rec = g_journal->thread[t->index];
@@ -84,9 +112,26 @@ void *run(void *arg) {
     }
     std::vector<Held> held;
     std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
+    CUstream stream = nullptr;
+    if (cuStreamCreate(&stream, 0)) g_journal->errors.fetch_add(1);
+    if (t->index % 2) {
+        CUmemoryPool pool;
+        cuuint64_t keep = UINT64_MAX;
+        if (cuDeviceGetDefaultMemPool(&pool, dev) ||
+            cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep))
+            g_journal->errors.fetch_add(1);
+    }
     while (!g_stop.load()) {
         unsigned op = rng() % 100;
-        if (op < 5) {
+        if (op < 3) {
+            graph_cycle(stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
+        } else if (op < 4) {
+            count(cuDeviceGraphMemTrim(dev));
+            g_journal->ops.fetch_add(1);
+        } else if (op < 5) {
+            count(cuStreamSynchronize(stream));
+            g_journal->ops.fetch_add(1);
+        } else if (op < 10) {
             size_t free_b = 0, total_b = 0;
             count(cuMemGetInfo_v2(&free_b, &total_b));
             g_journal->ops.fetch_add(1);
