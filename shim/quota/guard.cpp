@@ -63,7 +63,13 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     uint64_t used = 0, ask = bytes;
     bool counting = s.cfg->count_all();
     // What a pool already holds for this process serves the allocation first: no more of the GPU is taken.
-    if (counting && usage::pools::is_async(driver_api)) ask -= (t->drawn = usage::pools::draw(*t->dev, bytes));
+    // What it does not serve, the pool grows by, in chunks of its granularity: the chunk is charged
+    // now (as reserve), before the driver takes it; the pool's own figure corrects it after the call.
+    if (counting && usage::pools::is_async(driver_api)) {
+        ask -= (t->drawn = usage::pools::draw(*t->dev, bytes));
+        t->growth = usage::pools::chunk_rest(ask);
+        ask += t->growth;
+    }
     bool charged;
     {
         GG_PROFILE_STEP(kAdmitCharge);
@@ -78,7 +84,7 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             t->charged = true;
         } else {
             usage::pools::undraw(*t->dev, t->drawn);
-            t->drawn = 0;
+            t->drawn = t->growth = 0;
             tracker().count_failure(t->api);
             episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota,
                                used,   l.limit(d)};
@@ -90,6 +96,7 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
         GG_PROFILE_STEP(kAdmitReclaim);
         l.reclaim_dead(true);  // the periodic check: dead processes' bytes come back within a second
     }
+    if (t->growth) l.allocations_to_kind(d, ledger::kPools, t->growth);
     if (has_limit(*t->dev) && ask) maybe_warn(*t->dev, used - ask, used);
     return CUDA_SUCCESS;
 }
@@ -131,8 +138,12 @@ GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes)
 }
 
 void failed(Ticket &t, CUresult result) {
-    if (t.charged) state().ledger->release(t.dev->ledger_index, t.bytes - t.drawn);
+    if (t.charged) {
+        state().ledger->release(t.dev->ledger_index, t.bytes - t.drawn);
+        if (t.growth) state().ledger->release_kind(t.dev->ledger_index, ledger::kPools, t.growth);
+    }
     t.charged = false;
+    t.growth = 0;
     if (t.drawn) usage::pools::undraw(*t.dev, t.drawn);
     t.drawn = 0;
     if (result != CUDA_ERROR_OUT_OF_MEMORY) return;

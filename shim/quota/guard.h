@@ -59,6 +59,7 @@ struct Ticket {
     // and how much of it the pools' reserve in the ledger covered, which is not charged again.
     CUmemoryPool pool = nullptr;
     uint64_t drawn = 0;
+    uint64_t growth = 0;  // charged beside the allocation as pool reserve: its rounding up to a chunk
 };
 
 // Decides a request of `bytes` on `ordinal` (-1: the current context's device). CUDA_SUCCESS: go

@@ -82,13 +82,19 @@ void observe(const DeviceInfo &d) {
     if (!n) return;
     auto get = real_driver().cuMemPoolGetAttribute;
     if (!get) return;
-    uint64_t reserved = 0;
+    // The reserve beyond what is allocated, both by the pools' own figures read together: the shim's
+    // count of live async bytes lags the driver while other threads' calls are in flight, and
+    // reading the one against the other counted those allocations twice for a moment.
+    uint64_t reserved = 0, used = 0;
+    bool used_ok = true;
     for (int i = 0; i < n; i++) {
-        cuuint64_t v = 0;
-        if (get(pools[i], CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) == CUDA_SUCCESS) reserved += v;
+        cuuint64_t r = 0, u = 0;
+        if (get(pools[i], CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) == CUDA_SUCCESS) reserved += r;
+        if (get(pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) == CUDA_SUCCESS) used += u;
+        else used_ok = false;
     }
-    uint64_t live = g_devices[d.ordinal].live.load();
-    state().ledger->set_kind(d.ledger_index, ledger::kPools, reserved > live ? reserved - live : 0);
+    if (!used_ok) used = g_devices[d.ordinal].live.load();
+    state().ledger->set_kind(d.ledger_index, ledger::kPools, reserved > used ? reserved - used : 0);
 }
 
 void trim(const DeviceInfo &d) {

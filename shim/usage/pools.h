@@ -26,6 +26,12 @@ bool is_async(Api driver_api);
 // returns how much; undraw() puts it back when the driver then failed.
 uint64_t draw(const DeviceInfo &d, uint64_t bytes);
 void undraw(const DeviceInfo &d, uint64_t drawn);
+// What a pool that grows by `bytes` takes beyond them: it grows in chunks of 2 MiB (the device's
+// allocation granularity), or more, which the pool's figure then shows.
+inline uint64_t chunk_rest(uint64_t bytes) {
+    constexpr uint64_t kChunk = 2ull << 20;
+    return bytes % kChunk ? kChunk - bytes % kChunk : 0;
+}
 // After the driver succeeded (`pool` null: the device's current pool).
 void allocated(const DeviceInfo &d, CUmemoryPool pool, uint64_t bytes, bool served_from_reserve);
 // After an async allocation was freed.

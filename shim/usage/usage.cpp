@@ -17,13 +17,13 @@ namespace {
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kSelfViewEveryNs = 100000000ull;  // NVML's list costs about a system call's worth
 constexpr uint64_t kTickEveryNs = 1000000000ull;
-constexpr uint64_t kAgreeAfterNs = 1000000000ull;
+constexpr uint64_t kAgreeAfterNs = 200000000ull;
 constexpr uint64_t kSlack = 2 * kMiB;  // NVML's figures move in pages; a difference below this is none
 
-// Per ordinal: when NVML's view was last read, and a reading below the ledger's waiting for a second.
+// Per ordinal: when NVML's view was last read, and the last reading, waiting for one that agrees.
 struct View {
     std::atomic<uint64_t> last_ns{0}, tick_ns{0};
-    std::atomic<uint64_t> low_bytes{0}, low_ns{0};
+    std::atomic<uint64_t> pending_bytes{0}, pending_ns{0};
 };
 View g_view[kMaxOrdinals];
 
@@ -31,12 +31,13 @@ uint64_t differ(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 
 // NVML's figure of this process, against what the ledger charges it: what no hook saw (code loaded
 // lazily, local memory grown, the driver's rounding of small allocations) is the context's kind.
-// Readings above the ledger count at once; one below waits for a second that agrees a second later:
-// an allocation in flight is charged before the driver has it, and shows as less for a moment.
-// NVML's figure and the ledger's are read at different moments: a reading is used only when the
-// ledger did not move around it (another thread's free released between the two reads would show
-// its block as overhead). Under steady traffic readings are skipped; a quiet moment (a memory
-// query, a refusal, a report) takes one.
+// The two figures are read at different moments, and threads allocate and free meanwhile (an
+// allocation is charged before the driver has it, a free released after; a pool grows before it is
+// read again). So a reading is used only when the ledger did not move around it, and it moves the
+// kind only when a second reading at least kAgreeAfterNs later agrees with it (within kSlack): rises
+// and falls alike, to the lower of the two. A one-sided rule ratchets: under steady traffic each
+// transient excess was kept. Under steady traffic the kind stays as it is; a quiet moment (a memory
+// query, a refusal, a report, the once-a-second tick) settles it.
 void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     ledger::Ledger &l = *state().ledger;
     int li = d.ledger_index;
@@ -45,21 +46,13 @@ void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     uint64_t ctx = l.own_kind(li, ledger::kContext);
     uint64_t others = total > ctx ? total - ctx : 0;  // allocations, graphs and pools as charged
     uint64_t overhead = own > others ? own - others : 0;
-    if (overhead > ctx) {
-        l.charge_kind(li, ledger::kContext, overhead - ctx);
-        v.low_ns.store(0);
-    } else if (ctx - overhead > kSlack) {
-        uint64_t since = v.low_ns.load();
-        if (since && now - since >= kAgreeAfterNs && differ(v.low_bytes.load(), overhead) <= kSlack) {
-            l.release_kind(li, ledger::kContext, ctx - overhead);
-            v.low_ns.store(0);
-        } else if (!since || differ(v.low_bytes.load(), overhead) > kSlack) {
-            v.low_bytes.store(overhead);
-            v.low_ns.store(now);
-        }
-    } else {
-        v.low_ns.store(0);
-    }
+    uint64_t since = v.pending_ns.load(), pending = v.pending_bytes.load();
+    if (since && now - since < kAgreeAfterNs && differ(pending, overhead) <= kSlack) return;  // wait for it
+    v.pending_bytes.store(overhead);
+    v.pending_ns.store(now);
+    if (!since || differ(pending, overhead) > kSlack) return;  // a first reading, or one that disagrees
+    uint64_t target = pending < overhead ? pending : overhead;
+    if (differ(target, ctx) > kSlack) l.set_kind(li, ledger::kContext, target);
 }
 
 }  // namespace
@@ -139,7 +132,7 @@ void reset_after_fork() {
     pools::reset_after_fork();
     graphs::reset_after_fork();
     self_view::reset_after_fork();
-    for (View &v : g_view) v.last_ns = v.tick_ns = v.low_bytes = v.low_ns = 0;
+    for (View &v : g_view) v.last_ns = v.tick_ns = v.pending_bytes = v.pending_ns = 0;
 }
 
 }  // namespace gg::usage

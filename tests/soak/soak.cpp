@@ -285,6 +285,7 @@ int main(int argc, char **argv) {
             strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16))
             g_worker_env.push_back(*e);
     g_worker_env.push_back("LD_PRELOAD=" + env_or("SOAK_PRELOAD", ""));
+    g_worker_env.push_back("SOAK_USAGE=" + env_or("SOAK_USAGE", "0"));
     g_worker_env.push_back("LD_LIBRARY_PATH=" + env_or("SOAK_LIBRARY_PATH", ""));
     for (std::string v :
          {"GPUGUARD_MEM_LIMIT=" + limit_text, "GPUGUARD_LEDGER=" + ledger_path, "FAKE_CUDA_TRUTH=" + truth_path,

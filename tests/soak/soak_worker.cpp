@@ -3,8 +3,8 @@
 //   soak_worker JOURNAL THREADS MAX_ALLOC_BYTES SEED
 // Each thread allocates through cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync and
 // cuMemCreate, frees through the matching call, asks cuMemGetInfo now and then, and records every
-// driver call in the journal before making it (journal.h says why). Beside them (issue 19), pool and
-// graph traffic that the journal does not follow (the supervisor reads the truth's per-process table):
+// driver call in the journal before making it (journal.h says why). With SOAK_USAGE=1 (issue 19), pool
+// and graph traffic that the journal does not follow (the supervisor reads the truth's per-process table):
 // half the threads keep what their pool frees (release threshold UINT64_MAX, as PyTorch's
 // cudaMallocAsync backend), the others let it go at a synchronization; now and then a thread captures
 // a graph with a memory node, launches it and destroys it, and trims the graph pool.
@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -28,6 +29,7 @@ namespace {
 soak::Journal *g_journal;
 std::atomic<bool> g_stop{false};
 size_t g_max_alloc;
+bool g_usage_traffic;  // SOAK_USAGE=1: pool and graph traffic (issue 19)
 
 enum Kind { kAlloc, kPitch, kManaged, kAsync, kCreate, kKinds };
 struct Held {
@@ -114,7 +116,8 @@ void *run(void *arg) {
     std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
     CUstream stream = nullptr;
     if (cuStreamCreate(&stream, 0)) g_journal->errors.fetch_add(1);
-    if (t->index % 2) {
+    bool usage = g_usage_traffic;
+    if (usage && t->index % 2) {
         CUmemoryPool pool;
         cuuint64_t keep = UINT64_MAX;
         if (cuDeviceGetDefaultMemPool(&pool, dev) ||
@@ -123,7 +126,12 @@ void *run(void *arg) {
     }
     while (!g_stop.load()) {
         unsigned op = rng() % 100;
-        if (op < 3) {
+        if (!usage && op < 5) {
+            // Without SOAK_USAGE=1 these turns ask cuMemGetInfo, as before.
+            size_t free_b = 0, total_b = 0;
+            count(cuMemGetInfo_v2(&free_b, &total_b));
+            g_journal->ops.fetch_add(1);
+        } else if (op < 3) {
             graph_cycle(stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
         } else if (op < 4) {
             count(cuDeviceGraphMemTrim(dev));
@@ -199,6 +207,8 @@ int main(int argc, char **argv) {
     g_max_alloc = strtoull(argv[3], nullptr, 0);
     unsigned seed = (unsigned)strtoul(argv[4], nullptr, 0);
     signal(SIGTERM, on_term);
+    const char *usage = getenv("SOAK_USAGE");
+    g_usage_traffic = usage && !strcmp(usage, "1");
     if (cuInit(0) != CUDA_SUCCESS) {
         fprintf(stderr, "soak_worker: cuInit failed\n");
         return 3;
