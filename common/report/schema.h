@@ -46,6 +46,7 @@ constexpr const char driver_api[] = "driver_api";
 constexpr const char driver_result[] = "driver_result";
 constexpr const char env[] = "env";
 constexpr const char episode[] = "episode";
+constexpr const char evicted[] = "evicted";
 constexpr const char exe[] = "exe";
 constexpr const char failed_calls[] = "failed_calls";
 constexpr const char failed_request[] = "failed_request";
