@@ -130,7 +130,7 @@ $(BUILD)/tools/embedded.o: $(WEB_FILES) tools/report/embed.sh
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $(BUILD)/tools/embedded.cpp -o $@
 
 # Test doubles: each is a shared library with the soname of the library it stands in for.
-$(BUILD)/fake/libcuda.so.1: $(call obj,tests/fake/fake_cuda.cpp)
+$(BUILD)/fake/libcuda.so.1: $(call obj,tests/fake/fake_cuda.cpp tests/fake/fake_cuda_usage.cpp)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic -ldl -pthread -lrt
 	@ln -sf libcuda.so.1 $(BUILD)/fake/libcuda.so

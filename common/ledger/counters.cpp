@@ -155,6 +155,7 @@ GG_HOT bool Ledger::join() {
                 s.bytes[d].store(0);
                 s.peak[d].store(0);
             }
+            clear_kinds(header_, s);
             step(3);
             s.pid.store(pid);
             s.pid_ns.store(pid_ns_);
@@ -305,6 +306,7 @@ GG_HOT int Ledger::reclaim_dead(bool periodic) {
         s.state.store(kSlotReclaiming);
         uint64_t freed = 0;
         for (auto &b : s.bytes) freed = sat_add(freed, b.exchange(0));
+        clear_kinds(header_, s);
         s.state.store(kSlotReclaimed);
         unlock(fd_, slot_range((int)i));
         header_->reclaimed_processes.fetch_add(1);

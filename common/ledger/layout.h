@@ -14,7 +14,9 @@ constexpr int kMaxSlots = 512;
 // its PID namespace instead of its start time.
 // 3: Header::retired, and the replacement protocol of Ledger::open around it.
 // 4: limit_spec holds 4096 bytes: every spec the parser accepts (common/units/size_spec.h).
-constexpr uint32_t kLayoutVersion = 4;
+// 5: what each process holds beside its allocations, by kind (SlotKinds), and the measured cost of a
+// context per device (DeviceCost), both appended after the slots.
+constexpr uint32_t kLayoutVersion = 5;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -46,6 +48,28 @@ struct Slot {
     std::atomic<uint64_t> peak[kMaxDevices];
 };
 
+// What the driver takes for a process beside its allocations (docs/architecture.md, "What the quota
+// counts"). A slot's bytes[d] is the total that admission sums; these say how much of it is which
+// kind, and the allocations are the rest. Kept apart from Slot, indexed like the slots, so that a
+// reader of allocations alone never touches them.
+enum Kind : int {
+    kContext = 0,  // CUDA contexts and the modules and libraries loaded into them
+    kGraphs = 1,   // CUDA graphs' memory pool (graph memory nodes)
+    kPools = 2,    // stream-ordered pools' memory reserved beyond their live allocations
+    kKinds = 3
+};
+struct SlotKinds {
+    std::atomic<uint64_t> bytes[kMaxDevices][kKinds];
+};
+// The memory a CUDA context costs on a device, as first measured (shim/usage/context.cpp), so that a
+// process that cannot measure its own charges what another one measured.
+// kCostMeasuring: no cost yet, and the process whose pid stands in the bytes is measuring it (its
+// context is the only one made on the device meanwhile; the others of the ledger wait for it).
+enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnProcess = 2, kCostMeasuring = 3 };
+struct DeviceCost {
+    std::atomic<uint64_t> context;  // bytes << 8 | CostSource: one word, so bytes and source agree
+};
+
 struct Header {
     char magic[8];  // "GPUGLEDG"
     uint32_t layout_version;
@@ -66,6 +90,8 @@ struct Header {
     std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
     DeviceEntry devices[kMaxDevices];
     Slot slots[kMaxSlots];
+    SlotKinds kinds[kMaxSlots];     // kinds[i] belongs to slots[i]
+    DeviceCost costs[kMaxDevices];  // costs[i] belongs to devices[i]
 };
 
 }  // namespace gg::ledger

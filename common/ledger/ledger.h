@@ -21,6 +21,7 @@
 // The file is created complete (written to a temporary name, then linked into place), so no process
 // ever maps a half-initialised ledger.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -87,6 +88,31 @@ public:
     uint64_t own_bytes(int dev) const;
     uint64_t own_peak(int dev) const;
 
+    // What this process holds beside its allocations, by kind (layout.h, Kind;
+    // common/ledger/kinds.cpp). Each keeps bytes[dev] the total that admission sums, and moves the
+    // kind's counter with it; the allocations are the rest. try_charge_kind admits as try_charge
+    // does; the others are unconditional (memory the driver has already taken).
+    bool try_charge_kind(int dev, Kind k, uint64_t bytes, uint64_t *container_used);
+    void charge_kind(int dev, Kind k, uint64_t bytes);
+    uint64_t release_kind(int dev, Kind k, uint64_t bytes);  // clamped: returns what was released
+    void set_kind(int dev, Kind k, uint64_t bytes);          // charges or releases the difference
+    // Moves bytes between a kind and the allocations, the total unchanged: an allocation drawn from
+    // a pool's reserve, a free that gives its bytes back to the pool. Returns what was moved.
+    uint64_t kind_to_allocations(int dev, Kind k, uint64_t at_most);
+    void allocations_to_kind(int dev, Kind k, uint64_t bytes);
+    uint64_t own_kind(int dev, Kind k) const;
+
+    // What a CUDA context costs on the device, as measured (layout.h, DeviceCost): 0 while unknown.
+    uint64_t context_cost(int dev, CostSource *source) const;
+    // Keeps the measurement when its source is better than the one the ledger holds (or the first).
+    bool offer_context_cost(int dev, uint64_t bytes, CostSource source);
+    // While no cost is known, one process at a time measures it: claim_ returns true for the one
+    // that may (the cost unknown and nobody alive measuring), measurer() the pid measuring (0: none),
+    // drop_ gives the claim up when the measurement failed. See shim/usage/context.cpp.
+    bool claim_context_measurement(int dev);
+    int context_measurer(int dev) const;
+    void drop_context_claim(int dev);
+
     // Frees the slots of processes that died. Returns how many were reclaimed. `periodic` limits it
     // to once per 500 ms across all processes of the ledger.
     int reclaim_dead(bool periodic);
@@ -96,12 +122,16 @@ public:
         int index;
         std::string uuid, name;
         uint64_t limit, used, peak, physical_total;
+        std::array<uint64_t, kKinds> kinds;  // of `used`, by kind; allocations are the rest
+        uint64_t context_cost;               // 0 while unknown
+        CostSource context_source;
     };
     struct ProcessView {
         int slot;
         int pid;  // in its own PID namespace
         std::string command;
-        std::vector<uint64_t> bytes, peak;  // per device index
+        std::vector<uint64_t> bytes, peak;                // per device index
+        std::vector<std::array<uint64_t, kKinds>> kinds;  // of bytes, per device index
         bool alive, reclaimed, self;
         bool other_namespace;  // its pid is in another PID namespace than the reader's
     };
@@ -167,7 +197,11 @@ private:
     enum class Publish { kDone, kExists, kFailed };
     Publish publish_new(const OpenOptions &o, bool replace, std::string *error);
     void finish_open();
+    std::atomic<uint64_t> *own_kind_counter(int dev, Kind k) const;  // null without a slot
 };
+
+// Zeroes what a slot holds by kind: when it is claimed, reclaimed or left (kinds.cpp).
+void clear_kinds(Header *h, const Slot &s);
 
 // Validation of a mapped file, shared with the fuzz target: "" when good, else why not.
 std::string validate(const void *data, size_t size);

@@ -435,6 +435,7 @@ void Ledger::leave() {
     Slot *slot = slot_.load();
     if (!slot || slot_pid_.load() != getpid()) return;
     for (auto &b : slot->bytes) b.store(0);
+    clear_kinds(header_, *slot);
     slot->state.store(kSlotReclaimed);
     if (fd_ >= 0 && fd_pid_.load() == getpid()) unlock(fd_, slot_range((int)(slot - header_->slots)));
     slot_.store(nullptr);

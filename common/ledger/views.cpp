@@ -40,11 +40,16 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        uint64_t used = 0;
-        for (uint32_t k = 0; k < high && k < (uint32_t)kMaxSlots; k++)
-            if (alive[k]) used = sat_add(used, header_->slots[k].bytes[i].load());
-        out.push_back(
-            {i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), used, d.peak.load(), d.physical_total.load()});
+        DeviceView v{i, uuid_string(d.uuid), field_text(d.name),      d.limit.load(),
+                     0, d.peak.load(),       d.physical_total.load(), {},
+                     0, kCostUnknown};
+        for (uint32_t k = 0; k < high && k < (uint32_t)kMaxSlots; k++) {
+            if (!alive[k]) continue;
+            v.used = sat_add(v.used, header_->slots[k].bytes[i].load());
+            for (int j = 0; j < kKinds; j++) v.kinds[j] += header_->kinds[k].bytes[i][j].load();
+        }
+        v.context_cost = context_cost(i, &v.context_source);
+        out.push_back(std::move(v));
     }
     return out;
 }
@@ -64,6 +69,9 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
         for (int d = 0; d < kMaxDevices; d++) {
             v.bytes.push_back(s.bytes[d].load());
             v.peak.push_back(s.peak[d].load());
+            std::array<uint64_t, kKinds> k{};
+            for (int j = 0; j < kKinds; j++) k[j] = header_->kinds[i].bytes[d][j].load();
+            v.kinds.push_back(k);
         }
         // Claiming, live or reclaiming: alive while its owner holds the slot's lock, else dead (killed
         // in any of these states) until a process of the ledger reclaims it.

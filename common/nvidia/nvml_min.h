@@ -43,6 +43,17 @@ typedef struct nvmlMemory_v2_st {
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
 
+// One process on a device, as nvmlDeviceGetComputeRunningProcesses_v3 lists it (nvml.h's
+// nvmlProcessInfo_v2_t, which _v3 fills too). In a container the pid may be one of the host's PID
+// namespace, and usedGpuMemory NVML_VALUE_NOT_AVAILABLE where the driver will not say.
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
+
 #define NVML_DEVICE_UUID_BUFFER_SIZE 80
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_BUFFER_SIZE 64
@@ -58,6 +69,9 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos);
 
 #ifdef __cplusplus
 }

@@ -151,6 +151,17 @@ constexpr const char rows[] = "rows";
 constexpr const char columns[] = "columns";
 constexpr const char peak_by_stack[] = "peak_by_stack";
 constexpr const char refusals_recovered[] = "refusals_recovered";
+// What the quota counts beside allocations (issue 19): usage.quota_counts, the kinds by name.
+constexpr const char quota_counts[] = "quota_counts";
+constexpr const char process_by_kind[] = "process_by_kind";
+constexpr const char container_by_kind[] = "container_by_kind";
+constexpr const char by_kind[] = "by_kind";
+constexpr const char allocations[] = "allocations";
+constexpr const char context_and_modules[] = "context_and_modules";
+constexpr const char graphs[] = "graphs";
+constexpr const char pool_reserve[] = "pool_reserve";
+constexpr const char context_cost[] = "context_cost";
+constexpr const char self_view[] = "self_view";
 }  // namespace key
 
 }  // namespace gg::schema

@@ -33,6 +33,7 @@ enum class Type {
     kUnwinderName,  // cfi, libunwind, libgcc or none
     kFlag,          // on unless 0 (GPUGUARD_DEBUG)
     kLibraryPath,   // an existing file
+    kCountMode,     // 1, 0 or estimate (GPUGUARD_COUNT_CONTEXT)
 };
 
 struct Row {
@@ -99,6 +100,14 @@ struct CudnnCap {
     uint64_t bytes = 0;
 };
 CudnnCap read_cudnn_cap(const Lookup &env, std::string *problem);
+
+// GPUGUARD_COUNT_CONTEXT: what the quota counts.
+enum class CountMode {
+    kEverything,   // allocations, contexts and modules, graphs, pool reserve; NVML's view where it has one
+    kAllocations,  // allocations only
+    kEstimate,     // everything, without NVML's per-process view
+};
+CountMode read_count_mode(const Lookup &env, std::string *problem);
 
 // GPUGUARD_UNWINDER: "cfi", "libunwind", "libgcc", "none", or "" for the default order.
 std::string read_unwinder(const Lookup &env, std::string *problem);

@@ -130,6 +130,7 @@ std::string problem_of(Id id, const std::string &value) {
             for (const char *u : kUnwinders)
                 if (value == u) return "";
             return "not cfi, libunwind, libgcc or none";
+        case Type::kCountMode: return parse_switch(v) >= 0 || !strcasecmp(v, "estimate") ? "" : "not 1, 0 or estimate";
         case Type::kLedgerPath:
             // Relative: one ledger per working directory, so processes started elsewhere (a launcher
             // that changes directory, a notebook) do not share the quota.
@@ -229,6 +230,20 @@ CudnnCap read_cudnn_cap(const Lookup &env, std::string *problem_out) {
         cap.bytes = 0;
     }
     return cap;
+}
+
+CountMode read_count_mode(const Lookup &env, std::string *problem_out) {
+    std::optional<std::string> text = value(env, Id::kCountContext);
+    const char *v = text ? text->c_str() : nullptr;
+    if (!v) return CountMode::kEverything;
+    if (!strcasecmp(v, "estimate")) return CountMode::kEstimate;
+    int s = parse_switch(v);
+    if (s < 0) {
+        const Row &r = row(Id::kCountContext);
+        *problem_out = message(r, v, problem(r.id, v), r.when_bad);
+        return CountMode::kEverything;
+    }
+    return s ? CountMode::kEverything : CountMode::kAllocations;
 }
 
 std::string read_unwinder(const Lookup &env, std::string *problem_out) {

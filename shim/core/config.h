@@ -41,6 +41,10 @@ struct Config {
     bool tensor_view = true;
     size_t tensor_events = 65536;
 
+    // What the quota counts beside allocations (shim/usage/): GPUGUARD_COUNT_CONTEXT.
+    settings::CountMode count_mode = settings::CountMode::kEverything;
+    bool count_all() const { return count_mode != settings::CountMode::kAllocations; }
+
     settings::CudnnCap cudnn_cap;  // GPUGUARD_CUDNN_WORKSPACE_LIMIT
 
     std::string real_libcuda;  // GPUGUARD_REAL_LIBCUDA, "" for libcuda.so.1

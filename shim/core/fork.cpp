@@ -16,6 +16,7 @@
 #include "shim/stacks/unwind.h"
 #include "shim/torch/view.h"
 #include "shim/track/tracker.h"
+#include "shim/usage/usage.h"
 
 namespace gg {
 namespace {

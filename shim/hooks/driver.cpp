@@ -1,11 +1,14 @@
 // The driver hooks: thin, a few lines each. The decisions live in shim/quota/guard.cpp.
 #include "shim/base/profile.h"
+#include "shim/hooks/call.h"
 #include "shim/hooks/export.h"
 #include "shim/hooks/hook_table.h"
 #include "shim/quota/guard.h"
 #include "shim/quota/sizes.h"
 #include "shim/resolve/real.h"
 #include "shim/torch/view.h"
+#include "shim/usage/graphs.h"
+#include "shim/usage/usage.h"
 
 using namespace gg;
 using gg::guard::DriverCall;
@@ -52,22 +55,17 @@ uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
     return total;
 }
 
-// Calls a real driver function, or answers CUDA_ERROR_NOT_FOUND when the driver lacks it (a
-// program built against a newer CUDA than the installed driver) instead of jumping to null.
-template <typename Fn, typename... Args>
-CUresult real_call(Fn fn, Args... args) {
-    return fn ? fn(args...) : CUDA_ERROR_NOT_FOUND;
-}
-
 // The one shape of every allocating hook. `call(&key, &actual)` makes the real call and, on
-// success, says what to track the result by and how many bytes it really took.
+// success, says what to track the result by and how many bytes it really took. `pool`: the pool a
+// stream-ordered allocation names (shim/usage/pools.h).
 template <typename Call>
-CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&call) {
+CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&call, CUmemoryPool pool = nullptr) {
     DriverCall scope;
     uint64_t key = 0, actual = bytes;
     if (!scope.outermost()) return call(&key, &actual);
     GG_PROFILE_STEP(kAllocTotal);
     Ticket t;
+    t.pool = pool;
     {
         GG_PROFILE_STEP(kAdmit);
         if (CUresult refused = guard::admit(api, ordinal, bytes, &t)) return refused;
@@ -148,29 +146,36 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFree_v2, dptr); });
 }
 
-// ---- Stream-ordered allocation (charged to the current context's device) ----
+// ---- Stream-ordered allocation (charged to the current context's device). On a stream being
+// captured into a graph they take no memory: they become the graph's memory nodes, counted when the
+// graph is launched (shim/usage/graphs.h), and pass uncharged and untracked. ----
 
-#define GG_ALLOC_ASYNC(name)                                                                         \
-    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {    \
-        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) { \
-            CUresult r = real_call(R().name, dptr, bytesize, stream);                                \
-            if (r == CUDA_SUCCESS) *key = *dptr;                                                     \
-            return r;                                                                                \
-        });                                                                                          \
+#define GG_ALLOC_ASYNC(name, per_thread)                                                                      \
+    GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {             \
+        if (usage::graphs::capturing(stream, per_thread)) return real_call(R().name, dptr, bytesize, stream); \
+        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {          \
+            CUresult r = real_call(R().name, dptr, bytesize, stream);                                         \
+            if (r == CUDA_SUCCESS) *key = *dptr;                                                              \
+            return r;                                                                                         \
+        });                                                                                                   \
     }
-GG_ALLOC_ASYNC(cuMemAllocAsync)
-GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+GG_ALLOC_ASYNC(cuMemAllocAsync, false)
+GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz, true)
 
-#define GG_ALLOC_FROM_POOL(name)                                                                                     \
+#define GG_ALLOC_FROM_POOL(name, per_thread)                                                                         \
     GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
-        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {                 \
-            CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                          \
-            if (r == CUDA_SUCCESS) *key = *dptr;                                                                     \
-            return r;                                                                                                \
-        });                                                                                                          \
+        if (usage::graphs::capturing(stream, per_thread)) return real_call(R().name, dptr, bytesize, pool, stream);  \
+        return allocate(                                                                                             \
+            Api::name, -1, bytesize, KeyKind::kPointer,                                                              \
+            [&](uint64_t *key, uint64_t *) {                                                                         \
+                CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                      \
+                if (r == CUDA_SUCCESS) *key = *dptr;                                                                 \
+                return r;                                                                                            \
+            },                                                                                                       \
+            pool);                                                                                                   \
     }
-GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
-GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
+GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync, false)
+GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, true)
 
 GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync, dptr, stream); });

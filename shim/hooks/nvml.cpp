@@ -14,6 +14,7 @@ namespace {
 struct QuotaOfUuid {
     bool limited = false;
     uint64_t limit = 0, used = 0;
+    uint64_t contexts = 0;  // of used: the container's contexts and modules (shim/usage/)
 };
 
 // NVML numbers devices physically, CUDA by CUDA_VISIBLE_DEVICES: the UUID is the common key.
@@ -29,6 +30,7 @@ QuotaOfUuid quota_of_uuid(nvmlDevice_t device) {
         q.limited = true;
         q.limit = d.limit;
         q.used = d.used;
+        q.contexts = d.kinds[ledger::kContext];
         return q;
     }
     // A device this container has not touched through CUDA yet: the limit still applies.
@@ -38,6 +40,15 @@ QuotaOfUuid quota_of_uuid(nvmlDevice_t device) {
     q.limited = true;
     q.limit = l.kind == Limit::kBytes ? l.bytes : 0;  // a percentage needs the total: set by the caller
     return q;
+}
+
+// nvmlMemory_v2_t says apart what the driver holds for itself ("reserved"): there, the container's
+// contexts and modules, so that total = reserved + used + free as NVML means it.
+void split(nvmlMemory_t *, const QuotaOfUuid &) {}
+void split(nvmlMemory_v2_t *m, const QuotaOfUuid &q) {
+    uint64_t ctx = q.contexts < m->used ? q.contexts : m->used;
+    m->reserved = ctx;
+    m->used -= ctx;
 }
 
 template <typename Mem>
@@ -53,6 +64,7 @@ void apply(nvmlDevice_t device, Mem *m) {
     m->used = q.used;
     uint64_t room = limit > q.used ? limit - q.used : 0;
     if (m->free > room) m->free = room;
+    split(m, q);
 }
 
 }  // namespace

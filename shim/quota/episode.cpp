@@ -15,6 +15,7 @@
 #include "shim/stacks/stacks.h"
 #include "shim/torch/view.h"
 #include "shim/track/tracker.h"
+#include "shim/usage/usage.h"
 
 namespace gg::episode {
 namespace {
@@ -53,9 +54,41 @@ std::atomic<uint64_t> g_recovered{0};
 
 void write_pending_at_exit();
 
+// What a request takes memory for, when it is not an allocation (shim/usage/).
+const char *purpose(Api api) {
+    switch (api) {
+        case Api::cuDevicePrimaryCtxRetain:
+        case Api::cuCtxCreate_v2:
+        case Api::cuCtxCreate_v3:
+        case Api::cuCtxCreate_v4: return "a CUDA context: ";
+        case Api::cuGraphLaunch:
+        case Api::cuGraphLaunch_ptsz:
+        case Api::cuGraphUpload:
+        case Api::cuGraphUpload_ptsz:
+        case Api::cuGraphInstantiateWithParams:
+        case Api::cuGraphInstantiateWithParams_ptsz: return "a CUDA graph's memory: ";
+        default: return "";
+    }
+}
+
+// "1.2 GiB", or with the quota counting more than allocations, "1.7 GiB: 1.2 GiB allocated, 518 MiB
+// context and modules, ..." (the kinds that hold anything).
+std::string held_by_process(const DeviceInfo *dev) {
+    if (!dev || !usage::on()) return human_bytes(tracker().live_bytes());
+    usage::Summary u = usage::summary(*dev);
+    static const char *const kNames[ledger::kKinds] = {"context and modules", "graphs", "pool reserve"};
+    uint64_t kinds = 0;
+    for (uint64_t k : u.own) kinds += k;
+    std::string s =
+        human_bytes(u.own_total) + ": " + human_bytes(u.own_total > kinds ? u.own_total - kinds : 0) + " allocated";
+    for (int k = 0; k < ledger::kKinds; k++)
+        if (u.own[k]) s += ", " + human_bytes(u.own[k]) + " " + kNames[k];
+    return s;
+}
+
 std::string describe(const Request &r, const DeviceInfo *dev) {
-    std::string what =
-        std::string(api_name(r.api)) + " of " + human_bytes(r.bytes) + " on device " + std::to_string(r.ordinal);
+    std::string what = std::string(purpose(r.api)) + api_name(r.api) + " of " + human_bytes(r.bytes) + " on device " +
+                       std::to_string(r.ordinal);
     if (dev && dev->name[0]) what += std::string(" (") + dev->name + ")";
     if (r.cause == Cause::kNoSlot)
         return "refused " + what + ": this process has no slot in the ledger " + state().ledger->path() + " (all " +
@@ -68,11 +101,10 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
                    "), every allocation is refused";
         if (r.bytes > r.limit)
             return "refused " + what + ": more than the container's whole limit of " + human_bytes(r.limit) +
-                   " (the container holds " + human_bytes(r.container_used) + ", this process " +
-                   human_bytes(tracker().live_bytes()) + ")";
+                   " (the container holds " + human_bytes(r.container_used) + ", this process " + held_by_process(dev) +
+                   ")";
         return "refused " + what + ": the container would hold " + human_bytes(sat_add(r.container_used, r.bytes)) +
-               " of its " + human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) +
-               ")";
+               " of its " + human_bytes(r.limit) + " limit (this process holds " + held_by_process(dev) + ")";
     }
     return "the driver could not allocate " + what + " (out of physical memory; the container holds " +
            human_bytes(r.container_used) +

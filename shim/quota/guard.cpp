@@ -12,6 +12,8 @@
 #include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
 #include "shim/torch/view.h"
+#include "shim/usage/pools.h"
+#include "shim/usage/usage.h"
 
 namespace gg::guard {
 namespace {
@@ -59,22 +61,37 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     if (!t->dev || t->dev->ledger_index < 0) return CUDA_SUCCESS;  // no context or unknown device: the driver decides
     ledger::Ledger &l = *s.ledger;
     int d = t->dev->ledger_index;
-    uint64_t used = 0;
+    uint64_t used = 0, ask = bytes;
+    bool counting = s.cfg->count_all();
+    // What a pool already holds for this process serves the allocation first: no more of the GPU is taken.
+    // What it does not serve, the pool grows by, in chunks of its granularity: the chunk is charged
+    // now (as reserve), before the driver takes it; the pool's own figure corrects it after the call.
+    if (counting && usage::pools::is_async(driver_api)) {
+        ask -= (t->drawn = usage::pools::draw(*t->dev, bytes));
+        t->growth = usage::pools::chunk_rest(ask);
+        ask += t->growth;
+    }
     bool charged;
     {
         GG_PROFILE_STEP(kAdmitCharge);
-        charged = l.try_charge(d, bytes, &used);
+        charged = !ask || l.try_charge(d, ask, &used);
     }
     if (!charged) {
-        // The first refusal reclaims the bytes of dead processes (and tries once more) before it
-        // becomes an out-of-memory for the program.
-        if (l.reclaim_dead(false) > 0 && l.try_charge(d, bytes, &used)) {
+        // The first refusal reclaims the bytes of dead processes, then trims this process's own pools
+        // and graph memory (held, unused), trying once more after each, before it becomes an
+        // out-of-memory for the program.
+        if ((l.reclaim_dead(false) > 0 && l.try_charge(d, ask, &used)) ||
+            (counting && usage::make_room(*t->dev) && l.try_charge(d, ask, &used))) {
             t->charged = true;
         } else if (!has_limit(*t->dev)) {
             // No limit to keep: a request the ledger cannot count (one that would wrap its count)
             // goes to the driver uncharged, and the driver decides.
+            usage::pools::undraw(*t->dev, t->drawn);
+            t->drawn = t->growth = 0;
             return CUDA_SUCCESS;
         } else {
+            usage::pools::undraw(*t->dev, t->drawn);
+            t->drawn = t->growth = 0;
             tracker().count_failure(t->api);
             // A process without a slot (every one held by a live process) is refused whatever it asks:
             // its refusal says so, rather than the bytes, which are not the reason.
@@ -88,7 +105,8 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
         GG_PROFILE_STEP(kAdmitReclaim);
         l.reclaim_dead(true);  // the periodic check: dead processes' bytes come back within a second
     }
-    if (has_limit(*t->dev)) maybe_warn(*t->dev, sat_sub(used, bytes), used);
+    if (t->growth) l.allocations_to_kind(d, ledger::kPools, t->growth);
+    if (has_limit(*t->dev) && ask) maybe_warn(*t->dev, sat_sub(used, ask), used);
     return CUDA_SUCCESS;
 }
 
@@ -120,6 +138,11 @@ GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes)
         // A segment of PyTorch's caching allocator, most likely: the tensor view's history keeps it.
         if (__builtin_expect(torch::active(), 0) && kind != KeyKind::kArray && kind != KeyKind::kMipmap)
             torch::on_segment(true, kind == KeyKind::kPointer ? key : 0, actual_bytes, a.ordinal);
+        if (a.ledger_dev >= 0 && c.count_all()) {
+            if (usage::pools::is_async(t.driver_api))
+                usage::pools::allocated(*t.dev, t.pool, actual_bytes, t.drawn == t.bytes);
+            usage::tick(*t.dev, a.t_ns);
+        }
         return;
     }
     // The live table could not grow (no host memory): the program keeps its allocation, and the
@@ -134,8 +157,14 @@ GG_HOT void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes)
 }
 
 void failed(Ticket &t, CUresult result) {
-    if (t.charged) state().ledger->release(t.dev->ledger_index, t.bytes);
+    if (t.charged) {
+        state().ledger->release(t.dev->ledger_index, t.bytes - t.drawn);
+        if (t.growth) state().ledger->release_kind(t.dev->ledger_index, ledger::kPools, t.growth);
+    }
     t.charged = false;
+    t.growth = 0;
+    if (t.drawn) usage::pools::undraw(*t.dev, t.drawn);
+    t.drawn = 0;
     if (result != CUDA_ERROR_OUT_OF_MEMORY) return;
     tracker().count_failure(t.api);
     int ordinal = t.dev ? t.dev->ordinal : -1;
@@ -153,7 +182,12 @@ GG_HOT void finish_free(bool found, KeyKind kind, uint64_t key, const Allocation
         tracker().restore(kind, key, a);
         return;
     }
-    if (a.ledger_dev >= 0) state().ledger->release(a.ledger_dev, a.bytes);
+    if (a.ledger_dev >= 0) {
+        // A stream-ordered allocation's bytes stay in its pool, which the quota counts (shim/usage/pools.h).
+        if (usage::pools::is_async(a.driver_api) && state().cfg->count_all())
+            usage::pools::freed(a.ordinal, a.ledger_dev, a.bytes);
+        else state().ledger->release(a.ledger_dev, a.bytes);
+    }
     if (__builtin_expect(torch::active(), 0) && kind != KeyKind::kArray && kind != KeyKind::kMipmap)
         torch::on_segment(false, kind == KeyKind::kPointer ? key : 0, a.bytes, a.ordinal);
 }
@@ -163,8 +197,10 @@ QuotaView quota_of(int ordinal) {
     const DeviceInfo *d = device_info(ordinal);
     if (!d || d->ledger_index < 0 || !has_limit(*d)) return v;
     // Not hot (frameworks ask once per step at most): a full check for dead processes, so the
-    // answer never counts a process that is gone.
+    // answer never counts a process that is gone, and the driver's own figures of what this process
+    // holds beside its allocations read again (shim/usage/usage.h).
     state().ledger->reclaim_dead(false);
+    usage::reconcile(*d, true);
     v.limited = true;
     v.limit = d->limit;
     v.container_used = state().ledger->container_used(d->ledger_index);

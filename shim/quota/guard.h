@@ -54,7 +54,12 @@ struct Ticket {
     Api driver_api = Api::kNone;  // ours
     const DeviceInfo *dev = nullptr;
     uint64_t bytes = 0;
-    bool charged = false;  // bytes were charged to the ledger
+    bool charged = false;  // bytes (less `drawn`) were charged to the ledger
+    // A stream-ordered allocation (shim/usage/pools.h): its pool (null: the device's current one),
+    // and how much of it the pools' reserve in the ledger covered, which is not charged again.
+    CUmemoryPool pool = nullptr;
+    uint64_t drawn = 0;
+    uint64_t growth = 0;  // charged beside the allocation as pool reserve: its rounding up to a chunk
 };
 
 // Decides a request of `bytes` on `ordinal` (-1: the current context's device). CUDA_SUCCESS: go

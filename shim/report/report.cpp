@@ -22,6 +22,7 @@
 #include "shim/quota/device.h"
 #include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
+#include "shim/usage/usage.h"
 
 namespace gg::report {
 
@@ -99,6 +100,26 @@ json device_section(int ordinal) {
     bool ok = r.cuMemGetInfo_v2 && current_ordinal() == ordinal && r.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS;
     d[key::free_bytes] = ok ? (int64_t)free_b : -1;
     return d;
+}
+
+// {"allocations", "context_and_modules", "graphs", "pool_reserve"} of a total: the kinds as the
+// ledger holds them (common/ledger/layout.h), the allocations the rest.
+json kinds_json(uint64_t total, const uint64_t *kinds) {
+    uint64_t others = kinds[ledger::kContext] + kinds[ledger::kGraphs] + kinds[ledger::kPools];
+    return {{key::allocations, total > others ? total - others : 0},
+            {key::context_and_modules, kinds[ledger::kContext]},
+            {key::graphs, kinds[ledger::kGraphs]},
+            {key::pool_reserve, kinds[ledger::kPools]}};
+}
+
+// What the quota counts, and this process's and the container's usage by kind (shim/usage/usage.h).
+void usage_by_kind(json &u, const DeviceInfo &dev) {
+    usage::Summary s = usage::summary(dev);
+    u[key::quota_counts] = s.mode;
+    u[key::process_by_kind] = kinds_json(s.own_total, s.own);
+    u[key::container_by_kind] = kinds_json(s.container_total, s.container);
+    u[key::context_cost] = {{key::bytes, s.context_cost}, {key::source, s.context_cost_source}};
+    u[key::self_view] = s.self_view;
 }
 
 std::string stack_key(stacks::StackId id) { return "s" + std::to_string(id); }
@@ -252,6 +273,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
                      {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
                      {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
                      {key::live_allocations, snap.live_count}};
+    if (dev) usage_by_kind(r[key::usage], *dev);
 
     if (failure) {
         r[key::failed_request] = {
@@ -312,15 +334,18 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
             devices.push_back({{key::uuid, d.uuid},
                                {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
                                {key::used_bytes, d.used},
-                               {key::peak_bytes, d.peak}});
+                               {key::peak_bytes, d.peak},
+                               {key::by_kind, kinds_json(d.used, d.kinds.data())}});
         for (const auto &p : s.ledger->processes()) {
             uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
-            procs.push_back({{key::pid, p.pid},
-                             {key::command, p.command},
-                             {key::bytes, bytes},
-                             {key::peak_bytes, peak},
-                             {key::alive, p.alive},
-                             {key::self, p.self}});
+            procs.push_back(
+                {{key::pid, p.pid},
+                 {key::command, p.command},
+                 {key::bytes, bytes},
+                 {key::peak_bytes, peak},
+                 {key::by_kind, ldev >= 0 ? kinds_json(bytes, p.kinds[(size_t)ldev].data()) : json(nullptr)},
+                 {key::alive, p.alive},
+                 {key::self, p.self}});
         }
         r[key::ledger] = {{key::path, s.ledger->path()}, {key::devices, devices}, {key::processes, procs}};
     }

@@ -34,14 +34,15 @@ void *dlsym_answer(const HookTable &t, const char *symbol, void *answer) {
 
 void *procaddress_answer(const HookTable &t, const char *symbol, int cuda_version, cuuint64_t flags, void *answer) {
     if (!symbol || !answer) return answer;
-    // First by identity: the driver's answer is the very function we resolved for one of our rows.
+    // First by identity: the driver's answer is the very function we resolved for one of our rows,
+    // whatever name it was asked under (the driver answers "cuGraphInstantiate" with
+    // cuGraphInstantiateWithFlags, a family of its own in our table).
     bool want_pts = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     bool family_has_pts = false;
     for (size_t i = 0; i < t.driver_count; i++) {
         const DriverRow &row = t.driver[i];
-        if (strcmp(row.family, symbol) != 0) continue;
         if (answer == row.real(row)) return row.hook;
-        family_has_pts |= row.per_thread_stream;
+        if (strcmp(row.family, symbol) == 0) family_has_pts |= row.per_thread_stream;
     }
     // Else by the driver's own rule (a driver may hand out internal aliases): the newest variant
     // whose version the caller asked for, per-thread-stream when the flags say so and one exists.

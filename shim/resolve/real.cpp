@@ -64,6 +64,15 @@ RealDriver load_driver() {
     GG_LOAD(cuDeviceGet)
     GG_LOAD(cuDeviceGetCount)
     GG_LOAD(cuDriverGetVersion)
+    GG_LOAD(cuStreamIsCapturing)
+    GG_LOAD(cuStreamIsCapturing_ptsz)
+    GG_LOAD(cuDeviceGetGraphMemAttribute)
+    GG_LOAD(cuGraphGetNodes)
+    GG_LOAD(cuGraphNodeGetType)
+    GG_LOAD(cuGraphMemAllocNodeGetParams)
+    GG_LOAD(cuMemPoolGetAttribute)
+    GG_LOAD(cuDeviceGetMemPool)
+    GG_LOAD(cuCtxGetCurrent)
 #undef GG_LOAD
     if (!d.cuDeviceGetUuid_v2)
         d.cuDeviceGetUuid_v2 =

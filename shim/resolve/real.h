@@ -23,6 +23,16 @@ struct RealDriver {
     decltype(&::cuDeviceGet) cuDeviceGet = nullptr;
     decltype(&::cuDeviceGetCount) cuDeviceGetCount = nullptr;
     decltype(&::cuDriverGetVersion) cuDriverGetVersion = nullptr;
+    // What the driver takes beside allocations (shim/usage/).
+    decltype(&::cuStreamIsCapturing) cuStreamIsCapturing = nullptr;
+    decltype(&::cuStreamIsCapturing_ptsz) cuStreamIsCapturing_ptsz = nullptr;
+    decltype(&::cuDeviceGetGraphMemAttribute) cuDeviceGetGraphMemAttribute = nullptr;
+    decltype(&::cuGraphGetNodes) cuGraphGetNodes = nullptr;
+    decltype(&::cuGraphNodeGetType) cuGraphNodeGetType = nullptr;
+    decltype(&::cuGraphMemAllocNodeGetParams) cuGraphMemAllocNodeGetParams = nullptr;
+    decltype(&::cuMemPoolGetAttribute) cuMemPoolGetAttribute = nullptr;
+    decltype(&::cuDeviceGetMemPool) cuDeviceGetMemPool = nullptr;
+    decltype(&::cuCtxGetCurrent) cuCtxGetCurrent = nullptr;
     void *handle = nullptr;
 };
 

@@ -39,39 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
-// Everything cuda.h declares is exported (the Makefile builds with -fvisibility=hidden); the fake's
-// own helpers live in an anonymous namespace and stay internal.
-#pragma GCC visibility push(default)
-#include <cuda.h>
-
-// cuda.h maps these base names to their newest variant with macros; the fake also defines the older
-// variants under the plain names, which cuGetProcAddress hands out for an old cudaVersion.
-#undef cuMemAlloc
-#undef cuMemFree
-#undef cuDeviceGetUuid
-#undef cuGetProcAddress
-
-extern "C" {
-// Variants that cuda.h declares only inside the driver's own build (__CUDA_API_VERSION_INTERNAL) or
-// with per-thread default streams. The per-thread ones take their type from the base function, so a
-// wrong signature does not compile.
-typedef unsigned int CUdeviceptr_v1;  // 32-bit device pointers of CUDA before 3.2
-CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
-CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr);
-CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
-                                CUdevice dev);
-decltype(cuMemAllocAsync) cuMemAllocAsync_ptsz;
-decltype(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
-decltype(cuMemFreeAsync) cuMemFreeAsync_ptsz;
-decltype(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
-decltype(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds;
-decltype(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
-}
-#pragma GCC visibility pop
-
+#include "fake_cuda.h"
 #include "fake_truth.h"
 
 // The one list of what cuGetProcAddress answers: (base name, exported symbol, CUDA version that
@@ -89,6 +57,7 @@ decltype(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
     X("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000, false)                    \
     X("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, false)            \
     X("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, false)      \
+    X("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000, false)          \
     X("cuCtxCreate", cuCtxCreate_v2, 3020, false)                                   \
     X("cuCtxCreate", cuCtxCreate_v3, 11040, false)                                  \
     X("cuCtxCreate", cuCtxCreate_v4, 12050, false)                                  \
@@ -139,29 +108,69 @@ decltype(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
     X("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020, false)                                 \
     X("cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, 7000, true)                             \
     X("cuMemsetD8", cuMemsetD8_v2, 3020, false)                                     \
-    X("cuMemsetD8", cuMemsetD8_v2_ptds, 7000, true)
+    X("cuMemsetD8", cuMemsetD8_v2_ptds, 7000, true)                                 \
+    FAKE_CUDA_USAGE_PROCS(X)
 
-// The handles cuda.h leaves opaque. Destroyed contexts are kept (marked) rather than freed, so that a
-// stale handle gives CUDA_ERROR_CONTEXT_IS_DESTROYED instead of a use-after-free in the test program.
-struct CUctx_st {
-    int ordinal;
-    int phys;
-    bool primary;
-    bool destroyed;
-};
-struct CUstream_st {
-    CUcontext ctx;
-};
+// fake_cuda_usage.cpp's functions: pools, stream capture, graphs, modules, launches.
+#define FAKE_CUDA_USAGE_PROCS(X)                                                      \
+    X("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020, false)           \
+    X("cuDeviceGetMemPool", cuDeviceGetMemPool, 11020, false)                         \
+    X("cuDeviceSetMemPool", cuDeviceSetMemPool, 11020, false)                         \
+    X("cuMemPoolCreate", cuMemPoolCreate, 11020, false)                               \
+    X("cuMemPoolDestroy", cuMemPoolDestroy, 11020, false)                             \
+    X("cuMemPoolTrimTo", cuMemPoolTrimTo, 11020, false)                               \
+    X("cuMemPoolSetAttribute", cuMemPoolSetAttribute, 11020, false)                   \
+    X("cuMemPoolGetAttribute", cuMemPoolGetAttribute, 11020, false)                   \
+    X("cuStreamSynchronize", cuStreamSynchronize, 2000, false)                        \
+    X("cuStreamSynchronize", cuStreamSynchronize_ptsz, 7000, true)                    \
+    X("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010, false)                  \
+    X("cuStreamBeginCapture", cuStreamBeginCapture_v2_ptsz, 10010, true)              \
+    X("cuStreamEndCapture", cuStreamEndCapture, 10000, false)                         \
+    X("cuStreamEndCapture", cuStreamEndCapture_ptsz, 10000, true)                     \
+    X("cuStreamIsCapturing", cuStreamIsCapturing, 10000, false)                       \
+    X("cuStreamIsCapturing", cuStreamIsCapturing_ptsz, 10000, true)                   \
+    X("cuGraphCreate", cuGraphCreate, 10000, false)                                   \
+    X("cuGraphDestroy", cuGraphDestroy, 10000, false)                                 \
+    X("cuGraphAddEmptyNode", cuGraphAddEmptyNode, 10000, false)                       \
+    X("cuGraphAddMemAllocNode", cuGraphAddMemAllocNode, 11040, false)                 \
+    X("cuGraphAddMemFreeNode", cuGraphAddMemFreeNode, 11040, false)                   \
+    X("cuGraphGetNodes", cuGraphGetNodes, 10000, false)                               \
+    X("cuGraphNodeGetType", cuGraphNodeGetType, 10000, false)                         \
+    X("cuGraphMemAllocNodeGetParams", cuGraphMemAllocNodeGetParams, 11040, false)     \
+    X("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000, false)                \
+    X("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, false)       \
+    X("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams, 12000, false)     \
+    X("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz, 12000, true) \
+    X("cuGraphUpload", cuGraphUpload, 11010, false)                                   \
+    X("cuGraphUpload", cuGraphUpload_ptsz, 11010, true)                               \
+    X("cuGraphLaunch", cuGraphLaunch, 10000, false)                                   \
+    X("cuGraphLaunch", cuGraphLaunch_ptsz, 10000, true)                               \
+    X("cuGraphExecDestroy", cuGraphExecDestroy, 10000, false)                         \
+    X("cuDeviceGraphMemTrim", cuDeviceGraphMemTrim, 11040, false)                     \
+    X("cuDeviceGetGraphMemAttribute", cuDeviceGetGraphMemAttribute, 11040, false)     \
+    X("cuModuleLoad", cuModuleLoad, 2000, false)                                      \
+    X("cuModuleLoadData", cuModuleLoadData, 2000, false)                              \
+    X("cuModuleLoadDataEx", cuModuleLoadDataEx, 2010, false)                          \
+    X("cuModuleLoadFatBinary", cuModuleLoadFatBinary, 2000, false)                    \
+    X("cuModuleUnload", cuModuleUnload, 2000, false)                                  \
+    X("cuLibraryLoadData", cuLibraryLoadData, 12000, false)                           \
+    X("cuLibraryLoadFromFile", cuLibraryLoadFromFile, 12000, false)                   \
+    X("cuLibraryUnload", cuLibraryUnload, 12000, false)                               \
+    X("cuLaunchKernel", cuLaunchKernel, 4000, false)                                  \
+    X("cuLaunchKernel", cuLaunchKernel_ptsz, 7000, true)
+
 struct CUarray_st {
     int phys;
     uint64_t bytes;
+    pid_t owner;
 };
 struct CUmipmappedArray_st {
     int phys;
     uint64_t bytes;
+    pid_t owner;
 };
 
-namespace {
+namespace fakecu {
 
 constexpr size_t kGranularity = 2u << 20;  // cuMemGetAllocationGranularity, minimum and recommended
 constexpr size_t kPitchAlign = 512;
@@ -188,6 +197,7 @@ struct Handle {  // one cuMemCreate: the memory lives as long as the handle or a
     int phys;  // -1: host memory, not counted against a device
     int mappings;
     bool released;
+    pid_t owner;
 };
 struct Mapping {
     CUmemGenericAllocationHandle handle;
@@ -259,7 +269,7 @@ Driver &drv() {
             }
         }
         for (size_t o = 0; o < p->visible.size(); o++)
-            p->primary[o] = CUctx_st{static_cast<int>(o), p->visible[o], true, false};
+            p->primary[o] = CUctx_st{static_cast<int>(o), p->visible[o], true, false, false};
         const char *tf = std::getenv("FAKE_CUDA_TRUTH");
         p->truth = &p->local;
         if (tf && *tf) {
@@ -311,7 +321,10 @@ thread_local ContextStack t_stack;
 
 const char *error_name(CUresult r);
 
-void trace(const char *fn, CUresult r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool tracing() { return drv().trace; }
+
+uint64_t env_bytes(const char *name) { return fake::env_u64(name, 0); }
+
 void trace(const char *fn, CUresult r, const char *fmt, ...) {
     if (!drv().trace) return;
     char arg[256];
@@ -352,10 +365,10 @@ CUresult charge(int phys, uint64_t bytes) {
     uint64_t n = ++d.alloc_calls;
     if (d.fail_every && n % d.fail_every == 0) return CUDA_ERROR_OUT_OF_MEMORY;
     if (phys < 0) return CUDA_SUCCESS;  // host memory
-    return fake::truth_take(d.truth, phys, bytes, d.capacity[phys]) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return fake::truth_take(d.truth, getpid(), phys, bytes, d.capacity[phys]) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-void uncharge(int phys, uint64_t bytes) {
-    if (phys >= 0) fake::truth_give(drv().truth, phys, bytes);
+void uncharge(int phys, uint64_t bytes, pid_t owner) {
+    if (phys >= 0) fake::truth_give(drv().truth, owner, phys, bytes);
 }
 
 // FAKE_CUDA_FAIL_FREE_EVERY: whether this freeing call is one that fails (before it changes anything).
@@ -402,7 +415,7 @@ CUresult device_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, uint64_
         if (p == MAP_FAILED)
             p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) {
-            uncharge(ctx->phys, charged);
+            uncharge(ctx->phys, charged, getpid());
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             std::lock_guard<std::mutex> lock(drv().mu);
@@ -433,7 +446,9 @@ CUresult device_free(const char *fn, CUdeviceptr ptr) {
         if (!r) {
             bool from_bench_region = ptr >= drv().bench_begin && ptr < drv().bench_end;
             if (!from_bench_region) munmap(reinterpret_cast<void *>(ptr), a.mapped);
-            uncharge(a.phys, a.bytes);
+            uncharge(a.phys, a.bytes, a.pid);
+        } else if (pool_freed_by_plain_free(ptr)) {  // a stream-ordered allocation, back to its pool
+            r = CUDA_SUCCESS;
         }
     }
     trace(fn, r, "0x%llx", static_cast<unsigned long long>(ptr));
@@ -484,7 +499,7 @@ CUresult array_create(const char *fn, CUarray *out, CUarray_format f, unsigned c
     if (!r && (!out || !bytes)) r = CUDA_ERROR_INVALID_VALUE;
     if (!r) r = charge(ctx->phys, bytes);
     if (!r) {
-        *out = new CUarray_st{ctx->phys, bytes};
+        *out = new CUarray_st{ctx->phys, bytes, getpid()};
         std::lock_guard<std::mutex> lock(drv().mu);
         drv().arrays[*out] = ctx->phys;
     }
@@ -497,7 +512,7 @@ void handle_maybe_destroy(CUmemGenericAllocationHandle h) {
     auto it = drv().handles.find(h);
     if (it == drv().handles.end() || !it->second.released || it->second.mappings > 0) return;
     close(it->second.fd);
-    uncharge(it->second.phys, it->second.size);
+    uncharge(it->second.phys, it->second.size, it->second.owner);
     drv().handles.erase(it);
 }
 
@@ -510,11 +525,11 @@ __attribute__((destructor)) void teardown() {
     std::lock_guard<std::mutex> lock(d.mu);
     d.torn_down = true;
     for (auto &a : d.allocs)
-        if (a.second.pid == getpid()) uncharge(a.second.phys, a.second.bytes);
+        if (a.second.pid == getpid()) uncharge(a.second.phys, a.second.bytes, a.second.pid);
     if (getpid() != d.owner) return;
-    for (auto &h : d.handles) uncharge(h.second.phys, h.second.size);
-    for (auto &a : d.arrays) uncharge(a.second, a.first->bytes);
-    for (auto &m : d.mipmaps) uncharge(m.second, m.first->bytes);
+    for (auto &h : d.handles) uncharge(h.second.phys, h.second.size, h.second.owner);
+    for (auto &a : d.arrays) uncharge(a.second, a.first->bytes, a.first->owner);
+    for (auto &m : d.mipmaps) uncharge(m.second, m.first->bytes, m.first->owner);
     d.allocs.clear();
     d.handles.clear();
     d.arrays.clear();
@@ -578,7 +593,9 @@ CUresult lookup(const char *api, const char *symbol, void **pfn, int version, cu
     return r;
 }
 
-}  // namespace
+}  // namespace fakecu
+
+using namespace fakecu;
 
 extern "C" {
 
@@ -712,6 +729,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (CUresult r = need_device(dev, &phys)) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard<std::mutex> lock(drv().mu);
+    // The first retain makes the context, and its memory (FAKE_CUDA_CTX_BYTES): it can fail as on a full GPU.
+    if (drv().primary_refs[dev] == 0)
+        if (CUresult r = context_made(phys)) return r;
     drv().primary_refs[dev]++;
     *pctx = &drv().primary[dev];
     return CUDA_SUCCESS;
@@ -723,7 +743,17 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     if (CUresult r = need_device(dev, &phys)) return r;
     std::lock_guard<std::mutex> lock(drv().mu);
     if (drv().primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
-    drv().primary_refs[dev]--;
+    if (--drv().primary_refs[dev] == 0) context_gone(phys);
+    return CUDA_SUCCESS;
+}
+
+// Destroys the primary context at once, whatever its retains (the real driver frees its memory too).
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    int phys;
+    if (CUresult r = need_device(dev, &phys)) return r;
+    std::lock_guard<std::mutex> lock(drv().mu);
+    if (drv().primary_refs[dev] > 0) context_gone(phys);
+    drv().primary_refs[dev] = 0;
     return CUDA_SUCCESS;
 }
 
@@ -732,7 +762,8 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int, CUdevice dev) {
     int phys;
     if (CUresult r = need_device(dev, &phys)) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    *pctx = new CUctx_st{dev, phys, false, false};
+    if (CUresult r = context_made(phys)) return r;
+    *pctx = new CUctx_st{dev, phys, false, false, false};
     t_stack.push_back(*pctx);
     return CUDA_SUCCESS;
 }
@@ -747,6 +778,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (CUresult r = need_init()) return r;
     if (!ctx || ctx->primary || ctx->destroyed) return CUDA_ERROR_INVALID_VALUE;
     ctx->destroyed = true;  // kept, not freed: see CUctx_st
+    context_gone(ctx->phys);
     if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
     return CUDA_SUCCESS;
 }
@@ -807,20 +839,24 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
 
 CUresult cuCtxSynchronize() {
     CUctx_st *ctx = nullptr;
-    return need_ctx(&ctx);
+    if (CUresult r = need_ctx(&ctx)) return r;
+    synchronized(ctx->phys);
+    return CUDA_SUCCESS;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     if (!ctx) return cuCtxSynchronize();
     if (CUresult r = need_init()) return r;
-    return ctx->destroyed ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS;
+    if (ctx->destroyed) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    synchronized(ctx->phys);
+    return CUDA_SUCCESS;
 }
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int) {
     CUctx_st *ctx = nullptr;
     if (CUresult r = need_ctx(&ctx)) return r;
     if (!phStream) return CUDA_ERROR_INVALID_VALUE;
-    *phStream = new CUstream_st{ctx};
+    *phStream = new CUstream_st{ctx, nullptr};
     return CUDA_SUCCESS;
 }
 
@@ -876,22 +912,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     return device_alloc("cuMemAllocManaged", dptr, bytesize);
 }
 
-// Stream-ordered calls complete at once; a pool is accepted and ignored (memory comes from the
-// current context's device).
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream) {
-    return device_alloc("cuMemAllocAsync", dptr, bytesize);
-}
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream) {
-    return device_alloc("cuMemAllocAsync_ptsz", dptr, bytesize);
-}
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool, CUstream) {
-    return device_alloc("cuMemAllocFromPoolAsync", dptr, bytesize);
-}
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool, CUstream) {
-    return device_alloc("cuMemAllocFromPoolAsync_ptsz", dptr, bytesize);
-}
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return device_free("cuMemFreeAsync", dptr); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return device_free("cuMemFreeAsync_ptsz", dptr); }
+// Stream-ordered allocation and its pools: fake_cuda_usage.cpp.
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     CUctx_st *ctx = nullptr;
@@ -952,12 +973,12 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         int fd = memfd_create("fake_cuda_vmm", MFD_CLOEXEC);
         if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
             if (fd >= 0) close(fd);
-            uncharge(phys, size);
+            uncharge(phys, size, getpid());
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             std::lock_guard<std::mutex> lock(drv().mu);
             *handle = drv().next_handle++;
-            drv().handles[*handle] = Handle{fd, size, phys, 0, false};
+            drv().handles[*handle] = Handle{fd, size, phys, 0, false, getpid()};
         }
     }
     trace("cuMemCreate", r, "%zu", size);
@@ -1081,7 +1102,7 @@ CUresult cuArrayDestroy(CUarray hArray) {
     }
     trace("cuArrayDestroy", r, "%p", static_cast<void *>(hArray));
     if (!r) {
-        uncharge(phys, hArray->bytes);
+        uncharge(phys, hArray->bytes, hArray->owner);
         delete hArray;
     }
     return r;
@@ -1102,7 +1123,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
     }
     if (!r) r = charge(ctx->phys, total);
     if (!r) {
-        *pHandle = new CUmipmappedArray_st{ctx->phys, total};
+        *pHandle = new CUmipmappedArray_st{ctx->phys, total, getpid()};
         std::lock_guard<std::mutex> lock(drv().mu);
         drv().mipmaps[*pHandle] = ctx->phys;
     }
@@ -1122,7 +1143,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
     }
     trace("cuMipmappedArrayDestroy", r, "%p", static_cast<void *>(h));
     if (!r) {
-        uncharge(phys, h->bytes);
+        uncharge(phys, h->bytes, h->owner);
         delete h;
     }
     return r;

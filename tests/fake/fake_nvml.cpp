@@ -3,7 +3,10 @@
 // and its UUID is the driver's cuDeviceGetUuid bytes in NVML's "GPU-8-4-4-4-12" form. That mismatch
 // of numbering is real, and is why the shim must match devices by UUID, not by index.
 // "used" is the fake driver's ground truth (FAKE_CUDA_TRUTH) when set, else 0: NVML counts every
-// process on the device, as the real one does.
+// process on the device, as the real one does. The running processes are the truth's per-process
+// table (live processes holding bytes on the device), as nvidia-smi --query-compute-apps lists them;
+// FAKE_NVML_PIDS makes them look as from inside a container: `hidden` lists none, `host` shows each
+// pid as another PID namespace's (pid + 1000000, which no test process has).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -126,6 +129,37 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m)
     m->reserved = 0;
     memory(device, &m->total, &m->free, &m->used);
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < g_count; i++)
+        if (fake::uuid_string(i) == uuid) {
+            *device = &g_dev[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    if (nvmlReturn_t r = need_device(device)) return r;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *mode = std::getenv("FAKE_NVML_PIDS");
+    bool hidden = mode && !std::strcmp(mode, "hidden"), host = mode && !std::strcmp(mode, "host");
+    unsigned n = 0;
+    for (int i = 0; g_truth && !hidden && i < fake::kMaxProcs; i++) {
+        const fake::TruthProc &p = g_truth->proc[i];
+        int pid = p.pid.load();
+        uint64_t bytes = p.bytes[device->phys].load();
+        if (!bytes || fake::pid_gone(pid)) continue;
+        if (infos && n < *count) infos[n] = nvmlProcessInfo_t{(unsigned)(host ? pid + 1000000 : pid), bytes, ~0u, ~0u};
+        n++;
+    }
+    nvmlReturn_t r = infos && n <= *count ? NVML_SUCCESS : n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    *count = n;
+    return r;
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {

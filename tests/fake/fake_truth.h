@@ -4,16 +4,20 @@
 // MAP_SHARED, so the file also makes the processes share one physical device's capacity, as a real GPU does.
 //
 // Layout: a flat array of kMaxDevices {current, max} pairs of std::atomic<uint64_t> (lock-free and
-// address-free on x86-64, so a killed process never leaves them locked). A new, zero-filled file is a
-// valid empty state: nobody has to initialise it, so processes racing to create it are harmless.
+// address-free on x86-64, so a killed process never leaves them locked), then a table of who holds
+// what: per process id, its bytes on each device (the fake NVML's per-process list, as nvidia-smi's).
+// A new, zero-filled file is a valid empty state: nobody has to initialise it, so processes racing to
+// create it are harmless.
 // A process that exits normally gives its bytes back (the fake driver's teardown, like the real driver
 // at process exit); one killed by SIGKILL leaves them counted: `fake_truth FILE reset` clears them.
 #pragma once
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 
 #include "fake_device.h"
@@ -24,8 +28,14 @@ struct TruthDevice {
     std::atomic<uint64_t> current;  // bytes of device memory handed out now
     std::atomic<uint64_t> max;      // the highest `current` ever reached
 };
+constexpr int kMaxProcs = 256;
+struct TruthProc {
+    std::atomic<int32_t> pid;  // 0: free; an entry whose process is gone may be taken by another
+    std::atomic<uint64_t> bytes[kMaxDevices];
+};
 struct Truth {
     TruthDevice dev[kMaxDevices];
+    TruthProc proc[kMaxProcs];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "truth counters must be lock-free to be shared");
 
@@ -46,9 +56,27 @@ inline Truth *truth_map(const char *path, bool create) {
     return p == MAP_FAILED ? nullptr : static_cast<Truth *>(p);
 }
 
-// Takes `bytes` of physical device `phys` if that keeps it within `capacity`; false means the device is
-// full (the fake's "driver OOM").
-inline bool truth_take(Truth *t, int phys, uint64_t bytes, uint64_t capacity) {
+inline bool pid_gone(int pid) { return pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH); }
+
+// The entry of process `pid`, or null; with `claim`, a free entry (or one of a process that is gone)
+// becomes its.
+inline TruthProc *truth_proc(Truth *t, int pid, bool claim) {
+    for (TruthProc &p : t->proc)
+        if (p.pid.load() == pid) return &p;
+    if (!claim) return nullptr;
+    for (TruthProc &p : t->proc) {
+        int32_t cur = p.pid.load();
+        if (cur != 0 && !pid_gone(cur)) continue;
+        if (!p.pid.compare_exchange_strong(cur, pid)) continue;
+        for (auto &b : p.bytes) b.store(0);
+        return &p;
+    }
+    return nullptr;  // a full table: the per-process view misses this process
+}
+
+// Takes `bytes` of physical device `phys` for process `pid` if that keeps it within `capacity`; false
+// means the device is full (the fake's "driver OOM").
+inline bool truth_take(Truth *t, int pid, int phys, uint64_t bytes, uint64_t capacity) {
     TruthDevice &d = t->dev[phys];
     uint64_t cur = d.current.load();
     do {
@@ -56,14 +84,20 @@ inline bool truth_take(Truth *t, int phys, uint64_t bytes, uint64_t capacity) {
     } while (!d.current.compare_exchange_weak(cur, cur + bytes));
     uint64_t now = cur + bytes, mx = d.max.load();
     while (now > mx && !d.max.compare_exchange_weak(mx, now)) {}
+    if (TruthProc *p = truth_proc(t, pid, true)) p->bytes[phys].fetch_add(bytes);
     return true;
 }
 
-// Gives bytes back, clamped at zero so that a reset file never shows a wrapped-around terabyte count.
-inline void truth_give(Truth *t, int phys, uint64_t bytes) {
-    std::atomic<uint64_t> &c = t->dev[phys].current;
+// Clamped at zero so that a reset file never shows a wrapped-around terabyte count.
+inline void sub_clamped(std::atomic<uint64_t> &c, uint64_t bytes) {
     uint64_t cur = c.load();
     while (!c.compare_exchange_weak(cur, cur >= bytes ? cur - bytes : 0)) {}
+}
+
+// Gives back bytes that process `pid` took.
+inline void truth_give(Truth *t, int pid, int phys, uint64_t bytes) {
+    sub_clamped(t->dev[phys].current, bytes);
+    if (TruthProc *p = truth_proc(t, pid, false)) sub_clamped(p->bytes[phys], bytes);
 }
 
 }  // namespace fake

@@ -56,7 +56,9 @@ rm -f "$W"/*.json
 
 echo "== 4. two PyTorch processes on one ledger, 4 GiB"
 export GPUGUARD_LEDGER=$W/ledger GPUGUARD_MEM_LIMIT=4GiB
-LD_PRELOAD=$LIB python3 "$ROOT/tests/gpu/torch_holder.py" 3 wait > "$W/first.log" 2>&1 &
+# The quota counts each process's context too (~0.6 GiB with PyTorch): the first holds 2 GiB of
+# tensors so that the second's context still fits.
+LD_PRELOAD=$LIB python3 "$ROOT/tests/gpu/torch_holder.py" 2 wait > "$W/first.log" 2>&1 &
 first=$!
 for _ in $(seq 120); do grep -q "holder: got" "$W/first.log" && break; sleep 0.25; done
 second=$(LD_PRELOAD=$LIB python3 "$ROOT/tests/gpu/torch_holder.py" 3 2>&1 | grep "holder: got")
@@ -66,7 +68,7 @@ t0=$(date +%s%N)
 third=$(LD_PRELOAD=$LIB python3 "$ROOT/tests/gpu/torch_holder.py" 3 2>&1 | grep "holder: got")
 t1=$(date +%s%N)
 record "ledger: first holds" "$(grep -o 'got .*' "$W/first.log")"
-record "ledger: second, while the first lives (expect ~1 GiB)" "$second"
+record "ledger: second, while the first lives (expect 768 MiB: 4 GiB - 2 GiB - two contexts)" "$second"
 record "ledger: after SIGKILL of the first (expect 3072 MiB)" "$third ($(( (t1 - t0) / 1000000 )) ms incl. start)"
 unset GPUGUARD_LEDGER GPUGUARD_MEM_LIMIT
 cat "$OUT/top-two.txt"
@@ -100,6 +102,11 @@ BUILD=$BUILD OUT=$OUT timeout 420 bash "$ROOT/tests/gpu/tensor_view.sh" > "$OUT/
 [[ -f $OUT/tensor/summary.txt ]] && mapfile -t -O "${#results[@]}" results < "$OUT/tensor/summary.txt"
 
 cp "$W"/*.json "$OUT/reports/" 2>/dev/null
+
+echo "== 6. the quota against the driver's own per-process figures (tests/gpu/truth.sh)"
+OUT=$OUT/truth BUILD=$BUILD timeout 320 bash "$ROOT/tests/gpu/truth.sh" > "$OUT/truth.log" 2>&1
+record "truth: workloads within quota + tolerance" "$(grep -c ' PASS$' "$OUT/truth.log") pass, $(grep -c ' FAIL$' "$OUT/truth.log") fail (table: $OUT/truth.log)"
+
 echo
 echo "== gpuguard GPU checks"
 printf '%s\n' "${results[@]}" | tee "$OUT/summary.txt"

@@ -1,6 +1,7 @@
 // Reads or clears the fake driver's ground truth (tests/fake/fake_truth.h), so that shell tests can
 // compare what the shim believes with what the "driver" actually handed out.
-//   fake_truth FILE          one line per physical device: "device <i> current <bytes> max <bytes>"
+//   fake_truth FILE          one line per physical device: "device <i> current <bytes> max <bytes>",
+//                            then one per process holding bytes: "process <pid> device <i> bytes <n>"
 //   fake_truth FILE reset    zeroes every counter (e.g. after a test killed a process with SIGKILL)
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,17 @@ int main(int argc, char **argv) {
                         static_cast<unsigned long long>(t->dev[i].current.load()),
                         static_cast<unsigned long long>(t->dev[i].max.load()));
         }
+    }
+    for (fake::TruthProc &p : t->proc) {
+        if (reset) {
+            p.pid = 0;
+            for (auto &b : p.bytes) b = 0;
+            continue;
+        }
+        for (int i = 0; i < n; i++)
+            if (p.pid.load() && p.bytes[i].load())
+                std::printf("process %d device %d bytes %llu\n", p.pid.load(), i,
+                            static_cast<unsigned long long>(p.bytes[i].load()));
     }
     return 0;
 }

@@ -31,6 +31,6 @@ int main(void) {
         return 3;
     }
     printf("nvml total=%llu free=%llu used=%llu\n", m.total, m.free, m.used);
-    printf("nvml_v2 total=%llu free=%llu used=%llu\n", m2.total, m2.free, m2.used);
+    printf("nvml_v2 total=%llu free=%llu used=%llu reserved=%llu\n", m2.total, m2.free, m2.used, m2.reserved);
     return 0;
 }

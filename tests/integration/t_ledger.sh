@@ -34,7 +34,7 @@ stress_processes() {
   local pids=()
   for p in $(seq 8); do shimmed "$BIN/drv_linked" linked threads 8 $((90*MIB)) 150 > "$TMP/out.$p" 2>&1 & pids+=($!); done
   wait "${pids[@]}"
-  local max current; read -r current max < <(awk '/device 0/ {print $4, $6}' <(sh -c "'$BIN/fake_truth' '$TMP/truth'"))
+  local max current; read -r current max < <(awk '/^device 0/ {print $4, $6}' <(sh -c "'$BIN/fake_truth' '$TMP/truth'"))
   (( max <= GIB )) || { echo "ground truth: $max bytes handed out at once > 1 GiB"; return 1; }
   (( max > GIB / 2 )) || { echo "the stress never came near the limit ($max)"; return 1; }
   expect_eq "$current" "0" "bytes held after every process exited" &&

@@ -5,7 +5,8 @@
 // PID namespace of its own (where root may unshare: pods sharing /dev/shm), and one incarnation in
 // four exec'ing itself with its memory allocated. Checked:
 //   - the test driver's ground truth (FAKE_CUDA_TRUTH) of bytes held by live processes never passes
-//     the limit (bytes left by killed processes are subtracted: journal.h);
+//     the limit (bytes left by killed processes, read from the truth's per-process table, are
+//     subtracted);
 //   - no worker crashes (any death other than our SIGKILL or a clean exit), stalls, gets an error
 //     other than out-of-memory, or trips a sanitizer (their logs land in the work folder);
 //   - written reports load in `gpuguard report`;
@@ -179,6 +180,15 @@ uint64_t journal_bytes(const soak::Journal &j) {
     return b;
 }
 
+// What process `pid` holds in the driver by the truth's own per-process table: exact, whatever it
+// holds (allocations, its pools' reserve, graph memory), where the journal knows allocations only.
+fake::Truth *g_truth = nullptr;
+uint64_t truth_of(int pid) {
+    for (const fake::TruthProc &p : g_truth->proc)
+        if (p.pid.load() == pid) return p.bytes[0].load();
+    return 0;
+}
+
 // A worker ended: add up what it did, and what it left in the driver if it was killed.
 void reaped(Worker &w, int status) {
     soak::Journal &j = *w.journal;
@@ -197,10 +207,12 @@ void reaped(Worker &w, int status) {
     if (w.killed) {
         // A worker already exiting cleanly may have had its memory given back by the driver's
         // teardown before it was killed: then nothing is known to be left.
-        uint64_t lo = w.terminated ? 0 : j.held.load(), hi = journal_bytes(j);
+        // The truth's table of the dead process says what it left, exactly (the journal bounds only
+        // its allocations: its pools and graphs hold more).
+        uint64_t lo = truth_of(w.pid), hi = lo;
+        if (journal_bytes(j) != j.held.load()) T.kills_in_call++;
         T.leaked_lo += lo;
         T.leaked_hi += hi;
-        if (hi != lo) T.kills_in_call++;
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             T.bad_exits++;
             problem("worker " + std::to_string(w.pid) + " died otherwise before our SIGKILL (status " +
@@ -246,7 +258,7 @@ void sample(fake::Truth *t) {
     // bytes it still holds. Such samples are told apart from any other excess.
     uint64_t exiting = 0;
     for (const Worker &w : g_workers)
-        if (w.pid && w.terminated) exiting += journal_bytes(*w.journal);
+        if (w.pid && w.terminated) exiting += truth_of(w.pid);
     if (live - g_limit <= exiting) {
         T.exit_window++;
         T.max_exit_overshoot = std::max(T.max_exit_overshoot, live - g_limit);
@@ -330,7 +342,7 @@ int main(int argc, char **argv) {
     std::mt19937_64 rng((uint64_t)env_long("SOAK_SEED", (long)time(nullptr)));
     mkdir((g_work + "/reports").c_str(), 0700);
     std::string truth_path = g_work + "/truth", ledger_path = g_work + "/ledger";
-    fake::Truth *truth = fake::truth_map(truth_path.c_str(), true);
+    fake::Truth *truth = g_truth = fake::truth_map(truth_path.c_str(), true);
     if (!truth) {
         fprintf(stderr, "soak: cannot map %s\n", truth_path.c_str());
         return 2;
@@ -342,6 +354,7 @@ int main(int argc, char **argv) {
             strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16))
             g_worker_env.push_back(*e);
     g_worker_env.push_back("LD_PRELOAD=" + env_or("SOAK_PRELOAD", ""));
+    g_worker_env.push_back("SOAK_USAGE=" + env_or("SOAK_USAGE", "0"));
     g_worker_env.push_back("LD_LIBRARY_PATH=" + env_or("SOAK_LIBRARY_PATH", ""));
     for (std::string v :
          {"GPUGUARD_MEM_LIMIT=" + limit_text, "GPUGUARD_LEDGER=" + ledger_path, "FAKE_CUDA_TRUTH=" + truth_path,

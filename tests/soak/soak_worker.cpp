@@ -8,6 +8,11 @@
 // negative size cast to size_t: 2^63, SIZE_MAX - k, a pitch whose width wraps), which no device
 // holds and the quota must refuse without disturbing anything else. With EXEC_AFTER_MS > 0 the
 // worker execs itself that long after it starts, its memory still allocated (up to three times).
+// With SOAK_USAGE=1 (issue 19), pool
+// and graph traffic that the journal does not follow (the supervisor reads the truth's per-process table):
+// half the threads keep what their pool frees (release threshold UINT64_MAX, as PyTorch's
+// cudaMallocAsync backend), the others let it go at a synchronization; now and then a thread captures
+// a graph with a memory node, launches it and destroys it, and trims the graph pool.
 #include <cuda.h>
 
 #include <fcntl.h>
@@ -18,6 +23,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +38,7 @@ size_t g_max_alloc;
 // Sizes above this are more than the test driver's devices hold (run.sh: FAKE_CUDA_MEM, 64 TiB): they
 // can never be handed out, so they are journaled as 0 bytes in flight.
 constexpr uint64_t kNoDeviceHolds = uint64_t(1) << 47;
+bool g_usage_traffic;  // SOAK_USAGE=1: pool and graph traffic (issue 19)
 
 enum Kind { kAlloc, kPitch, kManaged, kAsync, kCreate, kKinds };
 struct Held {
@@ -81,6 +88,30 @@ bool release(soak::ThreadRecord &rec, const Held &h) {
     return r == CUDA_SUCCESS;
 }
 
+// A graph whose capture allocates `bytes` (a memory node) and frees it, launched once (the launch
+// maps its memory in the device's graph pool, or is refused by the quota) and destroyed; `upload`
+// maps it by cuGraphUpload first.
+void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
+    CUgraph g = nullptr;
+    CUgraphExec exec = nullptr;
+    CUdeviceptr p = 0;
+    if (cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
+        g_journal->errors.fetch_add(1);
+        return;
+    }
+    CUresult r = cuMemAllocAsync(&p, bytes, stream);
+    if (r == CUDA_SUCCESS) r = cuMemFreeAsync(p, stream);
+    CUresult e = cuStreamEndCapture(stream, &g);
+    if (r == CUDA_SUCCESS) r = e;
+    if (r == CUDA_SUCCESS) r = cuGraphInstantiate(&exec, g, 0);
+    if (r == CUDA_SUCCESS && upload) r = cuGraphUpload(exec, stream);
+    if (r == CUDA_SUCCESS) r = cuGraphLaunch(exec, stream);
+    count(r);
+    if (exec) count(cuGraphExecDestroy(exec));
+    if (g) count(cuGraphDestroy(g));
+    g_journal->ops.fetch_add(1);
+}
+
 void *run(void *arg) {
     Thread *t = static_cast<Thread *>(arg);
     soak::ThreadRecord &rec = g_journal->thread[t->index];
@@ -94,6 +125,16 @@ void *run(void *arg) {
     std::vector<Held> held;
     std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
     std::uniform_real_distribution<double> log_wide(12, __builtin_log2((double)g_max_alloc * 8));
+    CUstream stream = nullptr;
+    if (cuStreamCreate(&stream, 0)) g_journal->errors.fetch_add(1);
+    bool usage = g_usage_traffic;
+    if (usage && t->index % 2) {
+        CUmemoryPool pool;
+        cuuint64_t keep = UINT64_MAX;
+        if (cuDeviceGetDefaultMemPool(&pool, dev) ||
+            cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep))
+            g_journal->errors.fetch_add(1);
+    }
     while (!g_stop.load() && !g_exec.load() && !g_journal->term_requested.load()) {
         unsigned op = rng() % 100;
         if (op < 2) {
@@ -119,6 +160,14 @@ void *run(void *arg) {
             g_journal->huge.fetch_add(1);
             if (r == CUDA_SUCCESS) g_journal->errors.fetch_add(1);  // handed out: the quota broken
             else count(r);
+        } else if (usage && op < 3) {
+            graph_cycle(stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
+        } else if (usage && op < 4) {
+            count(cuDeviceGraphMemTrim(dev));
+            g_journal->ops.fetch_add(1);
+        } else if (usage && op < 5) {
+            count(cuStreamSynchronize(stream));
+            g_journal->ops.fetch_add(1);
         } else if (op < 5) {
             size_t free_b = 0, total_b = 0;
             count(cuMemGetInfo_v2(&free_b, &total_b));
@@ -192,6 +241,8 @@ int main(int argc, char **argv) {
     long exec_after_ms = strtol(argv[5], nullptr, 0);
     signal(SIGTERM, on_term);
     if (g_journal->term_requested.load()) return 0;  // stopped while this image was being exec'd
+    const char *usage = getenv("SOAK_USAGE");
+    g_usage_traffic = usage && !strcmp(usage, "1");
     if (cuInit(0) != CUDA_SUCCESS) {
         fprintf(stderr, "soak_worker: cuInit failed\n");
         return 3;

@@ -36,7 +36,10 @@ const char kUsage[] =
     "usage: gpuguard top [--ledger PATH] [--once] [--json] [--interval SEC]\n"
     "\n"
     "Shows the GPU memory of the container as its shared ledger counts it: per device the limit,\n"
-    "the bytes held, the peak and the physical total; per process its bytes, peak and state.\n"
+    "the bytes held, the peak and the physical total; per process its bytes, peak and state. Bytes\n"
+    "held are split by kind: allocations, CUDA contexts and modules (CTX), graphs' memory (GRAPHS)\n"
+    "and what stream-ordered pools keep beyond their allocations (POOLS); GPUGUARD_COUNT_CONTEXT=0\n"
+    "counts allocations only.\n"
     "On a terminal the view refreshes until q or Ctrl-C; otherwise it prints once.\n"
     "\n"
     "options:\n"
@@ -52,10 +55,12 @@ const char kUsage[] =
     "\n"
     "JSON: {\"version\": 1, \"ledger\", \"limit_spec\" (null for none), \"time_unix_ns\",\n"
     "  \"devices\": [{\"index\", \"uuid\", \"name\", \"limit_bytes\" (null for none), \"used_bytes\",\n"
-    "               \"peak_bytes\", \"physical_total_bytes\"}],\n"
+    "               \"peak_bytes\", \"physical_total_bytes\", \"by_kind\", \"context_cost_bytes\" (null\n"
+    "               while unmeasured)}],\n"
     "  \"processes\": [{\"slot\", \"pid\", \"pid_namespace\" (same|other), \"command\",\n"
     "                 \"state\" (alive|dead|reclaimed), \"bytes\", \"devices\": [{\"index\", \"bytes\",\n"
-    "                 \"peak_bytes\"}]}]}\n"
+    "                 \"peak_bytes\", \"by_kind\"}]}]}\n"
+    "by_kind: {\"allocations\", \"context_and_modules\", \"graphs\", \"pool_reserve\"}, in bytes.\n"
     "Device indexes are the ledger's (the same GPU has the same index for every process, whatever\n"
     "its CUDA_VISIBLE_DEVICES), not CUDA ordinals: match devices by uuid.\n"
     "\n"
@@ -117,6 +122,12 @@ Snapshot take(const Ledger &l) {
 
 std::string limit_text(uint64_t limit) { return limit == gg::ledger::kNoLimit ? "none" : gg::human_bytes(limit); }
 
+// The allocations of a total: what the other kinds do not account for.
+uint64_t allocations(uint64_t total, const std::array<uint64_t, gg::ledger::kKinds> &k) {
+    uint64_t others = k[gg::ledger::kContext] + k[gg::ledger::kGraphs] + k[gg::ledger::kPools];
+    return total > others ? total - others : 0;
+}
+
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char *fmt, ...) {
     char buf[1024];
@@ -153,9 +164,16 @@ std::string render_table(const Snapshot &s, bool live) {
         uint64_t of = d.limit != gg::ledger::kNoLimit ? d.limit : d.physical_total;
         if (live && of) out += format("  %s %3.0f%%", bar(d.used, of, 20).c_str(), 100.0 * (double)d.used / (double)of);
         out += "\n";
+        out += format("    allocations %s, contexts and modules %s, graphs %s, pool reserve %s; a context costs %s\n",
+                      gg::human_bytes(allocations(d.used, d.kinds)).c_str(),
+                      gg::human_bytes(d.kinds[gg::ledger::kContext]).c_str(),
+                      gg::human_bytes(d.kinds[gg::ledger::kGraphs]).c_str(),
+                      gg::human_bytes(d.kinds[gg::ledger::kPools]).c_str(),
+                      d.context_cost ? gg::human_bytes(d.context_cost).c_str() : "(not measured yet)");
     }
 
-    out += format("\n%8s %-10s %3s %11s %11s  %s\n", "PID", "STATE", "#", "BYTES", "PEAK", "COMMAND");
+    out += format("\n%8s %-10s %3s %11s %11s %11s %11s %11s %11s  %s\n", "PID", "STATE", "#", "BYTES", "ALLOC", "CTX",
+                  "GRAPHS", "POOLS", "PEAK", "COMMAND");
     if (s.processes.empty()) out += "    (no process has joined this ledger)\n";
     bool foreign = false;
     for (const auto &p : s.processes) {
@@ -166,16 +184,27 @@ std::string render_table(const Snapshot &s, bool live) {
         for (const auto &d : s.devices) {
             size_t i = (size_t)d.index;
             if (i >= p.bytes.size() || (!p.bytes[i] && !p.peak[i])) continue;
-            out += format("%8s %-10s %3d %11s %11s  %s\n", pid.c_str(), state_of(p), d.index,
-                          gg::human_bytes(p.bytes[i]).c_str(), gg::human_bytes(p.peak[i]).c_str(), p.command.c_str());
+            const auto &k = p.kinds[i];
+            out += format(
+                "%8s %-10s %3d %11s %11s %11s %11s %11s %11s  %s\n", pid.c_str(), state_of(p), d.index,
+                gg::human_bytes(p.bytes[i]).c_str(), gg::human_bytes(allocations(p.bytes[i], k)).c_str(),
+                gg::human_bytes(k[gg::ledger::kContext]).c_str(), gg::human_bytes(k[gg::ledger::kGraphs]).c_str(),
+                gg::human_bytes(k[gg::ledger::kPools]).c_str(), gg::human_bytes(p.peak[i]).c_str(), p.command.c_str());
             any = true;
         }
         if (!any)
-            out +=
-                format("%8s %-10s %3s %11s %11s  %s\n", pid.c_str(), state_of(p), "-", "0 B", "0 B", p.command.c_str());
+            out += format("%8s %-10s %3s %11s %11s %11s %11s %11s %11s  %s\n", pid.c_str(), state_of(p), "-", "0 B",
+                          "0 B", "0 B", "0 B", "0 B", "0 B", p.command.c_str());
     }
     if (foreign) out += "(* a pid in another PID namespace: it names no process here)\n";
     return out;
+}
+
+nlohmann::ordered_json kinds_json(uint64_t total, const std::array<uint64_t, gg::ledger::kKinds> &k) {
+    return {{"allocations", allocations(total, k)},
+            {"context_and_modules", k[gg::ledger::kContext]},
+            {"graphs", k[gg::ledger::kGraphs]},
+            {"pool_reserve", k[gg::ledger::kPools]}};
 }
 
 std::string render_json(const Snapshot &s) {
@@ -188,13 +217,18 @@ std::string render_json(const Snapshot &s) {
                            {"limit_bytes", d.limit == gg::ledger::kNoLimit ? json(nullptr) : json(d.limit)},
                            {"used_bytes", d.used},
                            {"peak_bytes", d.peak},
-                           {"physical_total_bytes", d.physical_total}});
+                           {"physical_total_bytes", d.physical_total},
+                           {"by_kind", kinds_json(d.used, d.kinds)},
+                           {"context_cost_bytes", d.context_cost ? json(d.context_cost) : json(nullptr)}});
     for (const auto &p : s.processes) {
         json per = json::array();
         for (const auto &d : s.devices) {
             size_t i = (size_t)d.index;
             if (i < p.bytes.size() && (p.bytes[i] || p.peak[i]))
-                per.push_back({{"index", d.index}, {"bytes", p.bytes[i]}, {"peak_bytes", p.peak[i]}});
+                per.push_back({{"index", d.index},
+                               {"bytes", p.bytes[i]},
+                               {"peak_bytes", p.peak[i]},
+                               {"by_kind", kinds_json(p.bytes[i], p.kinds[i])}});
         }
         processes.push_back({{"slot", p.slot},
                              {"pid", p.pid},

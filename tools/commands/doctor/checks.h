@@ -57,6 +57,8 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus);
 void check_reports(Checks &c);
 void check_variables(Checks &c);
 void check_command(Checks &c, const std::string &lib, char **cmd);
+// `gpuguard doctor --truth`: the ledger at `ledger_path` against NVML's per-process view (truth.cpp).
+int check_truth(const std::string &ledger_path);
 // `gpuguard doctor --probe-library LIB`, started by check_library with LD_PRELOAD=LIB.
 int probe_library(const std::string &lib);
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/base/version.h"
+#include "common/settings/settings.h"
 #include "tools/cli/args.h"
 #include "tools/commands/doctor/checks.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 const char kUsage[] =
     "usage: gpuguard doctor [-- COMMAND [ARGS...]]\n"
+    "       gpuguard doctor --truth [--ledger PATH]\n"
     "\n"
     "Checks what matters when a program runs out of GPU memory or gpuguard seems not to act: the\n"
     "driver and GPUs, the CUDA runtime, cuDNN and PyTorch, the preload library and its libunwind,\n"
@@ -23,6 +25,11 @@ const char kUsage[] =
     "flagged). With -- COMMAND it runs COMMAND with libgpuguard.so preloaded and says whether the\n"
     "library really is in the command's process (a static program or one that clears LD_PRELOAD\n"
     "escapes it). COMMAND must live long enough to be looked at (a second is plenty).\n"
+    "\n"
+    "With --truth it compares the ledger (default GPUGUARD_LEDGER) with the driver's own view of each\n"
+    "process (NVML, what nvidia-smi --query-compute-apps shows): per process the ledger's bytes, the\n"
+    "driver's and the difference, then the container's total against its limit, within max(64 MiB, 2%)\n"
+    "of it. In a container NVML may list the host's pids or none; then only totals are compared.\n"
     "\n"
     "Lines start with ok, info (not needed by gpuguard), warn or FAIL; a FAIL line ends with its fix.\n"
     "\n"
@@ -32,9 +39,21 @@ const char kUsage[] =
 
 int cmd_doctor(int argc, char **argv) {
     char **cmd = nullptr;
+    bool truth = false;
+    std::string ledger;
+    bool have_ledger = false;
     gg::tool::Args a("doctor", argc, argv);
     while (!a.done()) {
         std::string lib;
+        if (a.flag("--truth")) {
+            truth = true;
+            continue;
+        }
+        if (a.option("--ledger", "a path", &ledger)) {
+            if (a.failed() || ledger.empty()) return a.usage_error("--ledger needs a path");
+            have_ledger = true;
+            continue;
+        }
         if (a.flag("-h") || a.flag("--help")) {
             fputs(kUsage, stdout);
             return 0;
@@ -47,6 +66,11 @@ int cmd_doctor(int argc, char **argv) {
             break;
         }
         return a.usage_error("unknown argument '" + a.next() + "'");
+    }
+    if (have_ledger && !truth) return a.usage_error("--ledger goes with --truth");
+    if (truth) {
+        if (cmd) return a.usage_error("--truth takes no command");
+        return check_truth(have_ledger ? ledger : gg::settings::read_ledger_path(gg::settings::process_env()));
     }
     Checks c;
     printf("gpuguard doctor %s\n", GPUGUARD_VERSION_STRING);

@@ -1,0 +1,209 @@
+#include "shim/usage/graphs.h"
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "common/base/log.h"
+#include "shim/base/race_once.h"
+#include "shim/core/state.h"
+#include "shim/quota/episode.h"
+#include "shim/resolve/real.h"
+#include "shim/usage/usage.h"
+
+namespace gg::usage::graphs {
+namespace {
+
+// Native frames of the shim above the program in a refusal's stack: capture, admit, the hook.
+constexpr int kShimFrames = 3;
+
+// Executable graphs with memory nodes (the only ones a launch can take memory for), and whether the
+// graph pool has mapped them since their instantiation or the last trim.
+struct Exec {
+    CUgraphExec exec;
+    int ordinal;
+    uint64_t footprint;
+    bool mapped;
+};
+std::mutex g_mu;  // the table; never held across a driver call
+std::atomic<std::vector<Exec> *> g_execs{nullptr};
+std::vector<Exec> &execs() { return never_destroyed(g_execs); }
+std::atomic<int> g_count{0};      // entries in the table: a launch of a graph without memory reads only this
+std::atomic<bool> g_ever{false};  // this process had graph memory: the graph pool is worth reading
+std::atomic<int> g_capturing{0};  // captures under way in this process
+
+// What of `footprint` the graph pool cannot serve from the memory it holds free.
+uint64_t needed(int ordinal, uint64_t footprint) {
+    auto get = real_driver().cuDeviceGetGraphMemAttribute;
+    cuuint64_t reserved = 0, used = 0;
+    if (!get || get((CUdevice)ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+        get((CUdevice)ordinal, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+        return footprint;
+    uint64_t free_in_pool = reserved > used ? reserved - used : 0;
+    return footprint > free_in_pool ? footprint - free_in_pool : 0;
+}
+
+void set_mapped(CUgraphExec exec, bool mapped) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (Exec &e : execs())
+        if (e.exec == exec) e.mapped = mapped;
+}
+
+}  // namespace
+
+uint64_t footprint(CUgraph graph, int *ordinal) {
+    const RealDriver &r = real_driver();
+    *ordinal = -1;
+    size_t n = 0;
+    if (!graph || !r.cuGraphGetNodes || !r.cuGraphNodeGetType || !r.cuGraphMemAllocNodeGetParams ||
+        r.cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS || n == 0)
+        return 0;
+    std::vector<CUgraphNode> nodes(n);
+    if (r.cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n && i < nodes.size(); i++) {
+        CUgraphNodeType type;
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        if (r.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+            r.cuGraphMemAllocNodeGetParams(nodes[i], &p) != CUDA_SUCCESS)
+            continue;
+        // A graph allocating on several devices is charged to its first (rare: one device per graph).
+        if (*ordinal < 0) *ordinal = p.poolProps.location.id;
+        if (p.poolProps.location.id == *ordinal) bytes += p.bytesize;
+    }
+    return bytes;
+}
+
+void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded) {
+    if (!on() || !exec) return;
+    int ordinal;
+    uint64_t bytes = footprint(graph, &ordinal);
+    if (!bytes || ordinal < 0 || ordinal >= kMaxOrdinals) return;
+    g_ever.store(true);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        execs().push_back(Exec{exec, ordinal, bytes, uploaded});
+        g_count.store((int)execs().size());
+    }
+    if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+}
+
+CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
+    const DeviceInfo *d = device_info(ordinal);
+    if (!d || d->ledger_index < 0) return CUDA_SUCCESS;
+    g_ever.store(true);
+    t->dev = d;
+    uint64_t need = needed(ordinal, bytes);
+    if (!need) return CUDA_SUCCESS;
+    ledger::Ledger &l = *state().ledger;
+    uint64_t used = 0;
+    if (l.try_charge_kind(d->ledger_index, ledger::kGraphs, need, &used) ||
+        (l.reclaim_dead(false) > 0 && l.try_charge_kind(d->ledger_index, ledger::kGraphs, need, &used))) {
+        t->charged = need;
+        return CUDA_SUCCESS;
+    }
+    // Trimming maps nothing of this graph (it is not mapped yet) and frees the pool's idle memory.
+    if (make_room(*d)) {
+        need = needed(ordinal, bytes);
+        if (!need || l.try_charge_kind(d->ledger_index, ledger::kGraphs, need, &used)) {
+            t->charged = need;
+            return CUDA_SUCCESS;
+        }
+    }
+    episode::Request r{api, api, need, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota, used, d->limit};
+    episode::failed(r, kShimFrames);
+    t->dev = nullptr;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult admit(Api api, CUgraphExec exec, Ticket *t) {
+    if (g_count.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;  // no graph with memory nodes
+    Exec found{nullptr, -1, 0, true};
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        for (const Exec &e : execs())
+            if (e.exec == exec) found = e;
+    }
+    if (!found.exec || found.mapped) return CUDA_SUCCESS;
+    t->exec = exec;
+    return admit_footprint(api, found.ordinal, found.footprint, t);
+}
+
+void done(Ticket &t, CUresult result) {
+    if (!t.dev) return;
+    if (result == CUDA_SUCCESS && t.exec) set_mapped(t.exec, true);
+    // The pool's own figure replaces what was admitted (which it includes when the call succeeded).
+    if (result != CUDA_SUCCESS && t.charged)
+        state().ledger->release_kind(t.dev->ledger_index, ledger::kGraphs, t.charged);
+    observe(*t.dev);
+}
+
+void destroyed(CUgraphExec exec, CUresult result) {
+    if (result != CUDA_SUCCESS || g_count.load() == 0) return;
+    int ordinal = -1;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        std::vector<Exec> &v = execs();
+        for (size_t i = 0; i < v.size(); i++)
+            if (v[i].exec == exec) {
+                ordinal = v[i].ordinal;
+                v.erase(v.begin() + (long)i);
+                break;
+            }
+        g_count.store((int)v.size());
+    }
+    if (ordinal >= 0)
+        if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+}
+
+void trimmed(int ordinal, CUresult result) {
+    if (result != CUDA_SUCCESS || !g_ever.load()) return;
+    {
+        // Graphs not running lose their memory: their next launch maps it again.
+        std::lock_guard<std::mutex> lock(g_mu);
+        for (Exec &e : execs())
+            if (e.ordinal == ordinal) e.mapped = false;
+    }
+    if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+}
+
+void observe(const DeviceInfo &d) {
+    if (!g_ever.load(std::memory_order_relaxed) || d.ledger_index < 0) return;
+    auto get = real_driver().cuDeviceGetGraphMemAttribute;
+    cuuint64_t reserved = 0;
+    if (!get || get((CUdevice)d.ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) return;
+    state().ledger->set_kind(d.ledger_index, ledger::kGraphs, reserved);
+}
+
+void trim(const DeviceInfo &d) {
+    if (!g_ever.load() || !real_driver().cuDeviceGraphMemTrim) return;
+    trimmed(d.ordinal, real_driver().cuDeviceGraphMemTrim((CUdevice)d.ordinal));
+}
+
+void capture_began(CUresult result) {
+    if (result == CUDA_SUCCESS) g_capturing.fetch_add(1);
+}
+
+void capture_ended() {
+    int n = g_capturing.load();
+    while (n > 0 && !g_capturing.compare_exchange_weak(n, n - 1)) {}
+}
+
+bool capturing(CUstream stream, bool per_thread) {
+    if (g_capturing.load(std::memory_order_relaxed) == 0) return false;
+    const RealDriver &r = real_driver();
+    auto is = per_thread ? r.cuStreamIsCapturing_ptsz : r.cuStreamIsCapturing;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is && is(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void lock_for_fork() { g_mu.lock(); }
+void unlock_after_fork() { g_mu.unlock(); }
+void reset_after_fork() {
+    execs().clear();
+    g_count.store(0);
+    g_ever.store(false);
+    g_capturing.store(0);
+}
+
+}  // namespace gg::usage::graphs

@@ -1,0 +1,57 @@
+// CUDA graphs' memory (graph memory nodes: cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream
+// being captured, which is how PyTorch's cudaMallocAsync backend makes them). The device's graph
+// pool maps a graph's allocations when the graph is uploaded or launched, keeps them between launches
+// and after the graph is destroyed, until cuDeviceGraphMemTrim. The ledger's kind kGraphs is the
+// pool's own figure, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, read after every instantiation, upload,
+// first launch, destruction and trim.
+//
+// Admission: a graph's footprint is the sum of its memory nodes, read when it is instantiated. Its
+// first upload or launch (and the first after a trim) needs what of that footprint the graph pool
+// cannot serve from what it holds free (RESERVED - USED); that is charged before the call, or, when
+// it does not fit even after trimming, the launch is refused with CUDA_ERROR_OUT_OF_MEMORY and a
+// report. Later launches of a mapped graph take nothing new and pass at the cost of a table lookup.
+//
+// Allocations made while their stream is captured take no memory then (they become the graph's
+// nodes): the async hooks let them pass uncharged and untracked (capturing()).
+#pragma once
+#include <cstdint>
+
+#include "shim/hooks/api.h"
+#include "shim/hooks/cuda_api.h"
+#include "shim/quota/device.h"
+
+namespace gg::usage::graphs {
+
+struct Ticket {
+    const DeviceInfo *dev = nullptr;
+    CUgraphExec exec = nullptr;
+    uint64_t charged = 0;
+};
+
+// After a successful instantiation; `uploaded`: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD mapped it already.
+void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded);
+// The footprint of a graph not yet instantiated (for an instantiation that uploads).
+uint64_t footprint(CUgraph graph, int *ordinal);
+
+// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported.
+CUresult admit(Api api, CUgraphExec exec, Ticket *t);
+// The same for an instantiation that uploads, from its graph's footprint.
+CUresult admit_footprint(Api api, int ordinal, uint64_t footprint, Ticket *t);
+void done(Ticket &t, CUresult result);
+
+void destroyed(CUgraphExec exec, CUresult result);
+void trimmed(int ordinal, CUresult result);  // after cuDeviceGraphMemTrim, ours or the program's
+
+void observe(const DeviceInfo &d);
+void trim(const DeviceInfo &d);  // before a refusal
+
+// Stream capture: whether an async allocation on `stream` is being captured into a graph.
+void capture_began(CUresult result);
+void capture_ended();
+bool capturing(CUstream stream, bool per_thread);
+
+void lock_for_fork();
+void unlock_after_fork();
+void reset_after_fork();
+
+}  // namespace gg::usage::graphs

@@ -1,0 +1,52 @@
+// Stream-ordered pools (cuMemAllocAsync): a pool keeps freed memory for reuse, up to its release
+// threshold (PyTorch's cudaMallocAsync backend sets it to the maximum: a pool that never gives
+// memory back), and grows in chunks. What a process holds in its pools is what the pools reserve
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), which the ledger charges as its live async allocations
+// plus the reserve beyond them (kind kPools):
+//   - an async allocation is served from the reserve the ledger holds before it charges anything
+//     new (the pool reuses that memory: no more of the GPU is taken);
+//   - an async free gives its bytes to the reserve, not back to the quota: the pool keeps them;
+//   - the reserve is read from the pools again when an allocation was not served from it (the pool
+//     may have grown), on a refusal (after trimming the pools: cuMemPoolTrimTo), on memory queries,
+//     after the program trims or destroys a pool, and about once a second while it allocates. A pool
+//     that gave memory back at a synchronization is seen then: until then the quota counts it (the
+//     safe side).
+#pragma once
+#include <cstdint>
+
+#include "shim/hooks/api.h"
+#include "shim/hooks/cuda_api.h"
+#include "shim/quota/device.h"
+
+namespace gg::usage::pools {
+
+bool is_async(Api driver_api);
+
+// Admission of an async allocation: moves up to `bytes` of the ledger's reserve to allocations and
+// returns how much; undraw() puts it back when the driver then failed.
+uint64_t draw(const DeviceInfo &d, uint64_t bytes);
+void undraw(const DeviceInfo &d, uint64_t drawn);
+// What a pool that grows by `bytes` takes beyond them: it grows in chunks of 2 MiB (the device's
+// allocation granularity), or more, which the pool's figure then shows.
+inline uint64_t chunk_rest(uint64_t bytes) {
+    constexpr uint64_t kChunk = 2ull << 20;
+    return bytes % kChunk ? kChunk - bytes % kChunk : 0;
+}
+// After the driver succeeded (`pool` null: the device's current pool).
+void allocated(const DeviceInfo &d, CUmemoryPool pool, uint64_t bytes, bool served_from_reserve);
+// After an async allocation was freed.
+void freed(int ordinal, int ledger_dev, uint64_t bytes);
+
+// Reads the reserve of this process's pools on the device and settles the ledger's kind.
+void observe(const DeviceInfo &d);
+// Trims this process's pools on the device to their live allocations (before a refusal).
+void trim(const DeviceInfo &d);
+// The program destroys a pool (before the driver does) or trimmed one (after).
+void forget(CUmemoryPool pool);
+void trimmed(CUmemoryPool pool);
+
+void lock_for_fork();
+void unlock_after_fork();
+void reset_after_fork();
+
+}  // namespace gg::usage::pools

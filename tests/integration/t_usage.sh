@@ -1,0 +1,211 @@
+# Issue 19: the quota bounds what the driver really takes for a process: its contexts and modules,
+# code loaded lazily, CUDA graphs' memory and what stream-ordered pools keep. The test driver charges
+# each of them to its ground truth (FAKE_CUDA_TRUTH), which the fake NVML lists per process; every
+# check compares the ledger with that truth.
+MIB=1048576
+GIB=1073741824
+U="$BIN/usage_linked"
+
+# One ledger and truth per check; a context costs 300 MiB unless the check says otherwise.
+usage_env() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=1GiB FAKE_CUDA_TRUTH=$TMP/truth FAKE_CUDA_CTX_BYTES=$((300*MIB))
+}
+# The truth's bytes now and at most on device 0.
+truth_now() { "$BIN/fake_truth" "$TMP/truth" | awk '/^device 0/ {print $4}'; }
+truth_max() { "$BIN/fake_truth" "$TMP/truth" | awk '/^device 0/ {print $6}'; }
+# Starts `usage_linked OPS... sleep MS` in the background and waits for its first line.
+background() {
+  local out=$1; shift
+  shimmed "$U" "$@" >"$out" 2>"$out.err" &
+  for _ in $(seq 100); do [[ -s $out ]] && break; sleep 0.05; done
+}
+
+context_counted() {
+  usage_env
+  local out r
+  out=$(GPUGUARD_REPORT_ON_EXIT=1 shimmed "$U" ctx info alloc $((100*MIB)) info 2>"$TMP/err")
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((724*MIB)) total=$GIB" "cuMemGetInfo: the context is counted" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((624*MIB)) total=$GIB" "and the allocation beside it" &&
+  r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+  expect_eq "$(json "$r" 'd["usage"]["process_by_kind"]')" \
+    "{'allocations': $((100*MIB)), 'context_and_modules': $((300*MIB)), 'graphs': 0, 'pool_reserve': 0}" "the report's split" &&
+  expect_eq "$(json "$r" 'd["usage"]["context_cost"]')" "{'bytes': $((300*MIB)), 'source': 'own_process'}" \
+    "the context's cost, measured from NVML's figure of the process" &&
+  expect_eq "$(json "$r" 'd["usage"]["quota_counts"]')" "everything" "what the quota counts" &&
+  expect_eq "$(json "$r" 'd["usage"]["self_view"]')" "nvml" "the process found itself in NVML's list"
+}
+check "a context's cost is measured and charged; cuMemGetInfo and the report show the split" context_counted
+
+# In a container NVML may list nothing, or the host's pids: the context is then measured as the
+# device's used memory before and after, less what the ledger's processes charged meanwhile.
+context_in_container() {
+  local mode r
+  for mode in hidden host; do
+    usage_env
+    GPUGUARD_REPORT_ON_EXIT=1 FAKE_NVML_PIDS=$mode shimmed "$U" ctx alloc $((10*MIB)) >/dev/null 2>"$TMP/err" || return 1
+    r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+    expect_eq "$(json "$r" 'd["usage"]["context_cost"]')" "{'bytes': $((300*MIB)), 'source': 'device_delta'}" \
+      "the cost with NVML's pids $mode" &&
+    expect_eq "$(json "$r" 'd["usage"]["process_by_kind"]["context_and_modules"]')" $((300*MIB)) "charged ($mode)" &&
+    expect_eq "$(json "$r" 'd["usage"]["self_view"] != "nvml"')" "True" "NVML's view not trusted ($mode)" || return 1
+  done
+}
+check "in a container whose NVML shows no pids, or the host's: the context is measured on the device" context_in_container
+
+# Once the cost is known (the first process measured it), a context that no longer fits is refused,
+# with a report, as a full GPU refuses one; the truth never passes the limit.
+context_refused() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=$((400*MIB))
+  background "$TMP/a" ctx info sleep 3000
+  background "$TMP/b" ctx info sleep 3000
+  local out r
+  out=$(shimmed "$U" ctx 2>"$TMP/err")
+  expect_contains "$out" "ctx -> CUDA_ERROR_OUT_OF_MEMORY" "the third context" &&
+  expect_contains "$TMP/err" "gpuguard: refused a CUDA context: cuDevicePrimaryCtxRetain of 400.00 MiB on device 0" "the line" &&
+  r=$(ls "$TMP"/gpuguard-quota-*.json) &&
+  expect_eq "$(json "$r" 'd["failed_request"]["api"]')" "cuDevicePrimaryCtxRetain" "the report's request" &&
+  expect_eq "$(json "$r" 'd["ledger"]["devices"][0]["by_kind"]["context_and_modules"]')" $((800*MIB)) "the siblings' contexts" &&
+  (( $(truth_max) <= GIB )) || { echo "truth max $(truth_max) > limit"; return 1; }
+  wait
+}
+check "a context that no longer fits the quota is refused with CUDA_ERROR_OUT_OF_MEMORY and a report" context_refused
+
+modules_counted() {
+  usage_env
+  local out
+  out=$(FAKE_CUDA_MODULE_BYTES=$((64*MIB)) shimmed "$U" ctx module module info unload info unload info 2>"$TMP/err")
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((596*MIB))" "two modules loaded" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((660*MIB))" "one unloaded" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((724*MIB))" "both unloaded"
+}
+check "module and library loads are measured around the load and given back at unload" modules_counted
+
+# Code the driver loads at a kernel's first launch passes no hook: NVML's figure of the process counts it.
+lazy_code_counted() {
+  usage_env
+  local out
+  # Two readings of NVML 200 ms apart that agree move the count (one alone may catch traffic).
+  out=$(FAKE_CUDA_LAZY_BYTES=$((32*MIB)) shimmed "$U" ctx launch_kernel info sleep 250 info 2>"$TMP/err")
+  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((724*MIB)) free=$((692*MIB)) " \
+    "lazily loaded code, from NVML's view of the process, once two readings agree"
+}
+check "code loaded lazily at a kernel's first launch is counted from NVML's figure of the process" lazy_code_counted
+
+graphs_counted() {
+  usage_env
+  local out
+  out=$(shimmed "$U" ctx capture $((256*MIB)) info glaunch info glaunch gdestroy info gtrim info \
+        node $((128*MIB)) gupload info glaunch info 2>"$TMP/err")
+  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" \
+    "free=$((724*MIB)) free=$((468*MIB)) free=$((468*MIB)) free=$((724*MIB)) free=$((596*MIB)) free=$((596*MIB)) " \
+    "capture takes nothing; the launch maps it; it stays after the graph is destroyed until trimmed; an upload maps" &&
+  expect_eq "$(grep -c CUDA_SUCCESS <<<"$out")" 15 "every call succeeded" &&
+  expect_eq "$(cat "$TMP/err")" "" "stderr"
+}
+check "graph memory nodes are charged when a graph is launched or uploaded, and until the graph pool is trimmed" graphs_counted
+
+graph_refused() {
+  usage_env
+  local out r
+  out=$(shimmed "$U" ctx alloc $((200*MIB)) capture $((600*MIB)) glaunch free glaunch info 2>"$TMP/err")
+  expect_contains "$out" "glaunch -> CUDA_ERROR_OUT_OF_MEMORY" "the launch that would pass the quota" &&
+  expect_contains "$TMP/err" "gpuguard: refused a CUDA graph's memory: cuGraphLaunch of 600.00 MiB on device 0" "the line" &&
+  r=$(ls "$TMP"/gpuguard-quota-*.json) &&
+  expect_eq "$(json "$r" 'd["failed_request"]["api"]')" "cuGraphLaunch" "the report's request" &&
+  expect_eq "$(grep -A1 '^free' <<<"$out" | tail -1)" "glaunch -> CUDA_SUCCESS" "it fits once the allocation is freed" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((124*MIB))" "then it is charged" &&
+  (( $(truth_max) <= GIB )) || { echo "truth max $(truth_max) > limit"; return 1; }
+}
+check "a graph launch whose memory would pass the quota is refused with CUDA_ERROR_OUT_OF_MEMORY and a report" graph_refused
+
+# PyTorch's cudaMallocAsync backend: the pool keeps everything it frees (release threshold UINT64_MAX).
+pools_counted() {
+  usage_env
+  local out
+  background "$TMP/a" ctx threshold async $((256*MIB)) free_async sync info sleep 3000
+  out=$(shimmed "$U" ctx info alloc $((200*MIB)) 2>"$TMP/err")
+  expect_contains "$TMP/a" "info -> CUDA_SUCCESS free=$((468*MIB))" "the pool's reserve stays charged after the free" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((168*MIB))" "a sibling sees it taken" &&
+  expect_contains "$out" "alloc -> CUDA_ERROR_OUT_OF_MEMORY" "and cannot have it" &&
+  (( $(truth_max) <= GIB )) || { echo "truth max $(truth_max) > limit"; return 1; }
+  wait
+}
+check "memory a stream-ordered pool keeps beyond its allocations is charged, so a sibling cannot have it" pools_counted
+
+pool_trimmed_on_refusal() {
+  usage_env
+  local out
+  out=$(FAKE_CUDA_TRACE=1 shimmed "$U" ctx threshold async $((256*MIB)) async $((100*MIB)) free_async free_async info \
+        alloc $((500*MIB)) info 2>"$TMP/err")
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((368*MIB))" "the pool keeps 356 MiB" &&
+  expect_contains "$out" "alloc -> CUDA_SUCCESS" "the allocation that needs it" &&
+  expect_contains "$TMP/err" "cuMemPoolTrimTo 0 -> reserved 0" "the shim trimmed its own pool first" &&
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$((224*MIB))" "and the reserve is no longer charged" &&
+  expect_eq "$(ls "$TMP"/gpuguard-*.json 2>/dev/null)" "" "no report: nothing was refused" &&
+  (( $(truth_max) <= GIB )) || { echo "truth max $(truth_max) > limit"; return 1; }
+}
+check "before refusing, the shim trims its own pools (cuMemPoolTrimTo) and retries" pool_trimmed_on_refusal
+
+async_alloc_from_reserve() {
+  usage_env
+  local out
+  out=$(shimmed "$U" ctx threshold async $((256*MIB)) free_async async $((200*MIB)) info free_async info 2>"$TMP/err")
+  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((468*MIB)) free=$((468*MIB)) " \
+    "an allocation the pool serves from its reserve takes nothing more, its free gives it back to the pool"
+}
+check "an async allocation served from the pool's reserve is not charged twice" async_alloc_from_reserve
+
+old_meaning() {
+  usage_env
+  local out r
+  out=$(GPUGUARD_COUNT_CONTEXT=0 GPUGUARD_REPORT_ON_EXIT=1 FAKE_CUDA_MODULE_BYTES=$((64*MIB)) shimmed "$U" ctx module \
+        capture $((256*MIB)) glaunch threshold async $((64*MIB)) free_async info 2>"$TMP/err")
+  expect_contains "$out" "info -> CUDA_SUCCESS free=$GIB" "only allocations count, and none is live" &&
+  r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+  expect_eq "$(json "$r" 'd["usage"]["quota_counts"]')" "allocations" "the report says so"
+}
+check "GPUGUARD_COUNT_CONTEXT=0 keeps the old meaning: allocations only" old_meaning
+
+# Four processes started together on one fresh ledger, as four PyTorch ranks: one measures the
+# context while the others wait for its figure and are admitted with it, so the driver never holds
+# more than the quota.
+four_processes() {
+  usage_env
+  export GPUGUARD_MEM_LIMIT=2GiB GPUGUARD_MAX_REPORTS=0
+  local p
+  for p in 1 2 3 4; do
+    shimmed "$U" ctx threshold async $((200*MIB)) free_async alloc $((150*MIB)) capture $((100*MIB)) glaunch \
+      sleep 300 >"$TMP/out.$p" 2>&1 &
+  done
+  wait
+  (( $(truth_max) <= 2 * GIB )) || { echo "truth max $(truth_max) > 2 GiB"; cat "$TMP"/out.*; return 1; }
+  (( $(truth_max) > GIB + GIB / 2 )) || { echo "never near the limit: $(truth_max)"; return 1; }
+  # A process's first failure is the quota's (a refused context makes the calls after it fail too).
+  expect_eq "$(for p in 1 2 3 4; do grep ' -> ' "$TMP/out.$p" | grep -v -m1 CUDA_SUCCESS; done | grep -v -c OUT_OF_MEMORY)" 0 \
+    "failures that are not the quota's" &&
+  expect_eq "$(truth_now)" 0 "nothing held after exit"
+}
+check "four processes with contexts, pools and graphs under one 2 GiB ledger: the truth stays within it" four_processes
+
+top_and_doctor_show_it() {
+  usage_env
+  background "$TMP/a" ctx alloc $((100*MIB)) threshold async $((50*MIB)) free_async capture $((64*MIB)) glaunch info sleep 3000
+  "$CLI" top --ledger "$TMP/ledger" --json >"$TMP/top.json" &&
+  expect_eq "$(json "$TMP/top.json" 'd["devices"][0]["by_kind"]')" \
+    "{'allocations': $((100*MIB)), 'context_and_modules': $((300*MIB)), 'graphs': $((64*MIB)), 'pool_reserve': $((50*MIB))}" \
+    "top's split" &&
+  expect_contains "$("$CLI" top --ledger "$TMP/ledger" --once)" "contexts and modules 300.00 MiB" "top's table" || return 1
+  local out rc
+  # NVML's v2 memory info says the contexts apart, as "reserved" (what the driver holds for itself).
+  out=$(shimmed "$BIN/nvml_client")
+  expect_contains "$out" "nvml_v2 total=$GIB free=$((510*MIB)) used=$((214*MIB)) reserved=$((300*MIB))" "NVML's split" || return 1
+  out=$(LD_LIBRARY_PATH=$FAKE "$CLI" doctor --truth --ledger "$TMP/ledger"); rc=$?
+  expect_eq "$rc" 0 "doctor --truth's status" &&
+  expect_contains "$out" "+0 B" "no difference between the ledger and the driver" &&
+  out=$(FAKE_NVML_PIDS=hidden LD_LIBRARY_PATH=$FAKE "$CLI" doctor --truth --ledger "$TMP/ledger") &&
+  expect_contains "$out" "NVML lists none of the ledger's processes" "a container's NVML"
+  wait
+}
+check "gpuguard top and NVML split the usage by kind; doctor --truth finds the ledger equal to the driver's view" top_and_doctor_show_it
