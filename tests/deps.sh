@@ -10,7 +10,9 @@ for a in "$@"; do
 done
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in libunwind-dev nlohmann-json3-dev doctest-dev; do have "$pkg" || need+=("$pkg"); done
+# dpkg-dev unpacks Debian's source of libunwind, which the shipped libunwind.so.8 is built from
+# (packaging/libunwind/fetch.sh).
+for pkg in libunwind-dev nlohmann-json3-dev doctest-dev dpkg-dev; do have "$pkg" || need+=("$pkg"); done
 # chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi
