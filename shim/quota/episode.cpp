@@ -60,9 +60,16 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
         if (r.limit == 0)
             return "refused " + what + ": the limit is malformed (" + state().cfg->limit_source +
                    "), every allocation is refused";
-        return "refused " + what + ": the container would hold " + human_bytes(r.container_used + r.bytes) +
-               " of its " + human_bytes(r.limit) + " limit (this process holds " + human_bytes(tracker().live_bytes()) +
-               ")";
+        // Rounded to two decimals, the sum can read the same as the limit ("2.00 GiB of its 2.00 GiB"),
+        // which hides that it went over: then both are also given in bytes.
+        uint64_t would = r.container_used + r.bytes;
+        std::string held = human_bytes(would), limit = human_bytes(r.limit);
+        if (held == limit) {
+            held += " (" + std::to_string(would) + " bytes)";
+            limit += " (" + std::to_string(r.limit) + " bytes)";
+        }
+        return "refused " + what + ": the container would hold " + held + " of its " + limit +
+               " limit (this process holds " + human_bytes(tracker().live_bytes()) + ")";
     }
     return "the driver could not allocate " + what + " (out of physical memory; the container holds " +
            human_bytes(r.container_used) +

@@ -1,9 +1,12 @@
 // Reading a report file into gg::report::Report (tools/report/model.h): strict about what the file is,
 // lenient about what it holds.
 #include "common/base/version.h"
+
 #include "tools/report/model.h"
 
 #include "common/report/schema.h"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -404,6 +407,12 @@ bool load(const std::string &path, Report &out, LoadError &err) {
         out.name = "<stdin>";
         ss << std::cin.rdbuf();
     } else {
+        // A folder opens as a file and reads as nothing, which said "empty file".
+        struct stat st;
+        if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+            err.message = path + ": a folder, not a report (gpuguard report FOLDER reads the newest report in it)";
+            return false;
+        }
         std::ifstream in(path, std::ios::binary);
         if (!in) {
             err.message = path + ": cannot open: " + strerror(errno);
