@@ -13,8 +13,10 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # dpkg-dev unpacks Debian's source of libunwind, which the shipped libunwind.so.8 is built from
 # (packaging/libunwind/fetch.sh).
 for pkg in libunwind-dev nlohmann-json3-dev doctest-dev dpkg-dev; do have "$pkg" || need+=("$pkg"); done
-# chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
+# chromium drives the HTML report's browser test; prometheus (its server and promtool) checks the
+# exporter (t_exporter.sh); clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
+have prometheus || need+=(prometheus)
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi
 if ((bench)); then have valgrind || need+=(valgrind); fi
 if ((${#need[@]} == 0)); then

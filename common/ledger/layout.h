@@ -9,7 +9,7 @@ namespace gg::ledger {
 
 constexpr int kMaxDevices = 32;
 constexpr int kMaxSlots = 512;
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -35,6 +35,12 @@ struct Slot {
     std::atomic<uint64_t> peak[kMaxDevices];
 };
 
+// What `gpuguard exporter` counts besides usage: every process of the ledger adds to them.
+struct ExportCounters {
+    std::atomic<uint64_t> refusals[kMaxDevices];  // allocations refused by the quota, per device
+    std::atomic<uint64_t> reports_written;        // reports written by the ledger's processes
+};
+
 struct Header {
     char magic[8];  // "GPUGLEDG"
     uint32_t layout_version;
@@ -52,6 +58,7 @@ struct Header {
     std::atomic<uint64_t> last_reclaim_ns;  // CLOCK_MONOTONIC of the last scan for dead processes
     DeviceEntry devices[kMaxDevices];
     Slot slots[kMaxSlots];
+    ExportCounters counters;  // since layout 2
 };
 
 }  // namespace gg::ledger

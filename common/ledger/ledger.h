@@ -79,11 +79,21 @@ public:
     // to once per 500 ms across all processes of the ledger.
     int reclaim_dead(bool periodic);
 
+    // The counters `gpuguard exporter` reads: a refusal by the quota on a device, a report written.
+    // No-ops on a read-only view.
+    void count_refusal(int dev);
+    void count_report();
+    struct Counters {
+        uint64_t reports_written, reclaimed_processes;
+    };
+    Counters counters() const;
+
     // Snapshot for reports and `gpuguard top`.
     struct DeviceView {
         int index;
         std::string uuid, name;
         uint64_t limit, used, peak, physical_total;
+        uint64_t refusals;  // by the quota, counted by every process of the ledger
     };
     struct ProcessView {
         int slot;

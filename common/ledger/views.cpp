@@ -30,9 +30,21 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
         out.push_back({i, uuid_string(d.uuid), field_text(d.name), d.limit.load(), sum(i), d.peak.load(),
-                       d.physical_total.load()});
+                       d.physical_total.load(), header_->counters.refusals[i].load()});
     }
     return out;
+}
+
+void Ledger::count_refusal(int dev) {
+    if (!read_only_ && dev >= 0 && dev < kMaxDevices) header_->counters.refusals[dev].fetch_add(1);
+}
+
+void Ledger::count_report() {
+    if (!read_only_) header_->counters.reports_written.fetch_add(1);
+}
+
+Ledger::Counters Ledger::counters() const {
+    return {header_->counters.reports_written.load(), header_->reclaimed_processes.load()};
 }
 
 std::vector<Ledger::ProcessView> Ledger::processes() const {

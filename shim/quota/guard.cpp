@@ -71,6 +71,7 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             t->charged = true;
         } else {
             tracker().count_failure(t->api);
+            l.count_refusal(d);
             episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota,
                                used,   l.limit(d)};
             episode::failed(r, kShimFrames);

@@ -376,6 +376,7 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
              (unsigned long long)(unix_ns() / 1000000000ull), host, (int)getpid(), g_sequence.fetch_add(1) + 1);
     std::string path;
     if (!write_atomically(c.report_dir, name, text, &path)) return "";
+    if (state().ledger) state().ledger->count_report();
     return path;
 }
 
