@@ -84,7 +84,7 @@ FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so
               $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
-.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
+.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak wheel deb
 all: deps-check $(LIB) $(UNWIND_SO) $(CLI)
 
 # Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
@@ -335,6 +335,17 @@ install: all
 	install -m 0644 $(UNWIND_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 include/gpuguard/gpuguard.h $(DESTDIR)$(PREFIX)/include/gpuguard/
+
+# Packages, into dist/: `make wheel` the manylinux wheel (the shim, its libunwind, the command as the
+# wheel's script, the Python package in python/gpuguard; packaging/wheel/build.py), `make deb` the
+# Debian package (into /usr, with a man page; packaging/deb/build.sh). Both from the plain build, whose
+# binaries load on glibc 2.17 and newer.
+VERSION := ${shell sed -n 's/^\#define GPUGUARD_VERSION_STRING "\(.*\)"/\1/p' common/base/version.h}
+DIST    ?= dist
+wheel: all
+	@python3 packaging/wheel/build.py $(BUILD) $(DIST) $(VERSION)
+deb: all
+	@packaging/deb/build.sh $(BUILD) $(DIST) $(VERSION)
 
 clean:
 	rm -rf $(BUILD)

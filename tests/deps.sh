@@ -17,6 +17,9 @@ for pkg in libunwind-dev nlohmann-json3-dev doctest-dev dpkg-dev; do have "$pkg"
 # exporter (t_exporter.sh); clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
 have prometheus || need+=(prometheus)
+# The wheel's test (t_wheel.sh) installs it into a fresh venv and executes a notebook with a real kernel
+# (nbconvert --execute); the .deb's test (t_deb.sh) builds it with dpkg-deb (dpkg-dev, above).
+for pkg in python3-venv python3-nbconvert python3-ipykernel; do have "$pkg" || need+=("$pkg"); done
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi
 if ((bench)); then have valgrind || need+=(valgrind); fi
 if ((${#need[@]} == 0)); then

@@ -19,6 +19,7 @@
 #include "shim/core/state.h"
 #include "shim/python/frames.h"
 #include "shim/quota/device.h"
+#include "shim/report/phase.h"
 #include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
 
@@ -225,6 +226,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::version] = schema::kVersion;
     r[key::reason] = reason_name(reason);
     r[key::message] = message;
+    if (std::string p = phase::current(); !p.empty()) r[key::phase] = p;
     r[key::time_unix_ns] = unix_ns();
     r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
     r[key::process] = process_section();

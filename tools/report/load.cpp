@@ -237,6 +237,7 @@ TensorView read_tensor_view(const json &t) {
 void read_body(const json &d, Report &r) {
     r.reason = str(d, key::reason);
     r.message = str(d, key::message);
+    r.phase = str(d, key::phase);
     r.gpuguard_version = str(d, key::gpuguard_version);
     r.time_unix_ns = time_ns(d, key::time_unix_ns);
 
