@@ -473,15 +473,17 @@ static void run_blocks(void *arg) {
     b->t1 = now_ns();
 }
 
-static void report_nothing(void *p, int64_t s, size_t a, size_t r, c10_device d) {
-    (void)p, (void)s, (void)a, (void)r, (void)d;
-}
-
 static int mode_blocks(int argc, char **argv) {
     if (argc < 5) return 2;
+    /* c10's own definitions where PyTorch has them (the test double's libc10.so on LD_LIBRARY_PATH):
+     * the shim's forwards there, as under PyTorch. */
+    if (!dlopen("libc10.so", RTLD_NOW | RTLD_GLOBAL)) {
+        fprintf(stderr, "bench_alloc: %s\n", dlerror());
+        return 1;
+    }
     struct blocks b = {(c10_report_fn)dlsym(RTLD_DEFAULT, "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"),
                        atol(argv[2]), atoi(argv[4]), 0, 0};
-    if (!b.report) b.report = report_nothing;  // no shim: the loop's own cost
+    if (!b.report) return 1; /* libc10.so defines it */
     if (b.sites < 1) b.sites = 1;
     at_depth(atoi(argv[3]), run_blocks, &b);
     printf("blocks n=%ld sites=%d ns_per_report=%.1f\n", b.n, b.sites, (double)(b.t1 - b.t0) / (double)(2 * b.n));

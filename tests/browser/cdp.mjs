@@ -1,15 +1,16 @@
 // Drives headless Chromium over the DevTools protocol, for pages that --dump-dom cannot wait for
 // (speedscope loads its profile asynchronously, and reports an import error with alert()).
 //
-//   node --experimental-websocket tests/browser/cdp.mjs URL OUT.png EXPRESSION [WAIT_MS]
+//   node --experimental-websocket tests/browser/cdp.mjs URL OUT.png EXPRESSION [WAIT_MS [UNTIL]]
 //
 // Opens URL, waits WAIT_MS (default 4000), prints the JSON value of EXPRESSION evaluated in the page,
-// and saves a screenshot. Exit status 3 when the page opened a dialog (its text goes to stderr).
+// and saves a screenshot. With UNTIL (an expression), the wait ends as soon as UNTIL is true in the
+// page, WAIT_MS being the most it waits: a fixed wait was too short on a loaded machine. Exit status 3 when the page opened a dialog (its text goes to stderr).
 // Needs Node 20 or later (WebSocket behind --experimental-websocket there, built in from 22).
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 
-const [url, png, expression, waitArg] = process.argv.slice(2);
+const [url, png, expression, waitArg, until] = process.argv.slice(2);
 const wait = Number(waitArg || 4000);
 const profile = mkdtempSync('/tmp/gpuguard-cdp-');
 const chrome = spawn(process.env.CHROMIUM || 'chromium', [
@@ -57,7 +58,14 @@ ws.onmessage = m => {
 const call = (method, params = {}) => new Promise(r => { pending.set(++nextId, r); ws.send(JSON.stringify({id: nextId, method, params})); });
 await call('Page.enable');
 await call('Page.navigate', {url});
-await sleep(wait);
+if (until) {
+  for (const end = Date.now() + wait; Date.now() < end && !dialog; await sleep(250)) {
+    const u = await call('Runtime.evaluate', {expression: until, returnByValue: true});
+    if (u.result && u.result.result && u.result.result.value) break;
+  }
+} else {
+  await sleep(wait);
+}
 const v = await call('Runtime.evaluate', {expression, returnByValue: true});
 console.log(JSON.stringify(v.result && v.result.result ? v.result.result.value : null));
 const shot = await call('Page.captureScreenshot', {format: 'png'});

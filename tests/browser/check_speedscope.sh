@@ -36,7 +36,7 @@ fail=0
 for f in "$@"; do
   name=$(basename "$f")
   title=$(node --experimental-websocket "$here/cdp.mjs" "http://127.0.0.1:$port/index.html#profileURL=http://127.0.0.1:$port/$name" \
-    "$out/$name.png" "document.title" 2> "$out/$name.log"); rc=$?
+    "$out/$name.png" "document.title" 60000 "document.title.endsWith(' - speedscope')" 2> "$out/$name.log"); rc=$?
   if ((rc != 0)); then echo "  speedscope did not import $name: $(cat "$out/$name.log")" >&2; fail=1; continue; fi
   # An imported profile puts its name in the title ("NAME - speedscope"); the welcome page is just "speedscope".
   if [[ $title != *" - speedscope\"" ]]; then echo "  speedscope did not show $name (title $title)" >&2; fail=1; continue; fi

@@ -94,6 +94,7 @@ def ddp():
     batch = 256
     try:
         for step in range(40):
+            say("ddp", step=step, batch=batch)  # how far a rerun gets (the what-if check)
             x = torch.randn(batch, 4096, device="cuda")
             loss = model(x).square().mean()
             loss.backward()  # DDP-BACKWARD

@@ -64,6 +64,7 @@ row "frag: report's allocated at the OOM = memory_allocated()" "$(within "$(json
 row "frag: report's reserved at the OOM = memory_reserved()" "$(within "$(json "$r" 'd["tensor_view"]["oom"]["reserved_bytes"]')" "$(field frag reserved "$T/frag.log")")"
 row "frag: request c10 refused" "$(json "$r" 'd["tensor_view"]["oom"]["requested_bytes"]')"
 row "frag: top holder names tensor_view.py (FRAG-ALLOC)" "$(json "$r" "any(f.get('line')==$(grep -n FRAG-ALLOC "$ROOT/tests/gpu/tensor_view.py" | cut -d: -f1) for b in d['tensor_view']['by_stack'][:1] for f in d['stacks'][b['stack']]['frames'])")"
+row "frag: the summary's replayed advice" "$(grep -m1 'Replayed:' "$T/frag.txt" | cut -c1-90)"
 row "frag: what-if says expandable_segments" "$(grep -i -m1 'expandable' "$T/frag.whatif.txt" | cut -c1-90)"
 run frag-exp 2GiB PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- frag
 row "frag rerun with expandable_segments:True: OOM again?" "$(grep -q 'frag oom=1' "$T/frag-exp.log" && echo 'yes (fails too)' || echo 'no (fits)')"
@@ -71,6 +72,7 @@ row "frag rerun with expandable_segments:True: OOM again?" "$(grep -q 'frag oom=
 echo "== tensor view: slack in segments (100 MiB freed, 60 MiB kept, x20; then 80 MiB) under 2 GiB"
 run slack 2GiB -- slack
 row "slack: OutOfMemoryError raised" "$(grep -q 'slack oom=1' "$T/slack.log" && echo yes || echo NO)"
+row "slack: the summary's replayed advice" "$(grep -m1 'Replayed:' "$T/slack.txt" | cut -c1-90)"
 row "slack: what-if says expandable_segments" "$(grep -i -m1 'expandable' "$T/slack.whatif.txt" | cut -c1-90)"
 run slack-exp 2GiB PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- slack
 row "slack rerun with expandable_segments:True: OOM again?" "$(grep -q 'slack oom=1' "$T/slack-exp.log" && echo 'yes (fails too)' || echo 'no (fits)')"
@@ -86,6 +88,19 @@ echo "== tensor view: DDP (NCCL, one rank) training until it runs out, under 4 G
 run ddp 4GiB NCCL_NVLS_ENABLE=0 -- ddp
 row "ddp: OutOfMemoryError raised" "$(grep -q 'ddp oom=1' "$T/ddp.log" && echo yes || echo NO)"
 row "ddp: phases in the summary" "$(grep -i -m1 -E 'phase|backward|forward' "$T/ddp.txt" | cut -c1-90)"
+row "ddp: the summary's replayed advice" "$(grep -m1 'Replayed:' "$T/ddp.txt" | cut -c1-90)"
+# The what-if's largest max_split_size_mb that avoids the OOM: a rerun with it gets past the step that
+# failed (the batch doubles every step, so it fails at a later one).
+split=$(json "$T/ddp.whatif.json" 'max([s["mb"] for s in d["max_split_size_mb"] if s["avoids_oom"]] or [0])')
+failed_step=$(sed -n 's/.*tensor_view: ddp step=\([0-9]*\).*/\1/p' "$T/ddp.log" | tail -1)
+if [[ $split =~ ^[1-9][0-9]*$ ]]; then
+  run ddp-split 4GiB NCCL_NVLS_ENABLE=0 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:$split -- ddp
+  rerun_step=$(sed -n 's/.*tensor_view: ddp step=\([0-9]*\).*/\1/p' "$T/ddp-split.log" | tail -1)
+  row "ddp rerun with max_split_size_mb:$split gets past step $failed_step?" \
+    "$( ((${rerun_step:-0} > ${failed_step:-0})) && echo "yes (fails at step $rerun_step)" || echo "NO (step ${rerun_step:-none})")"
+else
+  row "ddp: what-if's max_split_size_mb that avoids it" "none ($split)"
+fi
 
 echo "== tensor view: cudaMallocAsync backend"
 run async 8GiB PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- agree

@@ -15,7 +15,7 @@ whatif_text() {
   expect_contains "$out" "model check               trusted: reserved within 2 MiB of PyTorch's at 100% of 13 events" "model check" &&
   expect_contains "$out" "it refuses the same request under the same budget" "model check" &&
   expect_contains "$out" "260.00 MiB for PyTorch: the 300.00 MiB container limit - 40.00 MiB of other processes" "budget" &&
-  expect_contains "$out" "expandable_segments:True  yes: it serves every block and the 100.00 MiB request" "expandable" &&
+  expect_contains "$out" "expandable_segments:True  only just: it serves every block and the 100.00 MiB request with 0 B to spare" "expandable" &&
   expect_contains "$out" "none of 32, 64, 128, 256, 512, 1024 avoids it" "max_split_size_mb" &&
   expect_contains "$out" "250.00 MiB allocated peak (no allocator does with less) · 268.00 MiB as configured · 260.00 MiB with expandable segments" "smallest budget" &&
   expect_eq "$(wc -l <<<"$out")" 7 "lines (a person reads it in ten seconds)"
@@ -58,3 +58,20 @@ whatif_in_help_and_page() {
   expect_contains page.html 'id="whatif-section"' "the HTML page"
 }
 check "--what-if is in report --help and the README; the HTML page carries the answers" whatif_in_help_and_page
+
+# The report's own summary gives the replay's verdict as advice where the model follows the run, and
+# only there: on a fixture whose events the model does not follow, the summary points to --what-if.
+summary_advice() {
+  local out
+  out=$("$CLI" report --no-color "$WI") || return 1
+  # 260 MiB of a 260 MiB budget: it fits, with nothing to spare for a rerun's variation.
+  expect_contains "$out" "Replayed: an allocator option avoids this OOM only just, with too little to spare" "the advice's title" &&
+  expect_contains "$("$CLI" report --json "$WI")" "serve every block, reserving at most 260.00 MiB (too little to spare" \
+    "the advice's numbers" &&
+  expect_eq "$("$CLI" report --json "$WI" | python3 -c 'import json,sys; print([a["id"] for a in json.load(sys.stdin)["analysis"]["advice"]])')" \
+    "['fragmentation', 'what-if']" "advice ids" &&
+  out=$("$CLI" report --no-color "$DATA/tensor_fragmentation.json") || return 1
+  expect_not_contains "$out" "Replayed:" "advice from a replay that does not follow the run" &&
+  expect_contains "$out" "gpuguard report --what-if" "the pointer to --what-if"
+}
+check "the summary's advice gives the replay's verdict only where the model follows the run" summary_advice

@@ -246,7 +246,7 @@ int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_
     if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
 
     if (what_if) {
-        gg::whatif::WhatIf w = gg::whatif::what_if(r);
+        const gg::whatif::WhatIf &w = *an.what_if;  // cannot_replay(r) was empty: analyze replayed it
         if (as_json) std::cout << gg::whatif::to_json(w).dump(one_line ? -1 : 2) << "\n";
         else gg::whatif::render_text(w, colour_wanted(no_color) && to_stdout == 0, std::cout);
     } else if (as_json) {

@@ -75,6 +75,9 @@ void tensor_diagnosis(const Report &r, Analysis &a) {
                         " that live tensors keep from going back to the driver");
 }
 
+// Whether the what-if replay has a verdict for this failure (its model follows the run).
+bool replay_speaks(const Analysis &a) { return a.failure && a.what_if && whatif::verdict(*a.what_if); }
+
 // The tensors that pin the fragmented segments, and what to change.
 void fragmentation_advice(const Report &r, Analysis &a) {
     const TensorFacts &t = a.tensor;
@@ -83,7 +86,8 @@ void fragmentation_advice(const Report &r, Analysis &a) {
         const Pin &p = t.pins[i];
         pins += (i ? "; " : "") + where_label(r, p.stack) + ": " + std::to_string(p.blocks) + " tensor" +
                 (p.blocks == 1 ? "" : "s") + " (" + human_bytes(p.bytes) + ") in " + std::to_string(p.segments) +
-                (t.expandable ? " pages" : " segments") + " holding " + human_bytes(p.free_held) + " free";
+                (t.expandable ? " page" : " segment") + (p.segments == 1 ? "" : "s") + " holding " +
+                human_bytes(p.free_held) + " free";
     }
     a.advice.push_back(
         {"fragmentation",
@@ -92,8 +96,17 @@ void fragmentation_advice(const Report &r, Analysis &a) {
          "The free memory lies between live tensors, and a " + std::string(t.expandable ? "page" : "segment") +
              " goes back to the driver only when nothing in it lives. The tensors that keep them: " + pins +
              ". Give those tensors one lifetime (free them together, or keep the survivors in one preallocated "
-             "buffer), or allocate the large tensor before them; `gpuguard report --what-if` replays the run to "
-             "say whether an allocator option or a larger limit would do."});
+             "buffer), or allocate the large tensor before them" +
+             (replay_speaks(a) ? std::string(".")
+                               : "; `gpuguard report --what-if` replays the run to say whether an allocator option "
+                                 "or a larger limit would do.")});
+}
+
+// What the replay found, as advice: only where its model follows this run (whatif::verdict).
+void replay_advice(Analysis &a) {
+    if (!replay_speaks(a)) return;
+    whatif::Verdict v = *whatif::verdict(*a.what_if);
+    a.advice.push_back({"what-if", v.title, v.detail});
 }
 
 // Advice by where the memory is held: the largest phase, when it holds at least 30%.
@@ -192,6 +205,7 @@ Analysis analyze(const Report &r) {
     // ---- by phase and allocator: tensors when PyTorch reported its blocks, else the segments --------
     a.mode = mode_of(r);
     a.tensor = tensor_facts(r);
+    if (r.tensor && whatif::cannot_replay(r).empty()) a.what_if = whatif::what_if(r);
     const std::vector<StackBytes> &holders = a.tensor.present ? r.tensor->by_stack : r.by_stack;
     for (const StackBytes &sb : holders) {
         const Stack *s = r.stack(sb.stack);
@@ -339,6 +353,7 @@ Analysis analyze(const Report &r) {
     }
 
     if (a.fragmentation) fragmentation_advice(r, a);
+    replay_advice(a);
     phase_advice(r, a, held_total);
 
     if (r.cudnn && r.cudnn->largest_workspace_requested_bytes && *r.cudnn->largest_workspace_requested_bytes > 0) {
@@ -388,6 +403,7 @@ nlohmann::json to_json(const Analysis &a) {
                        {"pinned_segments", a.tensor.pinned_segments}, {"pinned_free_bytes", a.tensor.pinned_free},
                        {"releasable_bytes", a.tensor.releasable}};
     else j["tensor"] = nullptr;
+    j["what_if"] = a.what_if ? whatif::to_json(*a.what_if) : json(nullptr);
     j["failed_phase"] = a.failed_phase ? json(phase_name(*a.failed_phase)) : json(nullptr);
     json adv = json::array();
     for (const Advice &x : a.advice) adv.push_back({{"id", x.id}, {"title", x.title}, {"detail", x.detail}});

@@ -8,6 +8,7 @@
 #include "tools/report/model.h"
 #include "tools/report/phases.h"
 #include "tools/report/tensor.h"
+#include "tools/report/whatif/replay.h"
 
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct Analysis {
     std::optional<Phase> failed_phase;
     TensorFacts tensor;          // the tensor view's facts (tensor.present false without one)
     bool fragmentation = false;  // the request would fit the memory left, but no free block
+    // The what-if replay (tools/report/whatif/), when the report has PyTorch's block events.
+    std::optional<whatif::WhatIf> what_if;
     std::vector<Advice> advice;
 };
 

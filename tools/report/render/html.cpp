@@ -54,8 +54,7 @@ json view_of(const Report &r, const Analysis &a) {
     v["peak_bytes"] = pk ? json(*pk) : json(nullptr);
     v["time"] = r.time_unix_ns ? json(human_time_unix_ns(*r.time_unix_ns)) : json(nullptr);
     // The what-if replay's answers, when the report has PyTorch's block events (tools/report/whatif/).
-    v["what_if"] = whatif::cannot_replay(r).empty() ? whatif::to_json(whatif::what_if(r)) : json(nullptr);
-    (void)a;
+    v["what_if"] = a.what_if ? whatif::to_json(*a.what_if) : json(nullptr);
     return v;
 }
 

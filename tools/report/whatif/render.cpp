@@ -21,10 +21,12 @@ json config_json(const Config &c) {
             {"max_split_size_bytes", c.max_split_size == kNoMaxSplit ? json(nullptr) : json(c.max_split_size)}};
 }
 
-json outcome_json(const Outcome &o) {
+json outcome_json(const Outcome &o, uint64_t budget) {
     json j = {{"settings", describe(o.config)}, {"avoids_oom", o.avoids}};
     if (o.avoids) {
         j["peak_reserved_bytes"] = o.peak_reserved;
+        j["spare_bytes"] = budget > o.peak_reserved ? budget - o.peak_reserved : 0;
+        j["comfortably"] = comfortably(o, budget);
     } else {
         j["runs_out_earlier"] = o.runs_out_earlier;
         j["failed_request_bytes"] = o.failed_bytes;
@@ -45,6 +47,11 @@ std::string why_not(const Outcome &o, uint64_t budget) {
 
 std::string outcome_line(const Outcome &o, const WhatIf &w, const Style &s) {
     uint64_t budget = w.budget ? w.budget->bytes : 0;
+    if (o.avoids && !comfortably(o, budget))
+        return std::string(s.yellow()) + "only just" + s.reset() + ": it serves every block" +
+               (w.refused_request ? " and the " + human_bytes(*w.refused_request) + " request" : std::string()) +
+               " with " + human_bytes(budget - std::min(budget, o.peak_reserved)) +
+               " to spare, less than a rerun's requests vary";
     if (o.avoids)
         return std::string(s.green()) + "yes" + s.reset() + ": it serves every block" +
                (w.refused_request ? " and the " + human_bytes(*w.refused_request) + " request" : std::string()) +
@@ -88,10 +95,11 @@ json to_json(const WhatIf &w) {
                         {"reproduces_oom", c.reproduces_oom ? json(*c.reproduces_oom) : json(nullptr)},
                         {"trusted", c.trusted},
                         {"why", c.why}};
-    j["expandable_segments"] = w.expandable ? outcome_json(*w.expandable) : json(nullptr);
+    const uint64_t budget = w.budget ? w.budget->bytes : 0;
+    j["expandable_segments"] = w.expandable ? outcome_json(*w.expandable, budget) : json(nullptr);
     json splits = json::array();
     for (const Outcome &o : w.max_split) {
-        json s = outcome_json(o);
+        json s = outcome_json(o, budget);
         s["mb"] = o.config.max_split_size >> 20;
         splits.push_back(s);
     }
@@ -100,6 +108,57 @@ json to_json(const WhatIf &w) {
                             {"as_configured_bytes", maybe(w.smallest_configured)},
                             {"expandable_segments_bytes", maybe(w.smallest_expandable)}};
     return j;
+}
+
+std::optional<Verdict> verdict(const WhatIf &w) {
+    if (!w.check.trusted || !w.budget || !w.expandable) return std::nullopt;
+    const uint64_t budget = w.budget->bytes;
+    std::string avoiding, just;  // the max_split_size_mb values that avoid it, comfortably or only just
+    for (const Outcome &o : w.max_split) {
+        std::string mb = std::to_string(o.config.max_split_size >> 20);
+        if (comfortably(o, budget)) avoiding += (avoiding.empty() ? "" : ", ") + mb;
+        else if (o.avoids) just += (just.empty() ? "" : ", ") + mb;
+    }
+    auto last = [](const std::string &list) { return list.substr(list.rfind(' ') + 1); };
+    Verdict v;
+    const Outcome &e = *w.expandable;
+    if (comfortably(e, budget) && !w.recorded.expandable)
+        v.title = "Replayed: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids this OOM";
+    else if (!avoiding.empty())
+        v.title = "Replayed: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:" + last(avoiding) + " avoids this OOM";
+    else if ((e.avoids && !w.recorded.expandable) || !just.empty())
+        v.title = "Replayed: an allocator option avoids this OOM only just, with too little to spare";
+    else v.title = "Replayed: no allocator option avoids this OOM";
+    v.detail = "A model of PyTorch's caching allocator replays this run's " + std::to_string(w.events) +
+               " block events and follows it (reserved within 2 MiB of PyTorch's at " +
+               std::to_string(report::percent(w.check.within, w.check.compared)) + "% of them" +
+               (w.check.reproduces_oom == true ? ", the same request refused" : "") + "). Under the same " +
+               human_bytes(budget) + " for PyTorch, expandable segments ";
+    if (w.recorded.expandable) v.detail += "(already on) ";
+    if (e.avoids)
+        v.detail += "serve every block, reserving at most " + human_bytes(e.peak_reserved) +
+                    (comfortably(e, budget) ? "" : " (too little to spare: a rerun's requests vary more)");
+    else
+        v.detail +=
+            std::string(e.runs_out_earlier ? "run out earlier" : "refuse it too") + " (" + why_not(e, budget) + ")";
+    v.detail += "; max_split_size_mb ";
+    if (!avoiding.empty())
+        v.detail += avoiding + " avoid" + (avoiding.find(',') == std::string::npos ? "s" : "") + " it";
+    if (!just.empty())
+        v.detail += (avoiding.empty() ? "" : ", ") + just + " only just, with less than " +
+                    human_bytes(spare_needed(budget)) + " to spare";
+    if (avoiding.empty() && just.empty()) v.detail += "avoids it at none of 32 to 1024";
+    v.detail += ". The run needs at least " +
+                (w.smallest_configured ? human_bytes(*w.smallest_configured) : std::string("more than tried")) +
+                " for PyTorch as configured";
+    if (w.smallest_expandable && !w.recorded.expandable)
+        v.detail += ", " + human_bytes(*w.smallest_expandable) + " with expandable segments";
+    if (w.budget->others || w.budget->outside)
+        v.detail += " (a quota needs " + human_bytes(w.budget->others + w.budget->outside) +
+                    " more, for other processes and this process's memory outside PyTorch)";
+    v.detail += "; no allocator does with less than its " + human_bytes(w.needed) + " allocated peak.";
+    if (w.approximate) v.detail += " Approximate: the ring had dropped older events.";
+    return v;
 }
 
 void render_text(const WhatIf &w, bool color, std::ostream &out) {
@@ -141,20 +200,28 @@ void render_text(const WhatIf &w, bool color, std::ostream &out) {
         out << outcome_line(*w.expandable, w, s) << "\n";
     }
     if (!w.max_split.empty()) {
-        std::string avoid, all;
+        const uint64_t budget = w.budget ? w.budget->bytes : 0;
+        std::string avoid, just, all;
         size_t n = 0;
         for (const Outcome &o : w.max_split) {
             std::string mb = std::to_string(o.config.max_split_size >> 20);
             all += (all.empty() ? "" : ", ") + mb;
-            if (o.avoids) {
+            if (comfortably(o, budget)) {
                 avoid += (avoid.empty() ? "" : ", ") + mb;
                 n++;
+            } else if (o.avoids) {
+                just += (just.empty() ? "" : ", ") + mb;
             }
         }
         out << heading("max_split_size_mb");
-        if (n == 0) out << "none of " << all << " avoids it\n";
-        else if (n == w.max_split.size()) out << s.green() << "each of " << all << " avoids it" << s.reset() << "\n";
-        else out << s.green() << avoid << s.reset() << " avoid" << (n == 1 ? "s" : "") << " it (of " << all << ")\n";
+        if (n == w.max_split.size()) out << s.green() << "each of " << all << " avoids it" << s.reset();
+        else if (n) out << s.green() << avoid << s.reset() << " avoid" << (n == 1 ? "s" : "") << " it";
+        else if (just.empty()) out << "none of " << all << " avoids it";
+        if (!just.empty())
+            out << (n ? "; " : "") << s.yellow() << just << s.reset() << " only just (less than "
+                << human_bytes(spare_needed(budget)) << " to spare)";
+        if (n && n < w.max_split.size()) out << " (of " << all << ")";
+        out << "\n";
     }
 
     out << heading("smallest budget") << human_bytes(w.needed) << " allocated peak (no allocator does with less) · "

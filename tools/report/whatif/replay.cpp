@@ -7,6 +7,8 @@
 
 namespace gg::whatif {
 
+uint64_t spare_needed(uint64_t budget) { return std::max<uint64_t>(uint64_t(64) << 20, budget / 50); }
+
 using report::Report;
 using report::TensorEvent;
 using report::TensorView;

@@ -130,6 +130,16 @@ struct WhatIf {
     std::optional<uint64_t> smallest_configured, smallest_expandable;
 };
 
+// What a setting that avoids the OOM should leave spare under the budget before the answer is "yes"
+// rather than "only just": a rerun does not repeat the recorded requests exactly (threads interleave
+// differently, libraries size their workspaces from what is free). On the H200, a DDP run that the
+// replay said max_split_size_mb:256 would serve with 50 MiB to spare asked for more in its rerun and
+// ran out (docs/platform-facts.md). 64 MiB or 2% of the budget, as the quota's own tolerance.
+uint64_t spare_needed(uint64_t budget);
+inline bool comfortably(const Outcome &o, uint64_t budget) {
+    return o.avoids && o.peak_reserved <= budget && budget - o.peak_reserved >= spare_needed(budget);
+}
+
 // The max_split_size_mb values tried (c10 requires more than 20).
 constexpr uint64_t kSplitSizesMb[] = {32, 64, 128, 256, 512, 1024};
 
@@ -139,5 +149,13 @@ WhatIf what_if(const report::Report &r);
 nlohmann::json to_json(const WhatIf &w);
 // A few lines a person reads in ten seconds.
 void render_text(const WhatIf &w, bool color, std::ostream &out);
+
+// The replay's answer as one piece of advice for the report's summary (tools/report/analysis.cpp):
+// a title naming the option that avoids the OOM (or none) and a detail with the numbers. Empty when
+// the model does not follow the run (not trusted) or there was no budget: then it says nothing.
+struct Verdict {
+    std::string title, detail;
+};
+std::optional<Verdict> verdict(const WhatIf &w);
 
 }  // namespace gg::whatif
