@@ -1,5 +1,5 @@
 # The .deb (make deb): its files and control, its man page, and the installed command finding its shim
-# in /usr/lib/gpuguard. Under CI=true (as root) it is installed for real with
+# in /usr/lib/gpuguard. Under CI=true (as root, or with sudo) it is installed for real with
 # `apt-get install ./gpuguard_*.deb` and removed after; elsewhere it is unpacked into a folder
 # (dpkg-deb -x), which checks the same layout without touching the machine's /usr.
 
@@ -37,11 +37,12 @@ installed_doctor() {
 check "make deb: the command, the shim and its libunwind in /usr/lib/gpuguard, the header, man page and copyright" deb_contents
 if command -v man >/dev/null; then check "the man page renders, with every command and variable" man_page
 else skip "the man page renders" "no man here"; fi
-if [[ ${CI:-} == true && $(id -u) == 0 && -z $SANITIZER ]]; then
+SUDO=; [[ $(id -u) == 0 ]] || SUDO="sudo -n"
+if [[ ${CI:-} == true && -z $SANITIZER ]] && $SUDO true 2>/dev/null; then
   apt_installed() {
-    apt-get install -y -qq "$DEB" > apt.txt 2>&1 || { cat apt.txt; return 1; }
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$DEB" > apt.txt 2>&1 || { cat apt.txt; return 1; }
     installed_doctor /usr/bin/gpuguard /usr/lib/gpuguard/libgpuguard.so; local rc=$?
-    apt-get remove -y -qq gpuguard > /dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq gpuguard > /dev/null 2>&1
     return $rc
   }
   check "apt-get install ./gpuguard_*.deb, then gpuguard doctor finds the shim and run refuses over the limit" apt_installed
