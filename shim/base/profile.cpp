@@ -20,6 +20,7 @@ constexpr const char *kNames[kSteps] = {
     "  commit (track)",
     "    stack: native unwind",
     "    stack: native site key",
+    "    stack: Python site key",
     "    stack: Python frames",
     "    stack: intern",
     "free: whole hook",

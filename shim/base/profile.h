@@ -19,6 +19,7 @@ enum Step {
     kCommit,
     kCaptureNative,
     kCaptureNativeKey,
+    kCapturePythonKey,
     kCapturePython,
     kCaptureIntern,
     kFreeTotal,

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/base/hash_mix.h"
 #include "common/base/log.h"
 #include "common/settings/settings.h"
 #include "shim/base/race_once.h"
@@ -289,6 +290,27 @@ int capture(Frame *out, int max) {
     }
     if (!frame) boundary();  // the outermost frame was entered from C (Py_RunMain and the like)
     return n;
+}
+
+uint64_t site_key(uint64_t seed) {
+    const Runtime &r = runtime();
+    if (!r.layout) return 0;
+    uintptr_t frame = innermost_frame(r);
+    if (!frame) return 0;
+    const Layout &l = *r.layout;
+    uint64_t h = seed;
+    int n = 0;
+    for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
+        uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
+        if (previous == frame) break;
+        uintptr_t code = at<uintptr_t>(frame, l.frame_code);
+        // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
+        h = hash_mix(h, code);
+        h = hash_mix(h, at<uintptr_t>(frame, l.frame_instr));
+        ++n;
+        frame = previous;
+    }
+    return n ? (h ? h : 1) : 0;
 }
 
 bool is_eval_loop(uintptr_t ip) {

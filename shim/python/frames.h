@@ -30,6 +30,15 @@ bool available();
 // GPUGUARD_PYTHON_STACKS=0, or anything looked inconsistent).
 int capture(Frame *out, int max);
 
+// The calling thread's Python stack as it stands, for a site key (shim/stacks/reuse.h): folds every
+// frame's code object and instruction address into `seed` and returns the hash, or 0 when there
+// are no Python frames (as capture() would find none). Reads only the frames themselves: no line
+// table, no name, no lock, so a reused site costs a walk of pointers. Two different stacks give
+// the same key only if every frame ran the same instruction of a code object at the same address
+// (a freed code object's address reused by another one, at the very same places): reuse's checks
+// find that.
+uint64_t site_key(uint64_t seed);
+
 // True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault): the native frame
 // where Python frames stand when native and Python stacks are merged.
 bool is_eval_loop(uintptr_t ip);

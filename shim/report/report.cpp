@@ -244,7 +244,9 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
           {key::unwound, reuse.unwound},
           {key::checks, reuse.checks},
           {key::changes, reuse.changes},
-          {key::unstable_sites, reuse.unstable_sites}}}};
+          {key::unstable_sites, reuse.unstable_sites},
+          {key::evicted, reuse.evicted},
+          {key::threads, reuse.threads}}}};
     r[key::device] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);

@@ -62,18 +62,52 @@ bool same_site_stack(StackId a, StackId b) {
 }
 
 // Where capture()'s caller stands in a walk: found by its return address, robust to inlining and tail
-// calls inside the shim and to each unwinder's idea of where the walk starts.
+// calls inside the shim and to each unwinder's idea of where the walk starts. -1 when not found.
 int caller_index(void *const *raw, int n, void *return_address) {
     for (int i = 0; i < n && i < kSlack; ++i)
         if (raw[i] == return_address) return i;
-    return 0;
+    return -1;
 }
 
-// The site's key: the Python stack, the native depth (stack pointer) and the skip (shim/stacks/reuse.h).
-uint64_t site_key(const void *stack_pointer, int skip, const uintptr_t *py_words, int n_py_words) {
-    uint64_t h = reuse::mix(reinterpret_cast<uintptr_t>(stack_pointer), uint64_t(skip));
-    for (int i = 0; i < n_py_words; ++i) h = reuse::mix(h, py_words[i]);
-    return h ? h : 1;  // 0 marks an empty slot
+// The deepest caller_index() found so far: how many frames of the shim and the unwinder a walk
+// passes before it reaches capture()'s caller (the same few for every call; kSlack until known), so
+// that a walk asks for only the frames it keeps.
+std::atomic<int> g_caller_at{-1};
+
+int frames_above_caller() {
+    int at = g_caller_at.load(std::memory_order_relaxed);
+    return at < 0 ? kSlack : at + 1;
+}
+
+// Where the caller stands in this walk (0 when not found), remembered for the next walks.
+int locate_caller(void *const *raw, int n, void *return_address) {
+    int at = caller_index(raw, n, return_address);
+    if (at < 0) return 0;
+    if (at > g_caller_at.load(std::memory_order_relaxed)) g_caller_at.store(at, std::memory_order_relaxed);
+    return at;
+}
+
+// The site's key before any native frame: the skip, and for a site without Python frames the native
+// depth (stack pointer). Not for a Python site: the depth of the C stack below its eval loop changes
+// as CPython specialises and despecialises the calls further out (a specialised call runs in the
+// same eval loop, an unspecialised one enters a new one), which would make the same site a new key
+// at every few steps; what lies between the allocation and the innermost eval loop does not change.
+uint64_t site_seed(const void *stack_pointer, int skip) {
+    return reuse::mix(reinterpret_cast<uintptr_t>(stack_pointer), uint64_t(skip));
+}
+
+// `key` extended with the innermost kNativeKeyFrames return addresses above the caller, from a short
+// walk: a site without Python frames (PyTorch's autograd threads, C++ programs), or an unstable
+// Python site whose native paths must be told apart (shim/stacks/reuse.h).
+uint64_t with_native_frames(uint64_t key, int skip, void *return_address) {
+    GG_PROFILE_STEP(kCaptureNativeKey);
+    void *raw[kSlack + kMaxDepth];
+    int want = frames_above_caller() + skip + kNativeKeyFrames;
+    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
+    int start = locate_caller(raw, n, return_address) + skip;
+    for (int i = start; i < n && i < start + kNativeKeyFrames; ++i)
+        key = reuse::mix(key, reinterpret_cast<uintptr_t>(raw[i]));
+    return key ? key : 1;  // 0 marks an empty slot
 }
 
 StackId capture_unguarded(int skip, void *return_address, const void *stack_pointer) {
@@ -81,8 +115,33 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
     bool python = g_python.load(std::memory_order_relaxed) && py::available();
 
-    // Python frames first: cheap, and with them the site's key. They are written past the room for
-    // native frames and moved down to follow them once those are known.
+    // A site seen before is found by its key, before anything is unwound or described: its cached
+    // stack is the answer (shim/stacks/reuse.h).
+    reuse::SiteCache *sites = nullptr;
+    uint64_t key = 0;
+    StackId cached = 0;
+    auto verdict = reuse::SiteCache::Verdict::kMiss;
+    if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
+        if (python) {
+            GG_PROFILE_STEP(kCapturePythonKey);
+            key = py::site_key(site_seed(nullptr, skip));
+        }
+        bool keyed_by_python = key != 0;
+        if (!keyed_by_python) key = with_native_frames(site_seed(stack_pointer, skip), skip, return_address);
+        verdict = sites->lookup(key, &cached);
+        if (verdict == reuse::SiteCache::Verdict::kUnstable && keyed_by_python) {
+            key = with_native_frames(key, skip, return_address);
+            verdict = sites->lookup(key, &cached);
+        }
+        if (verdict == reuse::SiteCache::Verdict::kReuse) {
+            reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+            return cached;
+        }
+        if (verdict == reuse::SiteCache::Verdict::kUnstable) sites = nullptr;  // unwound every time
+    }
+
+    // Python frames: with them the native walk can stop at the eval loop. They are written past the
+    // room for native frames and moved down to follow them once those are known.
     uintptr_t words[kMaxDepth + kPyWords * kMaxPython];
     uintptr_t *py_words = words + kMaxDepth;
     int n_py = 0;
@@ -99,34 +158,6 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         }
     }
 
-    reuse::SiteCache *sites = nullptr;
-    uint64_t key = 0;
-    StackId cached = 0;
-    auto verdict = reuse::SiteCache::Verdict::kMiss;
-    if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
-        if (n_py > 0) {
-            key = site_key(stack_pointer, skip, py_words, kPyWords * n_py);
-        } else {
-            // No Python frames (PyTorch's autograd threads, C++ programs): the site's key is the
-            // innermost kNativeKeyFrames return addresses above the caller and the stack pointer,
-            // from a short walk; a full unwind follows only on a miss or a check (shim/stacks/reuse.h).
-            GG_PROFILE_STEP(kCaptureNativeKey);
-            void *raw[kSlack + kMaxDepth];
-            int want = kSlack + skip + kNativeKeyFrames;
-            int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
-            int start = caller_index(raw, n, return_address) + skip;
-            key = site_key(stack_pointer, skip, nullptr, 0);
-            for (int i = start; i < n && i < start + kNativeKeyFrames; ++i)
-                key = reuse::mix(key, reinterpret_cast<uintptr_t>(raw[i]));
-            key = key ? key : 1;
-        }
-        verdict = sites->lookup(key, &cached);
-        if (verdict == reuse::SiteCache::Verdict::kReuse) {
-            reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
-            return cached;
-        }
-    }
-
     // Cut the native frames at the eval loop only when the Python frames were read: otherwise they
     // are all this stack has.
     bool cut = n_py > 0;
@@ -134,7 +165,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     if (depth > 0) {
         GG_PROFILE_STEP(kCaptureNative);
         void *raw[kSlack + 2 * kMaxDepth];
-        int want = kSlack + skip + depth;
+        int want = frames_above_caller() + skip + depth;
         // With Python frames, the native walk can end at the innermost eval loop: the frames below
         // it are the interpreter's, and the Python frames tell more about them (the merge places all
         // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
@@ -142,7 +173,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
                                   cut ? stop_at_eval_loop : nullptr);
         reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
-        int start = caller_index(raw, n, return_address) + skip;
+        int start = locate_caller(raw, n, return_address) + skip;
         for (int i = start; i < n && n_native < depth; ++i) {
             words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
             // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
@@ -198,9 +229,10 @@ size_t count() { return table::count(); }
 
 ReuseCounts reuse_counts() {
     const reuse::Counts &c = reuse::counts();
-    return {c.reused.load(std::memory_order_relaxed), c.unwound.load(std::memory_order_relaxed),
-            c.checks.load(std::memory_order_relaxed), c.changes.load(std::memory_order_relaxed),
-            c.unstable_sites.load(std::memory_order_relaxed)};
+    return {c.reused.load(std::memory_order_relaxed),         c.unwound.load(std::memory_order_relaxed),
+            c.checks.load(std::memory_order_relaxed),         c.changes.load(std::memory_order_relaxed),
+            c.unstable_sites.load(std::memory_order_relaxed), c.evicted.load(std::memory_order_relaxed),
+            c.threads.load(std::memory_order_relaxed)};
 }
 
 WalkerCounts walker_counts() {

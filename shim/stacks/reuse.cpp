@@ -2,32 +2,50 @@
 
 namespace gg::stacks::reuse {
 
+SiteCache::SiteCache() { counts().threads.fetch_add(1, std::memory_order_relaxed); }
+
+SiteCache::Slot *SiteCache::find(uint64_t key) {
+    Slot *set = set_of(key);
+    for (int w = 0; w < kWays; ++w)
+        if (set[w].key == key) return &set[w];
+    return nullptr;
+}
+
 SiteCache::Verdict SiteCache::lookup(uint64_t key, StackId *id) {
-    Slot &s = slot_of(key);
-    if (s.key != key || s.id == 0) return Verdict::kMiss;
-    if (s.unstable) return Verdict::kMiss;
-    *id = s.id;
-    s.hits++;
-    return due(s.hits) ? Verdict::kCheck : Verdict::kReuse;
+    Slot *s = find(key);
+    if (!s) return Verdict::kMiss;
+    s->used = ++clock_;
+    if (s->unstable) return Verdict::kUnstable;
+    if (s->id == 0) return Verdict::kMiss;
+    *id = s->id;
+    s->hits++;
+    return due(s->hits) ? Verdict::kCheck : Verdict::kReuse;
 }
 
 void SiteCache::store(uint64_t key, StackId id) {
-    Slot &s = slot_of(key);
-    if (s.key == key && s.unstable) return;  // stays known as unstable
-    s = Slot{key, id, 0, 0, false};
+    Slot *s = find(key);
+    if (s && s->unstable) return;  // stays known as unstable
+    if (!s) {
+        Slot *set = set_of(key);
+        s = &set[0];  // an empty way, else the least recently used
+        for (int w = 0; w < kWays && s->key; ++w)
+            if (!set[w].key || set[w].used < s->used) s = &set[w];
+        if (s->key) counts().evicted.fetch_add(1, std::memory_order_relaxed);
+    }
+    *s = Slot{key, id, 0, ++clock_, 0, false};
 }
 
 void SiteCache::checked(uint64_t key, bool same, StackId fresh) {
-    Slot &s = slot_of(key);
-    if (s.key != key || same) return;
+    Slot *s = find(key);
+    if (!s || same) return;
     counts().changes.fetch_add(1, std::memory_order_relaxed);
-    if (++s.changes >= kMaxChanges) {
-        s.unstable = true;
+    if (++s->changes >= kMaxChanges) {
+        s->unstable = true;
         counts().unstable_sites.fetch_add(1, std::memory_order_relaxed);
         return;
     }
-    s.id = fresh;
-    s.hits = 0;
+    s->id = fresh;
+    s->hits = 0;
 }
 
 namespace {

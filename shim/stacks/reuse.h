@@ -6,23 +6,30 @@
 // allocations, from the same sites, every step. So a Python thread's stack is unwound once per site
 // and then reused.
 //
-// The site's key is what identifies it without unwinding: the whole Python stack (every frame's file,
-// function and line), the stack pointer at capture (the native path's depth below the interpreter)
-// and the number of frames skipped. Two native paths under one Python line that end at the same depth
-// would share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then every 1024th, is
-// checked by unwinding anyway. A check that finds another stack replaces the cached one and starts
-// the schedule again (a library takes another path once it has warmed up, and keeps to it); the
-// third time a site's stack changes, it is never reused again. Two paths that take turns are so
-// caught within three allocations, each of which kept its own stack. (Stacks that differ only in
-// where inside the interpreter's eval loop a frame stood are the same site: CPython specialises its
-// instructions as a program warms up, which moves those return addresses.) Threads
-// without Python frames (PyTorch's autograd threads, C++ programs) always unwind: their key would rest
-// on the stack pointer alone. GPUGUARD_STACK_REUSE=0 turns reuse off.
+// The site's key is what identifies it without unwinding: for a thread running Python, the whole
+// Python stack (every frame's code object and instruction address, read from the frames alone:
+// shim/python/frames.h, site_key) and the number of frames skipped (not the stack pointer: the C
+// stack's depth under one Python stack changes as CPython specialises calls, shim/stacks/capture.cpp).
+// Two native paths under one Python instruction share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then
+// every 1024th, is checked by unwinding anyway. A check that finds another stack replaces the cached
+// one and starts the schedule again (a library takes another path once it has warmed up, and keeps to
+// it); the third time a site's stack changes, the site is unstable (one Python line whose calls take
+// several native paths: a generate() step's first token and the next ones). An unstable site's key
+// is then extended with the innermost native return addresses (a short walk, a quarter of an
+// unwind's cost), which tells the paths apart; only a site unstable under that key too unwinds every
+// time. (Stacks that differ only in where inside the interpreter's eval loop a frame stood are the
+// same site: CPython specialises its instructions as a program warms up, which moves those return
+// addresses.) Threads without Python frames (PyTorch's autograd threads, C++ programs) are keyed by
+// those innermost return addresses from the start. GPUGUARD_STACK_REUSE=0 turns reuse off.
 //
-// The cache is per thread (no lock), direct-mapped, and never holds more than kSlots sites.
+// The cache is per thread (no lock), kWays-way set-associative (a training step's few hundred sites
+// would collide in a direct-mapped table: two sites sharing a slot evict each other at every step and
+// both unwind every time), and never holds more than kSets * kWays sites.
 #pragma once
 #include <atomic>
 #include <cstdint>
+
+#include "common/base/hash_mix.h"
 
 namespace gg::stacks::reuse {
 
@@ -30,47 +37,56 @@ using StackId = uint32_t;
 
 class SiteCache {
 public:
-    static constexpr int kSlots = 256;
+    static constexpr int kSets = 1024;
+    static constexpr int kWays = 4;
 
     enum class Verdict {
-        kMiss,   // unwind, then store()
-        kReuse,  // *id is the site's stack
-        kCheck,  // a reuse due for its check: unwind, then checked()
+        kMiss,      // unwind, then store()
+        kReuse,     // *id is the site's stack
+        kCheck,     // a reuse due for its check: unwind, then checked()
+        kUnstable,  // the site's stack changed kMaxChanges times under this key: extend the key, or unwind
     };
     Verdict lookup(uint64_t key, StackId *id);
     void store(uint64_t key, StackId id);
-    // After a check: `same` says whether the fresh stack is the cached one (shim/stacks/stacks.cpp decides,
-    // ignoring where exactly in the eval loop the interpreter was). A different one replaces it and
-    // restarts the checks; the kMaxChanges-th change makes the site never reused again.
+    // After a check: `same` says whether the fresh stack is the cached one (shim/stacks/capture.cpp
+    // decides, ignoring where exactly in the eval loop the interpreter was). A different one replaces
+    // it and restarts the checks; the kMaxChanges-th change makes the site unstable.
     void checked(uint64_t key, bool same, StackId fresh);
     static constexpr int kMaxChanges = 3;
 
+    SiteCache();
+
     // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then every 1024th.
     static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : n % 1024 == 0; }
+    // The set a key lies in.
+    static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 
 private:
     struct Slot {
-        uint64_t key = 0;
+        uint64_t key = 0;  // 0: empty
         StackId id = 0;
         uint32_t hits = 0;
+        uint32_t used = 0;  // the cache's clock at the last lookup or store: the least recent is evicted
         uint8_t changes = 0;
         bool unstable = false;
     };
-    Slot slots_[kSlots];
-    Slot &slot_of(uint64_t key) { return slots_[(key ^ key >> 29) % kSlots]; }
+    Slot slots_[kSets * kWays];
+    uint32_t clock_ = 0;
+    Slot *set_of(uint64_t key) { return &slots_[set_index(key) * kWays]; }
+    Slot *find(uint64_t key);
 };
 
 // Process-wide counts, for the report's "capture" section.
 struct Counts {
     std::atomic<uint64_t> reused{0}, unwound{0}, checks{0}, changes{0}, unstable_sites{0};
+    // sites dropped from a full set for a newer one: many means more sites than the cache holds
+    std::atomic<uint64_t> evicted{0};
+    // caches made: one per thread that captured a stack (a new thread starts with an empty cache)
+    std::atomic<uint64_t> threads{0};
 };
 Counts &counts();
 
-// Mixes one word into a key (a 64-bit multiply-xorshift; collisions are as rare as in any 64-bit hash).
-inline uint64_t mix(uint64_t h, uint64_t word) {
-    h ^= word + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    h *= 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 31);
-}
+// Mixes one word into a key.
+inline uint64_t mix(uint64_t h, uint64_t word) { return hash_mix(h, word); }
 
 }  // namespace gg::stacks::reuse

@@ -93,6 +93,12 @@ for mode in auto off noshim; do
   results+=("    $(tail -1 "$OUT/cudnn-$mode.log" | cut -c1-400)")
 done
 
+echo "== 6. the tensor view: PyTorch's blocks against its own numbers, fragmentation, KV cache, DDP, what-if reruns"
+unset GPUGUARD_LEDGER GPUGUARD_MEM_LIMIT
+BUILD=$BUILD OUT=$OUT timeout 420 bash "$ROOT/tests/gpu/tensor_view.sh" > "$OUT/tensor_view.log" 2>&1 ||
+  record "tensor view: tests/gpu/tensor_view.sh" "FAIL (rc=$?, see tensor_view.log)"
+[[ -f $OUT/tensor/summary.txt ]] && mapfile -t -O "${#results[@]}" results < "$OUT/tensor/summary.txt"
+
 cp "$W"/*.json "$OUT/reports/" 2>/dev/null
 echo
 echo "== gpuguard GPU checks"

@@ -111,3 +111,22 @@ shim_expandable_at_exit() {
     "(True, True, 0)" "the replay of an expandable run"
 }
 check "under the shim at exit with expandable segments: the tensor view's totals and mapped pages are the double's, replayed exactly" shim_expandable_at_exit
+
+# PyTorch's allocator meets a refusal, frees its cache and retries, and the retry fits: that is no
+# out-of-memory of the program, so no report is written (one for every such retry would bury the
+# real one: 114 of them in the H200's KV-cache run), and the exit report counts it as recovered.
+shim_recovered() {
+  fresh
+  local out
+  out=$(GPUGUARD_MEM_LIMIT=2GiB GPUGUARD_LEDGER=none GPUGUARD_REPORT_ON_EXIT=1 \
+        shimmed "$BIN/c10_app" alloc 256Mx4 free-all alloc 1536M print 2>err.txt) || { cat err.txt; return 1; }
+  expect_contains "$out" "allocated=$((1536 * MiB)) reserved=$((1536 * MiB)) live=1 ooms=0" \
+    "the retry after the cache was freed fits" &&
+  expect_eq "$(ls gpuguard-quota-*.json 2>/dev/null | wc -l)" "0" "no out-of-memory report" &&
+  expect_eq "$(grep -c 'refused' err.txt)" "0" "no refusal line on stderr" || return 1
+  local report; report=$(ls gpuguard-exit-*.json | head -1)
+  [[ -n $report ]] || { echo "no exit report"; return 1; }
+  expect_eq "$(json "$report" 'd["tensor_view"]["refusals_recovered"], d["tensor_view"]["allocated_bytes"]')" \
+    "(1, $((1536 * MiB)))" "the exit report counts the recovered refusal"
+}
+check "under the shim: a refusal PyTorch recovers from (it frees its cache and retries) writes no report" shim_recovered

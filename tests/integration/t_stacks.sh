@@ -92,6 +92,18 @@ stack_reuse_two_paths() {
 }
 check "one Python line reaching the driver through two native paths at the same depth: each keeps its own stack" stack_reuse_two_paths
 
+stack_reuse_two_paths_extended() {
+  fresh
+  local r; r=$(paths_report 200 ab) || { cat "$TMP/err"; return 1; }
+  # Once the site is unstable, its key takes in the innermost native return addresses: each path is a
+  # site of its own, and is reused from then on (it used to be unwound at every allocation).
+  expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((100 * MIB)), 100), ('path_b', $((200 * MIB)), 100)]" \
+    "bytes by native path, exact" &&
+  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
+    "the Python site unstable, its two native paths reused"
+}
+check "an unstable Python site is told apart by its native frames: each path reused with its own stack" stack_reuse_two_paths_extended
+
 signal_report() {
   fresh
   # env execs the program, so $! is its pid.

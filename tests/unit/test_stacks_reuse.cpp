@@ -28,7 +28,7 @@ TEST_CASE("a site's stack is reused after it was stored, with checks at the 1st,
     delete c;
 }
 
-TEST_CASE("a check that finds another stack replaces the cached one; the third change ends reuse of the site") {
+TEST_CASE("a check that finds another stack replaces the cached one; the third change makes the site unstable") {
     auto *c = new SiteCache();
     uint64_t before = gg::stacks::reuse::counts().unstable_sites.load();
     uint32_t id = 0;
@@ -44,32 +44,34 @@ TEST_CASE("a check that finds another stack replaces the cached one; the third c
     CHECK(id == 5);
     c->checked(9, false, 6);  // third change: never reused again
     CHECK(gg::stacks::reuse::counts().unstable_sites.load() == before + 1);
-    for (int n = 0; n < 100; n++) CHECK(c->lookup(9, &id) == Verdict::kMiss);
-    c->store(9, 6);  // a later miss stores nothing over the mark
-    CHECK(c->lookup(9, &id) == Verdict::kMiss);
+    for (int n = 0; n < 100; n++) CHECK(c->lookup(9, &id) == Verdict::kUnstable);
+    c->store(9, 6);  // a later unwind stores nothing over the mark
+    CHECK(c->lookup(9, &id) == Verdict::kUnstable);
     delete c;
 }
 
-TEST_CASE("sites that share a slot replace each other; neither is ever answered with the other's stack") {
+TEST_CASE("sites that share a set all stay cached up to its ways; then the least recently used one goes") {
     auto *c = new SiteCache();
-    // Find a key that lands in the same slot as key 1: the cache is direct-mapped.
-    uint64_t other = 2;
-    {
-        SiteCache probe;
-        probe.store(1, 11);
-        uint32_t id;
-        while (true) {
-            probe.store(other, 22);
-            if (probe.lookup(1, &id) == Verdict::kMiss) break;  // key 1 was evicted: same slot
-            other++;
-        }
-    }
+    std::vector<uint64_t> keys;  // kWays + 1 keys of one set
+    for (uint64_t k = 1; int(keys.size()) <= SiteCache::kWays; ++k)
+        if (SiteCache::set_index(k) == SiteCache::set_index(1)) keys.push_back(k);
     uint32_t id = 0;
-    c->store(1, 11);
-    c->store(other, 22);
-    CHECK(c->lookup(1, &id) == Verdict::kMiss);
-    CHECK(c->lookup(other, &id) != Verdict::kMiss);
-    CHECK(id == 22);
+    for (int i = 0; i < SiteCache::kWays; ++i) c->store(keys[i], 100 + i);
+    for (int i = 0; i < SiteCache::kWays; ++i) {  // all of them stay: no two evict each other
+        REQUIRE(c->lookup(keys[i], &id) != Verdict::kMiss);
+        CHECK(id == uint32_t(100 + i));
+    }
+    REQUIRE(c->lookup(keys[0], &id) != Verdict::kMiss);  // keys[1] is now the least recently used
+    c->store(keys.back(), 999);
+    CHECK(c->lookup(keys[1], &id) == Verdict::kMiss);
+    for (int i = 0; i < SiteCache::kWays; ++i) {
+        if (i == 1) continue;
+        id = 0;
+        CHECK(c->lookup(keys[i], &id) != Verdict::kMiss);
+        CHECK(id == uint32_t(100 + i));
+    }
+    CHECK(c->lookup(keys.back(), &id) != Verdict::kMiss);
+    CHECK(id == 999u);
     delete c;
 }
 
