@@ -107,7 +107,8 @@ if [[ -x $W/venv/bin/gpuguard ]]; then
   wait 2>/dev/null
   alive=$(grep -c '^gpuguard_process_state{.*gpuguard_process_state="alive"} 1' "$P/metrics.txt")
   row "exporter: limit 8 GiB, two processes alive" "$(grep -q '^gpuguard_device_limit_bytes{.*container="h200".*} 8589934592' "$P/metrics.txt" && [[ $alive -ge 2 ]] && echo "ok ($alive alive)" || echo "FAIL (see metrics.txt)")"
-  row "exporter: used >= 1.5 GiB (both tensors)" "$(awk '/^gpuguard_device_used_bytes/ {print ($2 >= 1610612736 ? "ok (" $2 ")" : "FAIL (" $2 ")")}' "$P/metrics.txt" | head -1)"
+  used=$(awk '/^gpuguard_device_used_bytes/ {print ($2 >= 1610612736 ? "ok (" $2 ")" : "FAIL (" $2 ")")}' "$P/metrics.txt" | head -1)
+  row "exporter: used >= 1.5 GiB (both tensors)" "${used:-FAIL (no device in metrics.txt)}"
 fi
 
 echo
