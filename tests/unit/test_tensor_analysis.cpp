@@ -80,6 +80,14 @@ TEST_CASE("fragmentation: the request fits beside the tensors, no free block is 
     CHECK(advised);
     // Never the generic advice that the numbers contradict.
     for (const Advice &x : a.advice) CHECK(x.id != "caching-allocator");
+    // The diagnosis sets the tensors and the request against what the process may use (it once read
+    // "fits in the 2.00 GiB left beside the 1.07 GiB of tensors", as if 2 GiB were left).
+    bool said = false;
+    for (const std::string &w : a.why)
+        said |=
+            w.find("the tensors (1.07 GiB) and the request (600.00 MiB) fit in the 2.00 GiB this process may use") !=
+            std::string::npos;
+    CHECK(said);
 }
 
 TEST_CASE("no fragmentation when the limit is too small for the tensors themselves") {

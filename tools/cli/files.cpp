@@ -8,15 +8,11 @@
 #include <cstring>
 
 namespace gg::tool {
-namespace {
-
 std::string dirname_of(const std::string &path) {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) return ".";
     return slash == 0 ? "/" : path.substr(0, slash);
 }
-
-}  // namespace
 
 std::string absolute_path(const std::string &path) {
     if (path.empty() || path[0] == '/') return path;

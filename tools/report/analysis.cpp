@@ -69,8 +69,9 @@ void tensor_diagnosis(const Report &r, Analysis &a) {
     }
     a.fragmentation = avail > 0 && t.allocated + t.request <= avail && t.largest_free < t.request && t.pinned_free > 0;
     if (a.fragmentation)
-        a.why.push_back("this is fragmentation: the request fits in the " + human_bytes(avail) + " left beside the " +
-                        human_bytes(t.allocated) + " of tensors, but the free memory is split over " +
+        a.why.push_back("this is fragmentation: the tensors (" + human_bytes(t.allocated) + ") and the request (" +
+                        human_bytes(t.request) + ") fit in the " + human_bytes(avail) +
+                        " this process may use, but the free memory is split over " +
                         std::to_string(t.pinned_segments) + (t.expandable ? " pages" : " segments") +
                         " that live tensors keep from going back to the driver");
 }
