@@ -57,7 +57,8 @@ ifneq ($(SANITIZE),)
   LDFLAGS  += $(SANFLAGS)
 endif
 
-COMMON_SRC := $(sort $(shell find common -name '*.cpp'))
+# common/floor/ is not in the common library: it is linked into the shipped binaries alone (below).
+COMMON_SRC := $(sort $(shell find common -name '*.cpp' -not -path 'common/floor/*'))
 # The shim's entry points (exported hooks, the dlsym and cuGetProcAddress interposers) are kept apart
 # from its core so that unit tests can link the core without interposing anything in the test process.
 SHIM_ENTRY := $(wildcard shim/hooks/*.cpp shim/hooks/*.S)
@@ -70,7 +71,6 @@ obj = $(patsubst %,$(BUILD)/obj/%.o,$(1))
 
 LIB        := $(BUILD)/libgpuguard.so
 UNWIND_SO  := $(BUILD)/libunwind.so.8
-UNWIND_SRC ?= /usr/lib/x86_64-linux-gnu/libunwind.so.8
 COMMON_LIB := $(BUILD)/libgpuguard_common.a
 CORE_LIB   := $(BUILD)/libgpuguard_core.a
 CLI        := $(BUILD)/gpuguard
@@ -84,7 +84,7 @@ FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so
               $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
-.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak
+.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak wheel deb
 all: deps-check $(LIB) $(UNWIND_SO) $(CLI)
 
 # Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
@@ -103,24 +103,63 @@ $(COMMON_LIB): $(call obj,$(COMMON_SRC))
 $(CORE_LIB): $(call obj,$(SHIM_CORE))
 	@rm -f $@; ar rcs $@ $^
 
+# The glibc floor (common/floor/glibc.def): the shipped binaries (the shim, its libunwind, the command)
+# load on glibc 2.17 and newer. Every glibc symbol newer than that is linked with --wrap to an old
+# version of it or to our own definition, and libdl.so.2 and libpthread.so.0 are named, where glibc
+# before 2.34 keeps dlopen and pthread_create. tests/integration/t_floor.sh reads what each binary asks
+# for. Sanitized builds keep the build machine's glibc (their runtimes need it anyway).
+comma           := ,
+FLOOR_NAMES     := ${shell sed -nE 's/^(BIND|OWN)\(([A-Za-z0-9_]+).*/\2/p' common/floor/glibc.def}
+FLOOR_EXE_NAMES := ${shell sed -nE 's/^OWN_EXE\(([A-Za-z0-9_]+).*/\1/p' common/floor/glibc.def}
+ifeq ($(SANITIZE),)
+  FLOOR_OBJ      := $(call obj,common/floor/bind.S common/floor/own.cpp)
+  FLOOR_EXE_OBJ  := $(call obj,common/floor/start.cpp)
+  FLOOR_LDFLAGS  := $(FLOOR_OBJ) $(patsubst %,-Wl$(comma)--wrap=%,$(FLOOR_NAMES)) \
+                    -Wl,--push-state,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0 -Wl,--pop-state
+  FLOOR_EXE_LDFLAGS := $(FLOOR_EXE_OBJ) $(patsubst %,-Wl$(comma)--wrap=%,$(FLOOR_EXE_NAMES)) $(FLOOR_LDFLAGS)
+endif
+
 # The shim never links libcuda, cuDNN, NVML or libunwind: it finds them at run time, so that it
 # loads in any container (docs/platform-facts.md: a preload library with a missing DT_NEEDED is silently skipped).
 # -Bsymbolic binds the shim's own calls to its own definitions; -z nodelete keeps it mapped even if
 # a program dlcloses it while a hook is on some thread's stack. shim/hooks/exports.map exports the hooks and
 # the API only: the static libstdc++ and libgcc, and templates instantiated here, stay private.
-$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/hooks/exports.map
+$(LIB): $(call obj,$(SHIM_ENTRY)) $(CORE_LIB) $(COMMON_LIB) shim/hooks/exports.map $(FLOOR_OBJ) common/floor/glibc.def
 	$(CXX) -shared -o $@ $(call obj,$(SHIM_ENTRY)) -Wl,--whole-archive $(CORE_LIB) -Wl,--no-whole-archive \
-	  $(COMMON_LIB) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc \
+	  $(COMMON_LIB) $(FLOOR_LDFLAGS) $(LDFLAGS) -Wl,-Bsymbolic -Wl,-z,nodelete -Wl,-z,now -static-libstdc++ -static-libgcc \
 	  -Wl,--version-script=shim/hooks/exports.map -ldl -pthread
 
 # libunwind is shipped beside the shim, where shim/stacks/unwind.cpp dlopens it first: the GPU
-# machine and many container images have none installed (docs/platform-facts.md). libgcc's unwinder is the fallback.
-$(UNWIND_SO): $(UNWIND_SRC) | deps-check
+# machine and many container images have none installed (docs/platform-facts.md). libgcc's unwinder is the
+# fallback. The system's libunwind.so.8 asks for glibc 2.34, so the shipped one is compiled here from
+# Debian's source of the same version (packaging/libunwind/fetch.sh) with the glibc floor.
+# UNWIND_FROM=system copies the machine's instead (sanitized builds do: the floor is not theirs).
+UNWIND_FROM ?= $(if $(SANITIZE),system,source)
+ifeq ($(UNWIND_FROM),system)
+$(UNWIND_SO): /usr/lib/x86_64-linux-gnu/libunwind.so.8 | deps-check
 	@mkdir -p $(dir $@)
 	cp -L $< $@
+else
+include packaging/libunwind/sources.mk
+UW         := $(BUILD)/libunwind
+UW_OBJ     := $(patsubst %,$(UW)/obj/%.o,$(UNWIND_SOURCES))
+UW_FLAGS   := -O2 -g -fPIC -fexceptions -w -DHAVE_CONFIG_H -D_GNU_SOURCE -DNDEBUG -I$(UW)/gen -I$(UW)/src/include \
+              -I$(UW)/src/include/tdep-x86_64 -I$(UW)/src/src
+$(UW)/version: packaging/libunwind/fetch.sh packaging/libunwind/config.h | deps-check
+	packaging/libunwind/fetch.sh $(UW)
+# libunwind's own code, compiled as its Makefile does; its warnings are not this project's to fix (-w).
+$(UW)/obj/%.o: $(UW)/version
+	@mkdir -p $(dir $@)
+	$(CC) $(UW_FLAGS) -c $(UW)/src/src/$* -o $@
+$(UNWIND_SO): $(UW_OBJ) $(FLOOR_OBJ) common/floor/glibc.def
+	$(CC) -shared -o $@ $(UW_OBJ) -Wl,-soname,libunwind.so.8 $(FLOOR_LDFLAGS) -static-libgcc
+endif
 
-$(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o
-	$(CXX) -o $@ $^ $(LDFLAGS) -ldl -pthread
+# The command links its C++ runtime statically, as the shim does: a libstdc++.so.6 as new as the build
+# machine's is not in the images it runs in.
+$(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o $(FLOOR_EXE_OBJ) $(FLOOR_OBJ) common/floor/glibc.def
+	$(CXX) -o $@ $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o $(FLOOR_EXE_LDFLAGS) $(LDFLAGS) \
+	  -static-libstdc++ -static-libgcc -ldl -pthread
 
 # The HTML viewer's page, script and style live in tools/report/web/ as real files and are embedded here.
 WEB_FILES := $(wildcard tools/report/web/*)
@@ -195,7 +234,6 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.c.o $(FAKES)
 $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/integration/%.cpp.o $(FAKES)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $< $(LDFLAGS) $(if $(findstring _linked,$*),-L$(BUILD)/fake -lcuda -Wl$(comma)-rpath$(comma)'$$ORIGIN/../../fake') -ldl -pthread -rdynamic
-comma := ,
 # Keep the objects of test programs (make would delete them as intermediates and rebuild them next time).
 .SECONDARY:
 # The cuDNN test program links the test cuDNN as PyTorch links libcudnn.so.9 (private: not the fakes').
@@ -298,6 +336,17 @@ install: all
 	install -m 0644 $(UNWIND_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 include/gpuguard/gpuguard.h $(DESTDIR)$(PREFIX)/include/gpuguard/
+
+# Packages, into dist/: `make wheel` the manylinux wheel (the shim, its libunwind, the command as the
+# wheel's script, the Python package in python/gpuguard; packaging/wheel/build.py), `make deb` the
+# Debian package (into /usr, with a man page; packaging/deb/build.sh). Both from the plain build, whose
+# binaries load on glibc 2.17 and newer.
+VERSION := ${shell sed -n 's/^\#define GPUGUARD_VERSION_STRING "\(.*\)"/\1/p' common/base/version.h}
+DIST    ?= dist
+wheel: all
+	@python3 packaging/wheel/build.py $(BUILD) $(DIST) $(VERSION)
+deb: all
+	@packaging/deb/build.sh $(BUILD) $(DIST) $(VERSION)
 
 clean:
 	rm -rf $(BUILD)

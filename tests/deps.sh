@@ -12,10 +12,16 @@ need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 # util-linux: unshare, mount and mountpoint for the hostile-environment checks (t_hostile.sh: PID
 # namespaces, a small tmpfs; skipped with the reason where root is not there). Essential in Debian, so
-# normally present.
-for pkg in libunwind-dev nlohmann-json3-dev doctest-dev util-linux; do have "$pkg" || need+=("$pkg"); done
-# chromium drives the HTML report's browser test; clang + its runtimes build the fuzz targets.
+# normally present. dpkg-dev unpacks Debian's source of libunwind, which the shipped libunwind.so.8 is
+# built from (packaging/libunwind/fetch.sh).
+for pkg in libunwind-dev nlohmann-json3-dev doctest-dev util-linux dpkg-dev; do have "$pkg" || need+=("$pkg"); done
+# chromium drives the HTML report's browser test; prometheus (its server and promtool) checks the
+# exporter (t_exporter.sh); clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi
+have prometheus || need+=(prometheus)
+# The wheel's test (t_wheel.sh) installs it into a fresh venv and executes a notebook with a real kernel
+# (nbconvert --execute); the .deb's test (t_deb.sh) builds it with dpkg-deb (dpkg-dev, above).
+for pkg in python3-venv python3-nbconvert python3-ipykernel; do have "$pkg" || need+=("$pkg"); done
 if ((fuzz)); then for pkg in clang libclang-rt-14-dev; do have "$pkg" || need+=("$pkg"); done; fi
 if ((bench)); then have valgrind || need+=(valgrind); fi
 if ((${#need[@]} == 0)); then

@@ -14,6 +14,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        // `gpuguard --help run` is `gpuguard help run`.
+        if (argc > 2) {
+            argv[1] = const_cast<char *>("help");
+            for (const gg::tool::Command &c : gg::tool::commands())
+                if (!strcmp(c.name, "help")) return c.run(argc - 1, argv + 1);
+        }
         gg::tool::print_usage(stdout);
         return 0;
     }

@@ -16,7 +16,8 @@ constexpr int kMaxSlots = 512;
 // 4: limit_spec holds 4096 bytes: every spec the parser accepts (common/units/size_spec.h).
 // 5: what each process holds beside its allocations, by kind (SlotKinds), and the measured cost of a
 // context per device (DeviceCost), both appended after the slots.
-constexpr uint32_t kLayoutVersion = 5;
+// 6: the exporter's counters (ExportCounters), appended after the context costs.
+constexpr uint32_t kLayoutVersion = 6;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -69,6 +70,11 @@ enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnPro
 struct DeviceCost {
     std::atomic<uint64_t> context;  // bytes << 8 | CostSource: one word, so bytes and source agree
 };
+// What `gpuguard exporter` counts besides usage: every process of the ledger adds to them.
+struct ExportCounters {
+    std::atomic<uint64_t> refusals[kMaxDevices];  // allocations refused by the quota, per device
+    std::atomic<uint64_t> reports_written;        // reports written by the ledger's processes
+};
 
 struct Header {
     char magic[8];  // "GPUGLEDG"
@@ -92,6 +98,7 @@ struct Header {
     Slot slots[kMaxSlots];
     SlotKinds kinds[kMaxSlots];     // kinds[i] belongs to slots[i]
     DeviceCost costs[kMaxDevices];  // costs[i] belongs to devices[i]
+    ExportCounters counters;        // since layout 6
 };
 
 }  // namespace gg::ledger

@@ -117,6 +117,15 @@ public:
     // to once per 500 ms across all processes of the ledger.
     int reclaim_dead(bool periodic);
 
+    // The counters `gpuguard exporter` reads: a refusal by the quota on a device, a report written.
+    // No-ops on a read-only view.
+    void count_refusal(int dev);
+    void count_report();
+    struct Counters {
+        uint64_t reports_written, reclaimed_processes;
+    };
+    Counters counters() const;
+
     // Snapshot for reports and `gpuguard top`.
     struct DeviceView {
         int index;
@@ -125,6 +134,7 @@ public:
         std::array<uint64_t, kKinds> kinds;  // of `used`, by kind; allocations are the rest
         uint64_t context_cost;               // 0 while unknown
         CostSource context_source;
+        uint64_t refusals;  // by the quota, counted by every process of the ledger
     };
     struct ProcessView {
         int slot;

@@ -40,9 +40,17 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
     for (int i = 0; i < kMaxDevices; i++) {
         const DeviceEntry &d = header_->devices[i];
         if (d.state.load() != kDeviceReady) continue;
-        DeviceView v{i, uuid_string(d.uuid), field_text(d.name),      d.limit.load(),
-                     0, d.peak.load(),       d.physical_total.load(), {},
-                     0, kCostUnknown};
+        DeviceView v{i,
+                     uuid_string(d.uuid),
+                     field_text(d.name),
+                     d.limit.load(),
+                     0,
+                     d.peak.load(),
+                     d.physical_total.load(),
+                     {},
+                     0,
+                     kCostUnknown,
+                     header_->counters.refusals[i].load()};
         for (uint32_t k = 0; k < high && k < (uint32_t)kMaxSlots; k++) {
             if (!alive[k]) continue;
             v.used = sat_add(v.used, header_->slots[k].bytes[i].load());
@@ -52,6 +60,18 @@ std::vector<Ledger::DeviceView> Ledger::devices() const {
         out.push_back(std::move(v));
     }
     return out;
+}
+
+void Ledger::count_refusal(int dev) {
+    if (!read_only_ && dev >= 0 && dev < kMaxDevices) header_->counters.refusals[dev].fetch_add(1);
+}
+
+void Ledger::count_report() {
+    if (!read_only_) header_->counters.reports_written.fetch_add(1);
+}
+
+Ledger::Counters Ledger::counters() const {
+    return {header_->counters.reports_written.load(), header_->reclaimed_processes.load()};
 }
 
 std::vector<Ledger::ProcessView> Ledger::processes() const {

@@ -81,6 +81,7 @@ constexpr const char offset[] = "offset";
 constexpr const char on[] = "on";
 constexpr const char ordinal[] = "ordinal";
 constexpr const char path[] = "path";
+constexpr const char phase[] = "phase";
 constexpr const char peak[] = "peak";
 constexpr const char peak_bytes[] = "peak_bytes";
 constexpr const char pid[] = "pid";

@@ -55,7 +55,39 @@ uint64_t unit_multiplier(std::string unit) {
     return 0;
 }
 
+// Whether a unit is an SI spelling: a letter of K, M, G, T followed by B, without the i.
+bool si_spelling(std::string unit) {
+    for (char &c : unit) c = (char)tolower((unsigned char)c);
+    return unit.size() == 2 && unit[1] == 'b' && strchr("kmgt", unit[0]);
+}
+
 }  // namespace
+
+const char kUnitRule[] =
+    "units are 1024-based, however spelt: B; K, KiB or KB; M, MiB or MB; G, GiB or GB; T, TiB or TB";
+
+std::string si_spelling_note(const std::string &spec) {
+    LimitSpec parsed;
+    std::string why, note;
+    if (!parse_limit_spec(spec, &parsed, &why)) return "";
+    size_t start = 0;
+    while (start <= spec.size()) {
+        size_t comma = spec.find(',', start);
+        if (comma == std::string::npos) comma = spec.size();
+        std::string item = trim(spec.substr(start, comma - start));
+        size_t eq = item.find('=');
+        if (eq != std::string::npos) item = trim(item.substr(eq + 1));
+        size_t i = 0;
+        while (i < item.size() && (isdigit((unsigned char)item[i]) || item[i] == '.')) i++;
+        uint64_t bytes = 0;
+        if (si_spelling(trim(item.substr(i))) && parse_size(item, &bytes, &why)) {
+            if (!note.empty()) note += "; ";
+            note += item + " is read as " + human_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+        }
+        start = comma + 1;
+    }
+    return note.empty() ? "" : note + ": " + kUnitRule;
+}
 
 bool parse_size(const std::string &raw, uint64_t *bytes, std::string *why) {
     if (!printable(raw, why)) return false;
@@ -77,7 +109,7 @@ bool parse_size(const std::string &raw, uint64_t *bytes, std::string *why) {
     }
     uint64_t mult = unit_multiplier(unit);
     if (mult == 0) {
-        *why = "unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB or K, M, G, T)";
+        *why = "unknown unit '" + unit + "' (" + kUnitRule + ")";
         return false;
     }
     if (number.find('.') == std::string::npos) {

@@ -8,11 +8,19 @@
 
 namespace gg {
 
-// "8GiB", "8G", "8g", "512MiB", "1024m", "4096" (bytes), "1.5GiB", "64KiB", "2TiB". Units are
-// 1024-based whatever their spelling (HAMi-core's "1g" means 1 GiB, and so does ours). "kB"/"GB"
-// (SI spelling) are accepted as 1024-based too: a quota is never a place for a 7% surprise.
-// Returns false with a reason in *why for anything else (negative, empty, overflow, junk).
+// The one rule for units: every unit is a power of 1024, however it is spelt, case ignored. K, KiB and
+// KB are 1024 bytes; M, MiB, MB 1024^2; G, GiB, GB 1024^3; T, TiB, TB 1024^4; B or no unit is bytes.
+// "8GiB", "8G", "8g" (HAMi-core's and Docker's spelling), "512MiB", "4096", "1.5GiB". Returns false
+// with a reason in *why for anything else (negative, empty, overflow, junk); the reason lists the units.
 bool parse_size(const std::string &text, uint64_t *bytes, std::string *why);
+// The rule, as the reason for an unknown unit and the documentation say it.
+extern const char kUnitRule[];
+
+// A note for a size or limit spec that uses an SI spelling (KB, MB, GB, TB), which some read as
+// powers of 1000: "8GB is read as 8 GiB (8589934592 bytes): units are 1024-based". "" for none, and
+// for a spec that does not parse. `gpuguard run` and `doctor` print it, so that 8GB is never taken
+// as GiB without a word.
+std::string si_spelling_note(const std::string &spec);
 
 // One limit: bytes, or a percentage of the device's physical memory.
 struct Limit {

@@ -16,6 +16,9 @@ extern "C" {
  * GPUGUARD_REPORT_DIR. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
 int gpuguard_report(const char *reason);
 
+/* Exported by libgpuguard.so: tags the program's phase ("train", "eval"); a report written while it is
+ * set names it ("phase"). NULL or "" clears it. Returns 0. Python: `with gpuguard.phase("eval"):`. */
+int gpuguard_phase(const char *name);
 /* Exported by libgpuguard.so: whether PyTorch's caching allocator reports its blocks to the shim (the
  * tensor view): 1 it has, 0 not yet (no tensor allocated, the cudaMallocAsync backend, or a PyTorch
  * without the report), -1 turned off (GPUGUARD_TENSOR_VIEW=0). `gpuguard doctor` asks it. */

@@ -103,8 +103,16 @@ std::string describe(const Request &r, const DeviceInfo *dev) {
             return "refused " + what + ": more than the container's whole limit of " + human_bytes(r.limit) +
                    " (the container holds " + human_bytes(r.container_used) + ", this process " + held_by_process(dev) +
                    ")";
-        return "refused " + what + ": the container would hold " + human_bytes(sat_add(r.container_used, r.bytes)) +
-               " of its " + human_bytes(r.limit) + " limit (this process holds " + held_by_process(dev) + ")";
+        // Rounded to two decimals, the sum can read the same as the limit ("2.00 GiB of its 2.00 GiB"),
+        // which hides that it went over: then both are also given in bytes.
+        uint64_t would = sat_add(r.container_used, r.bytes);
+        std::string held = human_bytes(would), limit = human_bytes(r.limit);
+        if (held == limit) {
+            held += " (" + std::to_string(would) + " bytes)";
+            limit += " (" + std::to_string(r.limit) + " bytes)";
+        }
+        return "refused " + what + ": the container would hold " + held + " of its " + limit +
+               " limit (this process holds " + held_by_process(dev) + ")";
     }
     return "the driver could not allocate " + what + " (out of physical memory; the container holds " +
            human_bytes(r.container_used) +

@@ -93,6 +93,7 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             usage::pools::undraw(*t->dev, t->drawn);
             t->drawn = t->growth = 0;
             tracker().count_failure(t->api);
+            l.count_refusal(d);
             // A process without a slot (every one held by a live process) is refused whatever it asks:
             // its refusal says so, rather than the bytes, which are not the reason.
             episode::Cause cause = l.slots_all_held() ? episode::Cause::kNoSlot : episode::Cause::kQuota;

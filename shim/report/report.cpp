@@ -20,6 +20,7 @@
 #include "shim/core/state.h"
 #include "shim/python/frames.h"
 #include "shim/quota/device.h"
+#include "shim/report/phase.h"
 #include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
 #include "shim/usage/usage.h"
@@ -237,6 +238,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::version] = schema::kVersion;
     r[key::reason] = reason_name(reason);
     r[key::message] = message;
+    if (std::string p = phase::current(); !p.empty()) r[key::phase] = p;
     r[key::time_unix_ns] = unix_ns();
     r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
     r[key::process] = process_section();
@@ -394,6 +396,7 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
              (unsigned long long)(unix_ns() / 1000000000ull), host, (int)getpid(), g_sequence.fetch_add(1) + 1);
     std::string path;
     if (!write_atomically(c.report_dir, name, text, &path)) return "";
+    if (state().ledger) state().ledger->count_report();
     return path;
 }
 

@@ -17,6 +17,15 @@ quota_path() {
   expect_contains "$TMP/err" "gpuguard: refused cuMemAlloc_v2 of 1 B on device 0" "the stderr line"
 }
 check "refuses past the limit when the program links libcuda directly" quota_path linked
+
+# Issue 20: a refusal just over the limit reads "2.00 GiB of its 2.00 GiB limit" when rounded; the line
+# then gives both in bytes, so that the excess shows.
+refusal_shows_the_excess() {
+  fresh
+  GPUGUARD_MEM_LIMIT=2GiB shimmed "$BIN/drv_linked" linked alloc $((2*GIB)) alloc 256 >/dev/null 2>"$TMP/err"
+  expect_contains "$TMP/err" "would hold 2.00 GiB (2147483904 bytes) of its 2.00 GiB (2147483648 bytes) limit" "the stderr line"
+}
+check "a refusal that rounding would hide gives the sum and the limit in bytes" refusal_shows_the_excess
 check "refuses past the limit through dlopen + dlsym" quota_path dlsym
 check "refuses past the limit through cuGetProcAddress_v2 and its self-lookup (cudart's way)" quota_path gpa
 check "refuses past the limit through the legacy cuGetProcAddress (cudaVersion 11030)" quota_path gpa_legacy

@@ -35,3 +35,22 @@ help_of_a_command() {
   expect_eq "$rc" 2 "help nosuch's exit status" && expect_contains "$out" "no command or topic 'nosuch'" "the message"
 }
 check "gpuguard help run prints run's options; an unknown topic is exit 2" help_of_a_command
+
+# Issue 20: `help SUB` answered with the top-level usage for some; now every command that `gpuguard
+# help` lists answers `help SUB`, `SUB --help` and `--help SUB` with its own usage, and the README
+# describes it.
+every_command_has_its_help() {
+  local names name out
+  names=$("$CLI" help | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p')
+  [[ -n $names ]] || { echo "    no commands in 'gpuguard help'" >&2; return 1; }
+  for name in $names; do
+    out=$("$CLI" help "$name" 2>&1) || { echo "    help $name: exit $?: $out" >&2; return 1; }
+    expect_contains "$out" "usage: gpuguard $name" "gpuguard help $name" || return 1
+    out=$("$CLI" "$name" --help 2>&1) || return 1
+    expect_contains "$out" "usage: gpuguard $name" "gpuguard $name --help" || return 1
+    out=$("$CLI" --help "$name" 2>&1) || return 1
+    expect_contains "$out" "usage: gpuguard $name" "gpuguard --help $name" || return 1
+    grep -q "^\*\*\`gpuguard $name" "$ROOT/README.md" || { echo "    README.md does not describe 'gpuguard $name'" >&2; return 1; }
+  done
+}
+check "every command answers help SUB, SUB --help and --help SUB with its usage, and is in the README" every_command_has_its_help

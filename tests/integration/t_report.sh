@@ -379,6 +379,30 @@ usage_errors() {
 }
 check "bad usage exits 2 with a message; --help exits 0" usage_errors
 
+# Issue 20: `gpuguard report reports/gpuguard-quota-*.json`, as the README writes it, failed once the
+# folder held two reports, and `gpuguard report FOLDER` said "empty file". Several reports or a
+# folder: the newest is read and named; --all reads each, oldest first.
+several_reports_and_folders() {
+  fresh
+  mkdir -p reports empty && cp "$DATA/driver_oom.json" reports/gpuguard-driver_oom-1-h-1-1.json &&
+    cp "$PT" reports/gpuguard-quota-2-h-2-1.json && touch -d '2 minutes ago' reports/gpuguard-driver_oom-1-h-1-1.json
+  local out err
+  out=$("$CLI" report --no-color reports/gpuguard-*.json 2>err.txt) || { cat err.txt; return 1; }
+  expect_contains err.txt "2 reports given; reading the newest, reports/gpuguard-quota-2-h-2-1.json (--all reads each)" "the note" || return 1
+  expect_eq "$out" "$("$CLI" report --no-color reports/gpuguard-quota-2-h-2-1.json)" "the newest report's summary" || return 1
+  out=$("$CLI" report --no-color reports 2>err.txt) || { cat err.txt; return 1; }
+  expect_contains err.txt "reading the newest, reports/gpuguard-quota-2-h-2-1.json" "a folder" || return 1
+  out=$("$CLI" report --no-color --all reports/) || return 1
+  expect_eq "$(grep '^== ' <<<"$out")" $'== reports/gpuguard-driver_oom-1-h-1-1.json\n== reports/gpuguard-quota-2-h-2-1.json' "--all's headings, oldest first" || return 1
+  expect_eq "$("$CLI" report --json --all reports | python3 -c 'import json,sys; print([json.loads(l)["report"].split("/")[-1] for l in sys.stdin])')" \
+    "['gpuguard-driver_oom-1-h-1-1.json', 'gpuguard-quota-2-h-2-1.json']" "--all --json, one document a line" || return 1
+  "$CLI" report empty 2>err.txt; expect_eq "$?" 2 "status for a folder without reports" || return 1
+  expect_contains err.txt "empty: no report in this folder (reports are named gpuguard-*.json)" "the folder's message" || return 1
+  "$CLI" report diff reports "$PT" 2>err.txt; expect_eq "$?" 2 "status of diff given a folder" || return 1
+  expect_contains err.txt "reports: a folder, not a report" "diff's message for a folder"
+}
+check "several reports or a folder: the newest is read and named; --all reads each; a folder is never an 'empty file'" several_reports_and_folders
+
 unwritable_output() {
   local rc
   "$CLI" report --html /nonexistent-dir/page.html "$PT" 2>err.txt; rc=$?

@@ -79,6 +79,31 @@ minimal_page() {
 }
 check "the HTML page of a report without timeline or stacks runs without error" minimal_page
 
+# Issue 20: about one report in five from a short run has a one-point timeline, the point at the
+# report's own moment; the page drew no chart for it ("no usage timeline"). Now the line starts at 0
+# bytes at time 0 and the chart is drawn, as it is for a lone point at time 0.
+one_point_timeline() {
+  python3 - "$DATA/driver_oom.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t0 = d["timeline"]["t0_unix_ns"]
+d["timeline"]["points"] = [[400000000, 536870912]]
+d["time_unix_ns"] = t0 + 400000000
+json.dump(d, open("one_point.json", "w"))
+d["timeline"]["points"] = [[0, 536870912]]
+d["time_unix_ns"] = t0
+json.dump(d, open("one_point_at_0.json", "w"))
+PY
+  local f
+  for f in one_point one_point_at_0; do
+    html_renders "$PWD/$f.json" --dom-only || return 1
+    [[ -f shots-$f/dom.html ]] || return 0  # no Chromium: html_renders said so
+    expect_contains "shots-$f/dom.html" 'data-points="2"' "the timeline of $f.json (drawn, with its starting point)" || return 1
+    expect_not_contains "shots-$f/dom.html" '>This report has no usage timeline.<' "the page of $f.json (the drawn text, not the script's)" || return 1
+  done
+}
+check "a one-point timeline is drawn (from 0 bytes at time 0, or held for a millisecond)" one_point_timeline
+
 hostile_page() {
   python3 - "$DATA/pytorch_quota.json" hostile.json <<'PY'
 import json, sys

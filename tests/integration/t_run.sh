@@ -62,6 +62,19 @@ bad_limit() {
 }
 check "a bad limit (option or variable) is one line naming it, exit 2" bad_limit
 
+# Issue 20: 8GB was taken as 8 GiB without a word. It still is (one rule: every unit is 1024-based),
+# and run says so, for the option and for the variable.
+si_spelling_is_said() {
+  local err
+  err=$("$CLI" run --limit 8GB --ledger "$TMP/l_si" -- true 2>&1 >/dev/null) || return 1
+  expect_contains "$err" "gpuguard: note: --limit 8GB is read as 8.00 GiB (8589934592 bytes): units are 1024-based" "run's note" || return 1
+  err=$(GPUGUARD_MEM_LIMIT=0=2GiB,1=512MB "$CLI" run --ledger "$TMP/l_si2" -- true 2>&1 >/dev/null) || return 1
+  expect_contains "$err" "GPUGUARD_MEM_LIMIT: 512MB is read as 512.00 MiB" "the variable's note" || return 1
+  err=$("$CLI" run --limit 8XB --ledger "$TMP/l_si3" -- true 2>&1)
+  expect_contains "$err" "M, MiB or MB; G, GiB or GB" "the error lists every spelling"
+}
+check "an SI spelling (8GB) is 1024-based, and run says so; the error text lists every unit" si_spelling_is_said
+
 bad_inputs() {
   local err rc
   err=$("$CLI" run --limit 1GiB -- no-such-command-here 2>&1); rc=$?

@@ -75,6 +75,36 @@ TEST_CASE("ledger: admission never passes the limit and releases are clamped") {
     unlink(path.c_str());
 }
 
+// Issue 20: the counters `gpuguard exporter` reads live in a struct of their own at the end of the
+// header (layout 6), not in words other layouts reserve; a read-only view never adds to them.
+TEST_CASE("ledger: refusals per device and reports written are counted for the exporter") {
+    std::string path = temp_path("counters");
+    Ledger *l = open_ledger(path, "1000");
+    int d = l->device_index(kUuid, 1000, 5000, "gpu");
+    REQUIRE(d == 0);
+    l->count_refusal(d);
+    l->count_refusal(d);
+    l->count_refusal(-1);  // out of range: ignored
+    l->count_report();
+    CHECK(l->devices().at(0).refusals == 2);
+    CHECK(l->counters().reports_written == 1);
+    CHECK(l->header()->retired == 0);  // the word before: issue 18's, untouched by the counters
+    CHECK(l->header()->devices[0].reserved == 0);
+    OpenOptions o;
+    o.path = path;
+    o.read_only = true;
+    std::string error, notice;
+    Ledger *ro = Ledger::open(o, &error, &notice);
+    REQUIRE(ro != nullptr);
+    ro->count_refusal(d);
+    ro->count_report();
+    CHECK(ro->devices().at(0).refusals == 2);
+    CHECK(ro->counters().reports_written == 1);
+    delete ro;
+    delete l;
+    unlink(path.c_str());
+}
+
 TEST_CASE("ledger: a second process's different limit is reported and the ledger's limit stands") {
     std::string path = temp_path("stands");
     Ledger *first = open_ledger(path, "1GiB");

@@ -37,6 +37,9 @@ TEST_CASE("malformed sizes are refused with a reason") {
     CHECK(size_error("-5G").find("negative") != std::string::npos);
     CHECK(size_error("").find("empty") != std::string::npos);
     CHECK(size_error("5X").find("unknown unit") != std::string::npos);
+    // Issue 20: the reason states the one rule, SI spellings included.
+    CHECK(size_error("5X").find("1024-based, however spelt: B; K, KiB or KB; M, MiB or MB; G, GiB or GB") !=
+          std::string::npos);
     CHECK(size_error("99999999999999999999").find("too large") != std::string::npos);
     CHECK(size_error("17179869184TiB").find("too large") != std::string::npos);
     CHECK(size_error("1.2.3G").find("not a size") != std::string::npos);
@@ -123,4 +126,17 @@ TEST_CASE("limit specs: ordinals are numbers, UUIDs are hex; unmatched entries a
     std::vector<std::string> uuids = {"GPU-66616b65-ee13-385d-82a7-ccf1163b6000"};
     CHECK(unmatched_entries(s, uuids) == std::vector<std::string>{"7=2.00 GiB", "GPU-dead=3.00 GiB"});
     CHECK(unmatched_entries(s, {}).size() == 4);
+}
+
+// Issue 20: "8GB" was taken as GiB without a word; the rule is one (every unit a power of 1024), and a
+// spec with an SI spelling gets a note saying how it is read.
+TEST_CASE("SI spellings are 1024-based and get a note saying so") {
+    CHECK(size_of("8GB") == 8ull << 30);
+    CHECK(size_of("1kb") == 1024);
+    CHECK(si_spelling_note("8GB") == std::string("8GB is read as 8.00 GiB (8589934592 bytes): ") + kUnitRule);
+    CHECK(si_spelling_note("0=8GiB,1=512MB").find("512MB is read as 512.00 MiB (536870912 bytes)") == 0);
+    CHECK(si_spelling_note("8GiB") == "");
+    CHECK(si_spelling_note("8G") == "");
+    CHECK(si_spelling_note("50%") == "");
+    CHECK(si_spelling_note("8XB") == "");
 }

@@ -32,10 +32,14 @@ std::string find_library(std::string *why) {
     }
     exe[n] = '\0';
     std::string bin = dirname_of(exe);
-    std::string beside = bin + "/libgpuguard.so", lib = dirname_of(bin) + "/lib/libgpuguard.so";
-    if (is_file(beside)) return beside;
-    if (is_file(lib)) return lib;
-    *why = "cannot find libgpuguard.so (looked at " + beside + " and " + lib + "); set GPUGUARD_LIBRARY to its path";
+    // Beside the command (a build, the wheel), PREFIX/lib (make install), PREFIX/lib/gpuguard (the .deb:
+    // a folder of its own, where its libunwind.so.8 is no other program's).
+    std::string beside = bin + "/libgpuguard.so", lib = dirname_of(bin) + "/lib/libgpuguard.so",
+                own = dirname_of(bin) + "/lib/gpuguard/libgpuguard.so";
+    for (const std::string *p : {&beside, &lib, &own})
+        if (is_file(*p)) return *p;
+    *why = "cannot find libgpuguard.so (looked at " + beside + ", " + lib + " and " + own +
+           "); set GPUGUARD_LIBRARY to its path";
     return "";
 }
 

@@ -7,6 +7,7 @@ int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_exporter(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 namespace gg::tool {
@@ -17,6 +18,8 @@ const std::vector<Command> &commands() {
         {"report", "read a report: summary, HTML viewer, flame graph and trace exports, diff", cmd_report},
         {"top", "show the container's GPU memory by device and process, live", cmd_top},
         {"doctor", "check the driver, libraries, shim, ledger and settings; whether a command is guarded", cmd_doctor},
+        {"exporter", "serve the container's quota and usage as Prometheus metrics (OpenMetrics at /metrics)",
+         cmd_exporter},
         {"help", "this list, a command's options (help COMMAND), or every variable (help variables)", cmd_help},
     };
     return table;

@@ -44,8 +44,9 @@ int cmd_help(int argc, char **argv) {
         printf("usage: gpuguard help [COMMAND | variables [--markdown]]\n");
         return 0;
     }
+    if (!a.done()) return a.usage_error("unknown argument '" + a.next() + "'");
     for (const gg::tool::Command &c : gg::tool::commands()) {
-        if (topic != c.name || topic == "help") continue;
+        if (topic != c.name) continue;
         char name[64], flag[] = "--help";
         snprintf(name, sizeof name, "%s", c.name);
         char *args[] = {name, flag, nullptr};

@@ -8,6 +8,7 @@
 #include "common/base/log.h"
 #include "common/settings/settings.h"
 #include "tools/cli/args.h"
+#include "tools/cli/reports.h"
 
 #include <unistd.h>
 
@@ -26,11 +27,13 @@ using gg::tool::Args;
 namespace {
 
 const char kUsage[] =
-    "usage: gpuguard report [options] FILE\n"
+    "usage: gpuguard report [options] FILE|FOLDER...\n"
     "       gpuguard report diff [options] A B\n"
     "\n"
     "Reads a report that libgpuguard.so wrote (a failed allocation, exit, request or signal) and says\n"
     "what failed, why, who holds the memory and what to do. With no output option it prints a summary.\n"
+    "Given several reports, or a folder (its gpuguard-*.json), it reads the newest and says which;\n"
+    "--all reads each in turn, oldest first.\n"
     "\n"
     "options:\n"
     "  --top N            how many holders to list (default 10)\n"
@@ -47,6 +50,8 @@ const char kUsage[] =
     "                     have avoided the OOM under the same limit, the smallest limit the run needed\n"
     "                     (with --json: the answers as JSON)\n"
     "  --text             print the summary too when writing files\n"
+    "  --all              every report given, oldest first, not only the newest: summaries under their\n"
+    "                     file names, or with --json one JSON document a line\n"
     "  -h, --help         this help\n"
     "\n"
     "OUT may be '-' for standard output. Several outputs may be written at once.\n"
@@ -146,13 +151,17 @@ int run_diff(int argc, char **argv) {
     return std::cout ? 0 : 1;
 }
 
+int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_json, bool also_text, bool at_peak,
+               bool what_if, const std::string &html, const std::string &folded, const std::string &speedscope,
+               const std::string &perfetto, const std::string &memory_viz, int to_stdout, bool one_line);
+
 }  // namespace
 
 int cmd_report(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "diff")) return run_diff(argc - 1, argv + 1);
 
     TextOptions opt;
-    bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false;
+    bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false, all = false;
     std::string html, folded, speedscope, perfetto, memory_viz;
     std::vector<std::string> files;
     Args a("report", argc, argv);
@@ -172,6 +181,8 @@ int cmd_report(int argc, char **argv) {
             at_peak = true;
         } else if (a.flag("--what-if")) {
             what_if = true;
+        } else if (a.flag("--all")) {
+            all = true;
         } else if (a.option("--top", "a number", &v)) {
             if (a.failed()) return a.usage_error();
             if (!parse_top(v, opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
@@ -188,7 +199,8 @@ int cmd_report(int argc, char **argv) {
         }
     }
     if (files.empty()) return a.usage_error("no report file given");
-    if (files.size() > 1) return a.usage_error("one report at a time ('gpuguard report diff A B' compares two)");
+    std::string why;
+    if (!gg::tool::expand_reports(files, &files, &why)) return gg::tool::fail(2, why);
     int to_stdout = 0;
     for (const std::string *o : {&html, &folded, &speedscope, &perfetto, &memory_viz}) to_stdout += *o == "-";
     if (to_stdout > 1) return a.usage_error("only one output can go to standard output");
@@ -196,9 +208,30 @@ int cmd_report(int argc, char **argv) {
     if (at_peak && folded.empty()) return a.usage_error("--peak applies to --folded");
     if (what_if && to_stdout)
         return a.usage_error("--what-if prints to standard output: write the other outputs to files");
+    if (all && any_output) return a.usage_error("--all prints summaries or --json: write files one report at a time");
+    if (files.size() > 1 && !all) {
+        fprintf(stderr, "gpuguard: %zu reports given; reading the newest, %s (--all reads each)\n", files.size(),
+                files.back().c_str());
+        files.erase(files.begin(), files.end() - 1);
+    }
+    int status = 0;
+    for (size_t i = 0; i < files.size(); i++) {
+        // Several summaries each under their file's name; several JSON documents one per line (JSON Lines).
+        if (files.size() > 1 && !as_json) std::cout << (i ? "\n" : "") << "== " << files[i] << "\n";
+        status = std::max(status, report_one(files[i], opt, no_color, as_json, also_text, at_peak, what_if, html,
+                                             folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1));
+    }
+    return status;
+}
 
+namespace {
+
+int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_json, bool also_text, bool at_peak,
+               bool what_if, const std::string &html, const std::string &folded, const std::string &speedscope,
+               const std::string &perfetto, const std::string &memory_viz, int to_stdout, bool one_line) {
+    bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
     Report r;
-    if (!load_or_say(files[0], r)) return 2;
+    if (!load_or_say(file, r)) return 2;
     if (what_if) {
         std::string why = gg::whatif::cannot_replay(r);
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
@@ -215,11 +248,11 @@ int cmd_report(int argc, char **argv) {
 
     if (what_if) {
         const gg::whatif::WhatIf &w = *an.what_if;  // cannot_replay(r) was empty: analyze replayed it
-        if (as_json) std::cout << gg::whatif::to_json(w).dump(2) << "\n";
+        if (as_json) std::cout << gg::whatif::to_json(w).dump(one_line ? -1 : 2) << "\n";
         else gg::whatif::render_text(w, colour_wanted(no_color) && to_stdout == 0, std::cout);
     } else if (as_json) {
         json j = {{"report", r.path}, {"analysis", to_json(an)}};
-        std::cout << j.dump(2) << "\n";
+        std::cout << j.dump(one_line ? -1 : 2) << "\n";
     } else if (!any_output || also_text) {
         opt.color = colour_wanted(no_color) && to_stdout == 0;
         render_text(r, an, opt, std::cout);
@@ -228,3 +261,5 @@ int cmd_report(int argc, char **argv) {
     if (!std::cout) status = 1;
     return status;
 }
+
+}  // namespace

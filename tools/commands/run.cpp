@@ -165,6 +165,8 @@ int cmd_run(int argc, char **argv) {
         if (limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
         if (!gg::parse_limit_spec(limit, &spec, &why))
             return fail(2, "--limit " + limit + " is not a valid limit: " + why);
+        if (std::string note = gg::si_spelling_note(limit); !note.empty())
+            fprintf(stderr, "gpuguard: note: --limit %s\n", note.c_str());
         setenv("GPUGUARD_MEM_LIMIT", limit.c_str(), 1);
         limit_text = limit;
     } else {
@@ -173,6 +175,8 @@ int cmd_run(int argc, char **argv) {
         if (s.set_but_empty) return fail(2, "GPUGUARD_MEM_LIMIT is set but empty (unset it for no limit)");
         if (!s.text.empty() && !gg::parse_limit_spec(s.text, &spec, &why))
             return fail(2, s.source + "=" + s.text + " is not a valid limit: " + why);
+        if (std::string note = gg::si_spelling_note(s.text); !note.empty())
+            fprintf(stderr, "gpuguard: note: %s: %s\n", s.source.c_str(), note.c_str());
         limit_text = s.text;
     }
 

@@ -1,6 +1,7 @@
 // Reading a report file into gg::report::Report (tools/report/model.h): strict about what the file is,
 // lenient about what it holds.
 #include "common/base/version.h"
+
 #include "tools/report/model.h"
 
 #include "common/base/printable.h"
@@ -245,6 +246,7 @@ TensorView read_tensor_view(const json &t) {
 void read_body(const json &d, Report &r) {
     r.reason = str(d, key::reason);
     r.message = str(d, key::message);
+    r.phase = str(d, key::phase);
     r.gpuguard_version = str(d, key::gpuguard_version);
     r.time_unix_ns = time_ns(d, key::time_unix_ns);
 
@@ -464,6 +466,12 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
             return false;
         }
     } else {
+        // A folder opens as a file and reads as nothing, which said "empty file".
+        struct stat dir_st;
+        if (stat(path.c_str(), &dir_st) == 0 && S_ISDIR(dir_st.st_mode)) {
+            err.message = path + ": a folder, not a report (gpuguard report FOLDER reads the newest report in it)";
+            return false;
+        }
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             err.message = path + ": cannot open: " + strerror(errno);

@@ -142,6 +142,7 @@ struct Report {
     json raw;          // the whole document, for renderers that embed it
 
     std::string reason, message, gpuguard_version;
+    std::string phase;  // as the program tagged it (gpuguard_phase); "" for none
     std::optional<int64_t> time_unix_ns;
 
     // process

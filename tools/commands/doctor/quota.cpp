@@ -49,6 +49,7 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
             c.line(kWarn, "limit",
                    s.text + " from " + s.source + per + ": under 1 MiB, nothing will fit (a unit missing? 8GiB)");
         else c.line(kOk, "limit", s.text + " from " + s.source + per);
+        if (std::string note = gg::si_spelling_note(s.text); !note.empty()) c.line(kInfo, "limit", note);
     }
 
     std::string path = settings::read_ledger_path(settings::process_env());

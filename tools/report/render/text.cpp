@@ -220,6 +220,7 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
     const char *colour = a.failure ? st.red() : a.kind == "warn" ? st.yellow() : st.green();
     out << colour << (a.failure ? "✗ " : a.kind == "warn" ? "! " : "✓ ") << a.headline << st.reset() << "\n";
     for (const std::string &w : a.why) out << "  " << wrap(w, kWidth - 2, "    ") << "\n";
+    if (!r.phase.empty()) out << "  " << st.dim() << "in the program's phase " << st.reset() << r.phase << "\n";
     out << "\n";
 
     // ---- the numbers ----

@@ -229,6 +229,14 @@
     if (tReport !== null && tReport > tEnd) tEnd = tReport;
     if (pts.length && tReport !== null && tReport > pts[pts.length - 1][0]) pts.push([tReport, pts[pts.length - 1][1]]);
     if (tvPts.length && tReport !== null && tReport > tvPts[tvPts.length - 1][0]) tvPts.push([tReport, ...tvPts[tvPts.length - 1].slice(1)]);
+    // A short run's timeline can be a single point (the step of the failure, at the report's own
+    // moment), which left no time range to draw. The process held nothing at its first hooked call
+    // (time 0), so the line starts there; a lone point at time 0 is held for a millisecond.
+    if (pts.length === 1) {
+      if (pts[0][0] > 0) pts.unshift([0, 0]);
+      else pts.push([Math.max(1e6, tEnd), pts[0][1]]);
+      tEnd = Math.max(tEnd, pts[pts.length - 1][0]);
+    }
     const tvLines = tvPts.length >= 2;
     if (pts.length < 2 && !tvLines) {
       host.append(el('div', {class: 'empty', text: 'This report has no usage timeline.'}));

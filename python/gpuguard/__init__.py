@@ -1,0 +1,129 @@
+"""gpuguard from Python: the container's GPU memory quota, its usage, and reports on request.
+
+Works with or without the shim preloaded (`python -m gpuguard run ...`, or LD_PRELOAD=libgpuguard.so):
+status() says which. Usage and limits are read from the container's shared ledger, as `gpuguard top`
+reads them, so they are there even in a process that runs without the shim.
+
+    import gpuguard
+    gpuguard.status()          # 'gpuguard: the shim is loaded (...)' or why not
+    gpuguard.usage()           # this process and the container, per device
+    gpuguard.limit()           # the quota per device, in bytes (None: no limit)
+    with gpuguard.phase("eval"):
+        ...                    # a report written in here names the phase
+    gpuguard.report("after epoch 3")
+
+In Jupyter: `%load_ext gpuguard`, then `%gpuguard` (gpuguard/jupyter.py).
+"""
+import contextlib
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+from gpuguard import _native
+
+__version__ = "0.1.0"
+__all__ = ["loaded", "status", "report", "usage", "limit", "phase", "load_ipython_extension"]
+
+
+def loaded():
+    """Whether libgpuguard.so is loaded in this process (then allocations are counted and guarded)."""
+    return _native.loaded_from() is not None
+
+
+def status():
+    """One line: whether the shim is loaded in this process, and from where."""
+    where = _native.loaded_from()
+    if where:
+        return "gpuguard: the shim is loaded in this process (%s): the quota and reports apply" % where
+    return ("gpuguard: the shim is not loaded in this process: no quota and no reports here; usage is "
+            "read from the ledger. Start it under `python -m gpuguard run -- ...` (or LD_PRELOAD=%s)"
+            % (_native.library() or "libgpuguard.so"))
+
+
+def report(reason="requested from Python"):
+    """Writes a report now (reason "request", with REASON as its message) into GPUGUARD_REPORT_DIR.
+    True when written, False when the shim could not write it (it says why on stderr), None when the
+    shim is not loaded in this process (nothing is written; a line on stderr says so)."""
+    fn = _native.function("gpuguard_report")
+    if fn is None:
+        sys.stderr.write(status() + "\n")
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
+    return fn(str(reason).encode()) == 0
+
+
+def _top():
+    cmd = _native.command()
+    if cmd is None:
+        return None, "the gpuguard command is not in this package nor on PATH"
+    p = subprocess.run([cmd, "top", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        return None, p.stderr.strip()
+    return json.loads(p.stdout), ""
+
+
+def usage():
+    """This process and the container, per device, from the ledger (no driver call):
+
+    {"shim": bool, "ledger": path or None, "note": "" or why there is no ledger,
+     "devices": {index: {"uuid", "name", "limit" (bytes or None), "used" (the container's bytes),
+                         "peak", "total" (physical), "process" (this process's bytes), "process_peak"}}}
+
+    index is the ledger's index of the device (the same in every process), not a CUDA ordinal:
+    match devices by uuid. "process" is 0 where the shim is not loaded."""
+    data, why = _top()
+    out = {"shim": loaded(), "ledger": None, "note": why, "devices": {}}
+    if data is None:
+        return out
+    out["ledger"] = data.get("ledger")
+    for d in data.get("devices", []):
+        out["devices"][d["index"]] = {
+            "uuid": d.get("uuid"), "name": d.get("name"), "limit": d.get("limit_bytes"),
+            "used": d.get("used_bytes", 0), "peak": d.get("peak_bytes", 0),
+            "total": d.get("physical_total_bytes", 0), "process": 0, "process_peak": 0}
+    me = os.getpid()
+    for p in data.get("processes", []):
+        if p.get("pid") != me or p.get("state") != "alive":
+            continue
+        for pd in p.get("devices", []):
+            dev = out["devices"].get(pd["index"])
+            if dev is not None:
+                dev["process"], dev["process_peak"] = pd.get("bytes", 0), pd.get("peak_bytes", 0)
+    return out
+
+
+def limit():
+    """The quota per device (the ledger's index) in bytes, None for a device without one; {} before
+    any process of the container has used a GPU under gpuguard."""
+    return {i: d["limit"] for i, d in usage()["devices"].items()}
+
+
+@contextlib.contextmanager
+def phase(name):
+    """Tags a phase of the program: a report written inside the block (an OOM, report()) names it
+    ("phase" in the report, and in its summary). Phases nest; the innermost is named. Without the
+    shim it does nothing."""
+    fn = _native.function("gpuguard_phase")
+    if fn is None:
+        yield
+        return
+    fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
+    _phases.append(str(name))
+    fn(_phases[-1].encode())
+    try:
+        yield
+    finally:
+        _phases.pop()
+        fn(_phases[-1].encode() if _phases else None)
+
+
+_phases = []
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext gpuguard`: registers the %gpuguard magic (gpuguard/jupyter.py)."""
+    from gpuguard import jupyter
+    jupyter.register(ipython)

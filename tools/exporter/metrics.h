@@ -1,0 +1,39 @@
+// The metrics `gpuguard exporter` serves, made from ledger snapshots alone (no driver call): per device
+// the limit, usage, peak, physical total and refusals; per process its bytes, peak and state; the
+// ledger's reports written and dead processes reclaimed. Names and labels follow Prometheus's
+// conventions (base units, _bytes, _total) and DCGM's labels (gpu, UUID, modelName), plus container.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "common/ledger/ledger.h"
+
+namespace gg::exporter {
+
+// One ledger as one scrape saw it.
+struct LedgerSample {
+    std::string path;
+    bool up = false;  // false: no ledger there yet, or not readable (then nothing below)
+    std::string limit_spec;
+    std::vector<ledger::Ledger::DeviceView> devices;
+    std::vector<ledger::Ledger::ProcessView> processes;
+    ledger::Ledger::Counters counters{};
+};
+
+// Opens the ledger read-only, takes its views and closes it.
+LedgerSample sample(const std::string &path);
+
+enum class Format {
+    kText,         // Prometheus's text format 0.0.4 (what `promtool check metrics` reads)
+    kOpenMetrics,  // OpenMetrics 1.0.0 (what a Prometheus server asks for first)
+};
+const char *content_type(Format f);
+
+// The exposition of every ledger, with `container` as the container label ("" leaves it out).
+std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f);
+
+// A label value escaped as both formats want it (backslash, double quote, newline), invalid UTF-8
+// replaced.
+std::string escape_label(const std::string &value);
+
+}  // namespace gg::exporter
