@@ -28,6 +28,12 @@ else
   row "wheel in dist/" "$(basename "$whl")"
   "$PYTHON" -m venv --system-site-packages "$W/venv" > "$P/venv.log" 2>&1 &&
     "$W/venv/bin/pip" install --no-index "$whl" >> "$P/venv.log" 2>&1
+  # Where $PYTHON is itself a virtual environment's (the GPU machine's PyTorch lives in one), the new
+  # venv's --system-site-packages reaches only the base interpreter's packages: a .pth file adds
+  # $PYTHON's own, so that torch is found as it is where the user runs.
+  site=$("$W/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
+  [[ -d $site ]] && "$PYTHON" -c 'import site, sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+    > "$site/gpuguard-test-parent.pth" 2>>"$P/venv.log"
   row "pip install --no-index into a venv over $($PYTHON --version 2>&1)" "$([[ -x $W/venv/bin/gpuguard ]] && echo ok || echo "FAIL (see venv.log)")"
 fi
 VPY=$W/venv/bin/python
@@ -107,7 +113,7 @@ if [[ -x $W/venv/bin/gpuguard ]]; then
   wait 2>/dev/null
   alive=$(grep -c '^gpuguard_process_state{.*gpuguard_process_state="alive"} 1' "$P/metrics.txt")
   row "exporter: limit 8 GiB, two processes alive" "$(grep -q '^gpuguard_device_limit_bytes{.*container="h200".*} 8589934592' "$P/metrics.txt" && [[ $alive -ge 2 ]] && echo "ok ($alive alive)" || echo "FAIL (see metrics.txt)")"
-  used=$(awk '/^gpuguard_device_used_bytes/ {print ($2 >= 1610612736 ? "ok (" $2 ")" : "FAIL (" $2 ")")}' "$P/metrics.txt" | head -1)
+  used=$(awk '/^gpuguard_device_used_bytes/ {v = $NF + 0; printf "%s (%.0f)\n", (v >= 1610612736 ? "ok" : "FAIL"), v}' "$P/metrics.txt" | head -1)
   row "exporter: used >= 1.5 GiB (both tensors)" "${used:-FAIL (no device in metrics.txt)}"
 fi
 
