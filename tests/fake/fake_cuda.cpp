@@ -37,6 +37,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "fake_cuda.h"
@@ -171,6 +172,21 @@ struct CUmipmappedArray_st {
 };
 
 namespace fakecu {
+
+namespace {
+std::mutex g_owned_mu;
+std::unordered_set<void *> &g_owned = *new std::unordered_set<void *>;  // never destroyed: exit-time calls
+}  // namespace
+
+void own(void *p) {
+    std::lock_guard<std::mutex> lock(g_owned_mu);
+    g_owned.insert(p);
+}
+
+void disown(void *p) {
+    std::lock_guard<std::mutex> lock(g_owned_mu);
+    g_owned.erase(p);
+}
 
 constexpr size_t kGranularity = 2u << 20;  // cuMemGetAllocationGranularity, minimum and recommended
 constexpr size_t kPitchAlign = 512;
@@ -856,7 +872,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int) {
     CUctx_st *ctx = nullptr;
     if (CUresult r = need_ctx(&ctx)) return r;
     if (!phStream) return CUDA_ERROR_INVALID_VALUE;
-    *phStream = new CUstream_st{ctx, nullptr};
+    *phStream = owned(new CUstream_st{ctx, nullptr});
     return CUDA_SUCCESS;
 }
 
@@ -864,6 +880,7 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
     if (CUresult r = need_init()) return r;
     // NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are not streams of ours.
     if (reinterpret_cast<uintptr_t>(hStream) <= 2) return CUDA_ERROR_INVALID_HANDLE;
+    disown(hStream);
     delete hStream;
     return CUDA_SUCCESS;
 }

@@ -74,6 +74,17 @@ bool tracing();
 void trace(const char *fn, CUresult r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 uint64_t env_bytes(const char *name);  // a plain integer variable, 0 when unset
 
+// Objects the driver owns until the program destroys them (streams, graphs, modules): kept reachable
+// here, as the real driver keeps them until the process ends, so that a program that exits without
+// destroying one is no leak to LeakSanitizer (the sanitized test runs check for leaks).
+void own(void *p);
+void disown(void *p);
+template <class T>
+T *owned(T *p) {
+    own(p);
+    return p;
+}
+
 // fake_cuda_usage.cpp: what contexts cost (FAKE_CUDA_CTX_BYTES), charged when a context is made and
 // given back when it goes.
 CUresult context_made(int phys);

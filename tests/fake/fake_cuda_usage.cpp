@@ -284,7 +284,7 @@ CUresult load(const char *fn, Handle *out) {
     if (!r && !out) r = CUDA_ERROR_INVALID_VALUE;
     if (!r && bytes) r = charge(ctx->phys, bytes);
     if (!r) {
-        *out = new typename std::remove_pointer<Handle>::type{ctx->phys, bytes};
+        *out = owned(new typename std::remove_pointer<Handle>::type{ctx->phys, bytes});
         std::lock_guard<std::mutex> lock(usage().mu);
         usage().modules[ctx->phys] += bytes;
     }
@@ -301,6 +301,7 @@ CUresult unload(Handle h) {
         usage().modules[h->phys] -= h->bytes;
     }
     uncharge(h->phys, h->bytes, getpid());
+    disown(h);
     delete h;
     return CUDA_SUCCESS;
 }
@@ -434,7 +435,7 @@ CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode) {
     if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     std::lock_guard<std::mutex> lock(usage().mu);
     if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
-    s->capture = new CUgraph_st;
+    s->capture = owned(new CUgraph_st);
     return CUDA_SUCCESS;
 }
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return cuStreamBeginCapture_v2(s, m); }
@@ -465,7 +466,7 @@ CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *status) { r
 CUresult cuGraphCreate(CUgraph *graph, unsigned int) {
     if (CUresult r = need_init()) return r;
     if (!graph) return CUDA_ERROR_INVALID_VALUE;
-    *graph = new CUgraph_st;
+    *graph = owned(new CUgraph_st);
     return CUDA_SUCCESS;
 }
 
@@ -474,6 +475,7 @@ CUresult cuGraphDestroy(CUgraph graph) {
     if (CUresult r = need_init()) return r;
     if (!graph) return CUDA_ERROR_INVALID_VALUE;
     for (CUgraphNode n : graph->nodes) delete n;
+    disown(graph);
     delete graph;
     return CUDA_SUCCESS;
 }
