@@ -48,33 +48,29 @@ Range internal::device_range(int i) {
 Range internal::all_slots_range() { return {(off_t)offsetof(Header, slots), (off_t)sizeof(Header::slots)}; }
 Range internal::replace_range() { return {0, (off_t)sizeof(Header::magic)}; }
 
-bool internal::try_lock(int fd, Range r) {
+// The byte range r of the file as an open-file-description lock request of the given type.
+static struct flock range_lock(short type, Range r) {
     struct flock fl;
     memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
+    fl.l_type = type;
     fl.l_whence = SEEK_SET;
     fl.l_start = r.start;
     fl.l_len = r.length;
+    return fl;
+}
+
+bool internal::try_lock(int fd, Range r) {
+    struct flock fl = range_lock(F_WRLCK, r);
     return fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
 void internal::unlock(int fd, Range r) {
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_UNLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = r.start;
-    fl.l_len = r.length;
+    struct flock fl = range_lock(F_UNLCK, r);
     fcntl(fd, F_OFD_SETLK, &fl);
 }
 
 Held internal::held_by_another(int fd, Range r) {
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = r.start;
-    fl.l_len = r.length;
+    struct flock fl = range_lock(F_WRLCK, r);
     if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return Held::kUnknown;
     return fl.l_type == F_UNLCK ? Held::kNo : Held::kYes;
 }
