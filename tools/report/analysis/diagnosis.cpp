@@ -1,0 +1,138 @@
+// The diagnosis of a report: what failed, and why (tools/report/analysis/parts.h).
+#include "tools/report/analysis/parts.h"
+
+namespace gg::report::analysis {
+
+namespace {
+
+constexpr uint64_t MiB = 1024ull * 1024;
+
+// The lines a tensor view adds under the headline: PyTorch's allocated and reserved bytes, the free
+// holes against the request, and whether the out-of-memory is fragmentation: the request would fit in
+// what the limit leaves beside the live tensors, but no free block is that large and the segments
+// that hold the free memory cannot be released (live tensors lie in them).
+void tensor_diagnosis(const Report &r, Analysis &a) {
+    if (r.tensor && r.tensor->backend == "cudaMallocAsync")
+        a.why.push_back(
+            "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, so the holders "
+            "below are its tensors (the segment view is the tensor view)");
+    const TensorFacts &t = a.tensor;
+    if (!t.present || !a.failure) return;  // the tensor view's section says it for other reports
+    std::string line = "PyTorch held " + human_bytes(t.reserved) + " reserved: " + human_bytes(t.allocated) +
+                       " allocated to tensors, " + human_bytes(t.unallocated) + " reserved but free";
+    if (t.holes)
+        line += " (" + std::to_string(t.holes) + " holes between live tensors, the largest " +
+                human_bytes(t.largest_free) + ")";
+    a.why.push_back(line);
+    if (!t.request) return;
+    a.why.push_back("PyTorch asked for " + human_bytes(t.request) + "; its largest free block " +
+                    (t.request <= (1u << 20) ? "for small tensors " : "") + "was " + human_bytes(t.largest_free));
+    // What the memory left to this process allows: the quota minus the other processes' bytes, or the
+    // device's free memory plus what PyTorch holds.
+    uint64_t avail = 0;
+    if (r.limit_bytes) {
+        uint64_t container = r.container_bytes.value_or(0), mine = r.process_bytes.value_or(0);
+        uint64_t others = container > mine ? container - mine : 0;
+        avail = *r.limit_bytes > others ? *r.limit_bytes - others : 0;
+    } else if (r.device_free) {
+        avail = *r.device_free + t.reserved;
+    }
+    a.fragmentation = avail > 0 && t.allocated + t.request <= avail && t.largest_free < t.request && t.pinned_free > 0;
+    if (a.fragmentation)
+        a.why.push_back("this is fragmentation: the tensors (" + human_bytes(t.allocated) + ") and the request (" +
+                        human_bytes(t.request) + ") fit in the " + human_bytes(avail) +
+                        " this process may use, but the free memory is split over " +
+                        std::to_string(t.pinned_segments) + (t.expandable ? " pages" : " segments") +
+                        " that live tensors keep from going back to the driver");
+}
+
+}  // namespace
+
+void diagnose(const Report &r, const Facts &f, Analysis &a) {
+    const uint64_t live = f.live, container = f.container, request = f.request, ledger_total = f.ledger_total;
+    const std::string &api = f.api, &on_device = f.on_device;
+    const std::string &reason = r.reason;
+    if (reason == "quota") {
+        a.kind = "quota";
+        a.failure = true;
+        a.headline = "OUT OF MEMORY (quota): " + api + " of " + human_bytes(request) + on_device + " was refused";
+        if (r.limit_bytes) {
+            bool per_process = r.limit_scope == "process";
+            uint64_t held = per_process ? live : container;
+            std::string src =
+                r.limit_source.empty() ? "" : r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
+            a.why.push_back("the " + std::string(per_process ? "per-process" : "container") + " limit is " +
+                            human_bytes(*r.limit_bytes) + (src.empty() ? "" : " (" + src + ")") + "; " +
+                            (per_process ? "this process" : "the container") + " held " + human_bytes(held) +
+                            ", so the request would have made " + human_bytes(held + request));
+            if (!per_process && r.container_bytes && *r.container_bytes != live)
+                a.why.push_back("this process held " + human_bytes(live) + " of the container's " +
+                                human_bytes(container));
+        } else if (!r.message.empty()) {
+            a.why.push_back(r.message);
+        }
+    } else if (reason == "driver_oom") {
+        a.kind = "physical";
+        a.failure = true;
+        a.headline = "OUT OF MEMORY (physical memory): " + api + " of " + human_bytes(request) + on_device +
+                     " failed in the driver";
+        if (r.device_total && r.device_free)
+            a.why.push_back("the device had " + human_bytes(*r.device_free) + " free of " +
+                            human_bytes(*r.device_total) + (r.device_name.empty() ? "" : " (" + r.device_name + ")"));
+        if (r.limit_bytes)
+            a.why.push_back("the quota was not the cause: the container held " + human_bytes(container) + " of its " +
+                            human_bytes(*r.limit_bytes) + " limit");
+        else a.why.push_back("no gpuguard quota was set on this device");
+        if (r.device_total && r.device_free && *r.device_total > *r.device_free) {
+            uint64_t used = *r.device_total - *r.device_free;
+            if (used > container + used / 10 && used - container > 256 * MiB)
+                a.why.push_back("about " + human_bytes(used - container) +
+                                " of the device is held outside this container's ledger (other containers, or "
+                                "the driver's own context memory)");
+        }
+    } else if (reason == "exit") {
+        a.kind = "exit";
+        a.headline = "Report at exit: no allocation failed";
+        a.why.push_back("the process still held " + human_bytes(live) + " when it exited" +
+                        (r.live_allocations ? " in " + std::to_string(*r.live_allocations) + " allocations" : ""));
+    } else if (reason == "request") {
+        a.kind = "request";
+        a.headline = "Report requested by the program";
+    } else if (reason == "signal") {
+        a.kind = "signal";
+        a.headline = "Report written on a signal";
+    } else if (reason == "warn_at") {
+        a.kind = "warn";
+        a.headline = "WARNING: GPU memory crossed the warning threshold";
+        if (r.limit_bytes)
+            a.why.push_back("the container held " + human_bytes(container) + " of its " + human_bytes(*r.limit_bytes) +
+                            " limit (" + std::to_string(percent(container, *r.limit_bytes)) + "%)");
+    } else {
+        a.kind = "unknown";
+        a.headline = "Report (reason '" + (reason.empty() ? std::string("unknown") : reason) + "')";
+    }
+    if (reason == "allocator_oom") {
+        a.kind = "allocator";
+        a.failure = true;
+        a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) + on_device +
+                     " was refused without a driver call failing";
+        a.why.push_back(
+            "PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
+            "driver nor a gpuguard quota");
+    }
+    tensor_diagnosis(r, a);
+    // The shim's message says again what the exit line says; for the other reasons it is the news.
+    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
+    if (a.sibling)
+        a.why.push_back("a sibling process holds most of it: " + process_desc(*a.sibling) + " holds " +
+                        human_bytes(a.sibling->bytes) + ", " + std::to_string(percent(a.sibling->bytes, ledger_total)) +
+                        "% of the container's usage" + (a.sibling->alive ? "" : " (and it is no longer running)"));
+    for (const LedgerProcess &p : r.ledger_processes)
+        if (!p.alive && p.bytes > 0 && !(a.sibling && a.sibling->pid == p.pid))
+            a.why.push_back("pid " + std::to_string(p.pid) + " has exited but is still counted for " +
+                            human_bytes(p.bytes));
+    if (a.failed_phase && *a.failed_phase != Phase::Other)
+        a.why.push_back(std::string("the failed request was made in the ") + phase_name(*a.failed_phase));
+}
+
+}  // namespace gg::report::analysis
