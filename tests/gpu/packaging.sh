@@ -6,7 +6,7 @@
 # jupyter is there) with the report inline, and the exporter scraped once during a two-process run.
 # The wheel from dist/ (its command serves the exporter; $BUILD/gpuguard, default build/, if it did
 # not install). Logs and reports go to
-# $OUT/packaging/; the table ("check  result") is printed last. About a minute; bounded to 200 s.
+# $OUT/packaging/; the table ("check  result") is printed last. JUPYTER_SITE: see below. About a minute; bounded to 200 s.
 #   make wheel && tests/gpu/packaging.sh        (OUT=... BUILD=... as for tests/gpu/run.sh)
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,6 +34,9 @@ else
   site=$("$W/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
   [[ -d $site ]] && "$PYTHON" -c 'import site, sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
     > "$site/gpuguard-test-parent.pth" 2>>"$P/venv.log"
+  # JUPYTER_SITE: a folder of Jupyter's packages for this Python (nbconvert, ipykernel, pyzmq), for
+  # a machine that has none and no network (the GPU machine); it comes after $PYTHON's own packages.
+  [[ -d $site && -n ${JUPYTER_SITE:-} ]] && echo "$JUPYTER_SITE" >> "$site/gpuguard-test-parent.pth"
   row "pip install --no-index into a venv over $($PYTHON --version 2>&1)" "$([[ -x $W/venv/bin/gpuguard ]] && echo ok || echo "FAIL (see venv.log)")"
 fi
 VPY=$W/venv/bin/python
