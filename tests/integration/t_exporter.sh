@@ -38,6 +38,26 @@ start_holder 1048576 7 && A=$HOLDER_PID
 start_holder 3145728 8 && B=$HOLDER_PID
 refuse_once
 
+# A process on a ledger of its own ($K) that holds some of every kind (as t_usage.sh makes them): a
+# context of 300 MiB (the test driver's FAKE_CUDA_CTX_BYTES, measured from NVML's figure of the
+# process), 100 MiB allocated, 50 MiB a stream-ordered pool keeps after its free, and a graph's 64 MiB
+# memory node mapped by its launch. Sets KINDS_PID once it holds them all.
+MIB=1048576
+K=$TMP/kinds_ledger
+# Started without a shell function between (as start_holder), so that $! is the program's pid; its
+# sleep ends it if the kill at the end of this file is never reached.
+start_kinds_holder() {
+  GPUGUARD_MEM_LIMIT=1GiB GPUGUARD_LEDGER=$K GPUGUARD_REPORT_DIR=$TMP FAKE_CUDA_TRUTH=$TMP/truth \
+    FAKE_CUDA_CTX_BYTES=$((300 * MIB)) LD_PRELOAD=$PRELOAD LD_LIBRARY_PATH=$FAKE "$BIN/usage_linked" ctx \
+    alloc $((100 * MIB)) threshold async $((50 * MIB)) free_async capture $((64 * MIB)) glaunch info \
+    sleep 120000 >"$TMP/kinds_out" 2>&1 &
+  KINDS_PID=$!
+  for _ in $(seq 200); do grep -q '^info ->' "$TMP/kinds_out" 2>/dev/null && return 0; sleep 0.02; done
+  echo "    the holder of every kind never got ready" >&2; cat "$TMP/kinds_out" >&2
+  return 1
+}
+start_kinds_holder
+
 metrics_pass_promtool() {
   "$CLI" exporter --once --ledger "$L" --container c1 > metrics.txt || return 1
   if command -v promtool >/dev/null; then
@@ -64,6 +84,63 @@ metrics_pass_promtool() {
 }
 check "--once: per device limit, usage, refusals; per process bytes and state; reports; promtool check metrics passes" \
   metrics_pass_promtool
+
+# The split by kind, per device and per process, against what `gpuguard top --json` reads of the same
+# ledger and against what the holder holds; each family's kinds sum to its used figure; the context's
+# cost with its source.
+kinds_exported() {
+  [[ -n ${KINDS_PID:-} ]] && kill -0 "$KINDS_PID" || { echo "    no holder of every kind"; return 1; }
+  "$CLI" top --ledger "$K" --json > kinds_top.json &&
+    "$CLI" exporter --once --ledger "$K" --container c1 > kinds.txt || return 1
+  if command -v promtool >/dev/null; then
+    promtool check metrics < kinds.txt > kinds_lint.txt 2>&1
+    if grep -v "label names should be written in 'snake_case' not 'camelCase'" kinds_lint.txt | grep -q .; then
+      cat kinds_lint.txt; return 1
+    fi
+  fi
+  python3 - kinds_top.json kinds.txt "$KINDS_PID" $MIB <<'PY' || { sed 's/^/      /' kinds.txt | grep by_kind >&2; return 1; }
+import json, re, sys
+top, text, pid, mib = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
+samples = []  # (family, labels, value)
+for line in text.splitlines():
+    m = re.match(r'^([a-z_]+)\{(.*)\} (\S+)$', line)
+    if m:
+        samples.append((m[1], dict(re.findall(r'([A-Za-z_]+)="((?:[^"\\]|\\.)*)"', m[2])), int(m[3])))
+def values(family, **want):
+    return [v for f, l, v in samples if f == family and all(l.get(k) == w for k, w in want.items())]
+def one(family, **want):
+    v = values(family, **want)
+    assert len(v) == 1, f"{family}{want}: {len(v)} series"
+    return v[0]
+expected = {"allocations": 100 * mib, "context_and_modules": 300 * mib, "graphs": 64 * mib, "pool_reserve": 50 * mib}
+bad = []
+def expect(what, got, want):
+    if got != want: bad.append(f"{what}: {got}, expected {want}")
+dev = top["devices"][0]
+gpu = str(dev["index"])
+expect("top's split of the device", dev["by_kind"], expected)
+used = one("gpuguard_device_used_bytes", gpu=gpu)
+expect("the device's used bytes", used, dev["used_bytes"])
+for kind, want in dev["by_kind"].items():
+    expect(f"device kind {kind}", one("gpuguard_device_used_by_kind_bytes", gpu=gpu, kind=kind), want)
+expect("the device's kinds", sum(values("gpuguard_device_used_by_kind_bytes", gpu=gpu)), used)
+expect("the device's kind labels", len(values("gpuguard_device_used_by_kind_bytes", gpu=gpu)), 4)
+proc = [p for p in top["processes"] if str(p["pid"]) == pid][0]["devices"][0]
+expect("top's split of the process", proc["by_kind"], expected)
+pused = one("gpuguard_process_used_bytes", gpu=gpu, pid=pid)
+expect("the process's used bytes", pused, proc["bytes"])
+for kind, want in proc["by_kind"].items():
+    expect(f"process kind {kind}", one("gpuguard_process_used_by_kind_bytes", gpu=gpu, pid=pid, kind=kind), want)
+expect("the process's kinds", sum(values("gpuguard_process_used_by_kind_bytes", gpu=gpu, pid=pid)), pused)
+expect("the context's cost", one("gpuguard_device_context_cost_bytes", gpu=gpu, source="own_process"),
+       dev["context_cost_bytes"])
+expect("top's context cost", dev["context_cost_bytes"], 300 * mib)
+print("\n".join("    " + b for b in bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+}
+check "--once: used bytes by kind per device and per process (as gpuguard top says, summing to the used bytes), the context's cost and its source" \
+  kinds_exported
 
 http_both_formats() {
   "$CLI" exporter --listen 127.0.0.1:0 --ledger "$L" --ledger "$TMP/none" --container c1 2> exporter.err &
@@ -93,7 +170,7 @@ check "over HTTP: the text format, OpenMetrics when asked (as Prometheus asks), 
 prometheus_scrapes() {
   local eport pport pid prom q
   eport=$(free_port) pport=$(free_port)
-  "$CLI" exporter --listen "127.0.0.1:$eport" --ledger "$L" --container c1 2>exporter.err &
+  "$CLI" exporter --listen "127.0.0.1:$eport" --ledger "$L" --ledger "$K" --container c1 2>exporter.err &
   pid=$!
   cat > prometheus.yml <<YML
 global: {scrape_interval: 1s, scrape_timeout: 1s}
@@ -118,16 +195,21 @@ PY
     for _ in $(seq 80); do got=$(q "$1"); [[ $got == "$2" ]] && return 0; sleep 0.25; done
     echo "    $1 = '$got', expected '$2'" >&2; return 1
   }
-  local ok=0
+  local ok=0 l="ledger=\"$L\"" k="ledger=\"$K\""
   waitfor 'up{job="gpuguard"}' 1 &&
-    waitfor 'gpuguard_device_limit_bytes{container="c1"}' 1073741824 &&
-    waitfor 'gpuguard_device_used_bytes' 4194304 &&
+    waitfor "gpuguard_device_limit_bytes{container=\"c1\",$l}" 1073741824 &&
+    waitfor "gpuguard_device_used_bytes{$l}" 4194304 &&
     start_holder 8388608 9 free 0 && C=$HOLDER_PID &&
-    waitfor 'gpuguard_device_used_bytes' 12582912 &&
+    waitfor "gpuguard_device_used_bytes{$l}" 12582912 &&
     waitfor "gpuguard_process_used_bytes{pid=\"$C\"}" 8388608 &&
     { exec 9>&-; wait $C; true; } &&
-    waitfor 'gpuguard_device_used_bytes' 4194304 &&
-    waitfor 'max_over_time(gpuguard_device_used_bytes[1m])' 12582912 && ok=1
+    waitfor "gpuguard_device_used_bytes{$l}" 4194304 &&
+    waitfor "max_over_time(gpuguard_device_used_bytes{$l}[1m])" 12582912 &&
+    waitfor "gpuguard_device_used_by_kind_bytes{$k,kind=\"graphs\"}" $((64 * MIB)) &&
+    waitfor "gpuguard_process_used_by_kind_bytes{$k,pid=\"$KINDS_PID\",kind=\"pool_reserve\"}" $((50 * MIB)) &&
+    waitfor "count(gpuguard_device_used_by_kind_bytes{$k})" 4 &&
+    waitfor "sum(gpuguard_device_used_by_kind_bytes{$k}) - sum(gpuguard_device_used_bytes{$k})" 0 &&
+    waitfor "gpuguard_device_context_cost_bytes{$k,source=\"own_process\"}" $((300 * MIB)) && ok=1
   kill $prom $pid; wait $prom $pid 2>/dev/null
   ((ok)) || { tail -5 prometheus.log; return 1; }
 }
@@ -137,9 +219,10 @@ elif ! command -v prometheus >/dev/null; then
   if [[ ${CI:-} == true ]]; then check "prometheus is installed under CI=true" false
   else skip "a Prometheus server scrapes the exporter" "no prometheus here (tests/deps.sh installs it)"; fi
 else
-  check "a Prometheus server scraping the exporter sees the limit, and usage rise and fall as a process comes and goes" \
+  check "a Prometheus server scraping the exporter sees the limit, usage rise and fall as a process comes and goes, and usage by kind" \
     prometheus_scrapes
 fi
 
 exec 7>&- 8>&-
+[[ -n ${KINDS_PID:-} ]] && kill "$KINDS_PID"
 wait 2>/dev/null

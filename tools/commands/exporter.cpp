@@ -43,10 +43,13 @@ const char kUsage[] =
     "\n"
     "Metrics: gpuguard_ledger_up; per device (labels gpu, UUID, modelName, as DCGM's exporter names\n"
     "them, and container, ledger) gpuguard_device_limit_bytes (absent without a limit),\n"
-    "_used_bytes, _peak_bytes, _memory_total_bytes, gpuguard_device_refusals_total; per process (pid,\n"
-    "command) gpuguard_process_used_bytes, _peak_bytes per device, gpuguard_process_state (alive, dead,\n"
-    "reclaimed); gpuguard_reports_total and gpuguard_reclaimed_processes_total. gpu is the ledger's\n"
-    "index of the device (the same for every process), not a CUDA ordinal: match devices by UUID.\n"
+    "_used_bytes, _used_by_kind_bytes (kind: allocations, context_and_modules, graphs, pool_reserve;\n"
+    "they sum to _used_bytes), _peak_bytes, _memory_total_bytes, _context_cost_bytes (source:\n"
+    "own_process, device_delta, unknown), gpuguard_device_refusals_total; per process (pid, command)\n"
+    "gpuguard_process_used_bytes, _used_by_kind_bytes, _peak_bytes per device, gpuguard_process_state\n"
+    "(alive, dead, reclaimed); gpuguard_reports_total and gpuguard_reclaimed_processes_total. gpu is\n"
+    "the ledger's index of the device (the same for every process), not a CUDA ordinal: match devices\n"
+    "by UUID.\n"
     "\n"
     "Exit status: 0 stopped by SIGTERM or SIGINT (or --once done); 1 cannot listen; 2 bad usage.\n";
 

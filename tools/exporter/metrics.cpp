@@ -4,6 +4,8 @@
 #include <cstring>
 #include <memory>
 
+#include "common/report/schema.h"
+
 namespace gg::exporter {
 namespace {
 
@@ -19,6 +21,32 @@ struct Family {
 };
 
 std::string number(uint64_t v) { return std::to_string(v); }
+
+// The kind label's values, in Kind's order, then the allocations: the names reports and `gpuguard top
+// --json` give them (common/report/schema.h), so that a query and a report say the same thing.
+namespace key = schema::key;
+const char *const kKindLabel[ledger::kKinds] = {key::context_and_modules, key::graphs, key::pool_reserve};
+const char *const kAllocationsLabel = key::allocations;
+
+const char *cost_source_label(ledger::CostSource s) {
+    return s == ledger::kCostOwnProcess ? "own_process" : s == ledger::kCostDeviceDelta ? "device_delta" : "unknown";
+}
+
+}  // namespace
+
+std::array<uint64_t, ledger::kKinds + 1> split_by_kind(uint64_t total,
+                                                       const std::array<uint64_t, ledger::kKinds> &kinds) {
+    std::array<uint64_t, ledger::kKinds + 1> out{};
+    uint64_t left = total;
+    for (int k = 0; k < ledger::kKinds; k++) {
+        out[(size_t)k] = kinds[(size_t)k] < left ? kinds[(size_t)k] : left;
+        left -= out[(size_t)k];
+    }
+    out[ledger::kKinds] = left;
+    return out;
+}
+
+namespace {
 
 bool valid_utf8_at(const std::string &s, size_t i, size_t *len) {
     unsigned char c = (unsigned char)s[i];
@@ -83,11 +111,26 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
               false, ""};
     Family limit{"gpuguard_device_limit_bytes", "gauge", "the quota on the device (absent: no limit)", true, ""};
     Family used{"gpuguard_device_used_bytes", "gauge", "bytes the container's processes hold on the device", true, ""};
+    Family kinds{"gpuguard_device_used_by_kind_bytes", "gauge",
+                 "gpuguard_device_used_bytes split by kind: allocations, context_and_modules (CUDA contexts and "
+                 "the modules loaded into them), graphs (CUDA graphs' memory pool), pool_reserve (what "
+                 "stream-ordered pools keep beyond their live allocations); the kinds of a device sum to "
+                 "gpuguard_device_used_bytes",
+                 true, ""};
     Family peak{"gpuguard_device_peak_bytes", "gauge", "the container's highest usage of the device", true, ""};
     Family total{"gpuguard_device_memory_total_bytes", "gauge", "the device's physical memory, as the driver said",
                  true, ""};
+    Family cost{"gpuguard_device_context_cost_bytes", "gauge",
+                "what one CUDA context costs on the device as gpuguard measured it, charged to every process "
+                "that makes one; source: own_process (NVML's figure of the measuring process), device_delta "
+                "(the device's used memory around the context) or unknown (not measured yet, 0)",
+                true, ""};
     Family refusals{"gpuguard_device_refusals", "counter", "allocations the quota refused on the device", false, ""};
     Family pbytes{"gpuguard_process_used_bytes", "gauge", "bytes a process holds on the device", true, ""};
+    Family pkinds{"gpuguard_process_used_by_kind_bytes", "gauge",
+                  "gpuguard_process_used_bytes split by kind (the kinds of gpuguard_device_used_by_kind_bytes); "
+                  "the kinds of a process and device sum to gpuguard_process_used_bytes",
+                  true, ""};
     Family ppeak{"gpuguard_process_peak_bytes", "gauge", "a process's highest usage of the device", true, ""};
     Family pstate{"gpuguard_process_state", "stateset",
                   "a process of the ledger: alive, dead (its bytes not yet reclaimed) or reclaimed", false, ""};
@@ -98,6 +141,18 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
         std::string name = fam.name;
         if (!strcmp(fam.type, "counter")) name += "_total";
         fam.samples += name + lbl + " " + value + "\n";
+    };
+    // One series per kind, allocations first, with `kind` added to the labels.
+    auto add_kinds = [&add](Family &fam, const std::vector<std::pair<const char *, std::string>> &lbl, uint64_t total,
+                            const std::array<uint64_t, ledger::kKinds> &k) {
+        std::array<uint64_t, ledger::kKinds + 1> parts = split_by_kind(total, k);
+        auto kl = lbl;
+        kl.push_back({"kind", kAllocationsLabel});
+        add(fam, labels(kl), number(parts[ledger::kKinds]));
+        for (int j = 0; j < ledger::kKinds; j++) {
+            kl.back().second = kKindLabel[j];
+            add(fam, labels(kl), number(parts[(size_t)j]));
+        }
     };
     for (const LedgerSample &s : ledgers) {
         std::vector<std::pair<const char *, std::string>> base;
@@ -115,8 +170,13 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
             std::string l = labels(dl);
             if (d.limit != ledger::kNoLimit) add(limit, l, number(d.limit));
             add(used, l, number(d.used));
+            // The same labels and one more, kind: the sum of a device's series is its used figure.
+            add_kinds(kinds, dl, d.used, d.kinds);
             add(peak, l, number(d.peak));
             add(total, l, number(d.physical_total));
+            auto cl = dl;
+            cl.push_back({"source", cost_source_label(d.context_source)});
+            add(cost, labels(cl), number(d.context_cost));
             add(refusals, l, number(d.refusals));
         }
         for (const auto &p : s.processes) {
@@ -139,12 +199,14 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
                 pl.push_back({"command", p.command});
                 std::string l = labels(pl);
                 add(pbytes, l, number(p.bytes[i]));
+                add_kinds(pkinds, pl, p.bytes[i], p.kinds[i]);
                 add(ppeak, l, number(p.peak[i]));
             }
         }
     }
     std::string out;
-    for (Family *fam : {&up, &limit, &used, &peak, &total, &refusals, &pbytes, &ppeak, &pstate, &reports, &reclaimed}) {
+    for (Family *fam : {&up, &limit, &used, &kinds, &peak, &total, &cost, &refusals, &pbytes, &pkinds, &ppeak, &pstate,
+                        &reports, &reclaimed}) {
         // The text format knows no stateset (a gauge there) and names a counter with its _total.
         std::string name = fam->name;
         const char *type = fam->type;

@@ -1,8 +1,11 @@
 // The metrics `gpuguard exporter` serves, made from ledger snapshots alone (no driver call): per device
-// the limit, usage, peak, physical total and refusals; per process its bytes, peak and state; the
-// ledger's reports written and dead processes reclaimed. Names and labels follow Prometheus's
+// the limit, usage (and its split by kind), peak, physical total, a context's measured cost and
+// refusals; per process its bytes (and their split by kind), peak and state; the ledger's reports
+// written and dead processes reclaimed. Names and labels follow Prometheus's
 // conventions (base units, _bytes, _total) and DCGM's labels (gpu, UUID, modelName), plus container.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,15 @@ const char *content_type(Format f);
 
 // The exposition of every ledger, with `container` as the container label ("" leaves it out).
 std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f);
+
+// A total split by kind as the exporter shows it: context_and_modules, graphs, pool_reserve (Kind's
+// order), then the allocations, summing to `total` exactly. The ledger's counters are read one by one
+// while processes move them (charging a kind adds to the slot's total before the kind's counter;
+// kinds.cpp), so a snapshot can hold a kind ahead of the total; each kind is clamped to what the kinds
+// before it left, and the allocations are the rest, so that the series of a kind family always add
+// up to the used figure scraped with them.
+std::array<uint64_t, ledger::kKinds + 1> split_by_kind(uint64_t total,
+                                                       const std::array<uint64_t, ledger::kKinds> &kinds);
 
 // A label value escaped as both formats want it (backslash, double quote, newline), invalid UTF-8
 // replaced.
