@@ -166,7 +166,8 @@ GG_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
     DriverCall scope;
     usage::pools::forget(pool);
     CUresult r = real_call(R().cuMemPoolDestroy, pool);
-    if (usage::on())
+    // Not from inside the driver's own call (a thread there may hold the pools' readings off).
+    if (usage::on() && scope.outermost())
         if (const DeviceInfo *d = device_info(current_ordinal())) usage::reconcile(*d, false);
     return r;
 }
@@ -174,7 +175,7 @@ GG_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 GG_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     DriverCall scope;
     CUresult r = real_call(R().cuMemPoolTrimTo, pool, keep);
-    if (r == CUDA_SUCCESS && usage::on()) usage::pools::trimmed(pool);
+    if (r == CUDA_SUCCESS && usage::on() && scope.outermost()) usage::pools::trimmed(pool);
     return r;
 }
 

@@ -11,6 +11,18 @@
 //     after the program trims or destroys a pool, and about once a second while it allocates. A pool
 //     that gave memory back at a synchronization is seen then: until then the quota counts it (the
 //     safe side).
+// A reading must not fall between an async call's driver call and its ledger update: the driver's
+// figures then already show a free the ledger has not moved yet (which the move then counts twice),
+// or do not yet show the chunk an allocation charged beforehand (which the reading drops, while the
+// pool grows by it: the truth over the limit). So each async allocation and free of the process holds
+// its device's `settle` lock shared from its first change of the ledger to its last, its driver call
+// in between, and a reading holds it exclusive across the pools' figures and the setting of kPools.
+// Shared costs two atomic instructions and no libc (shim/base/shared_lock.h); the readings are
+// rare (once a second, queries, refusals), brief (attribute reads) and wait only for the calls in
+// flight. A thread that holds it shared never reads the pools (guard::admit lets go before it makes
+// room), and a nested hooked call inside the driver's takes nothing (not outermost). It is not a
+// fork lock: it is held across driver calls, which fork_locks.def keeps out of the prepare handler;
+// the child resets it instead (reset_after_fork), its holders being threads the child does not have.
 #pragma once
 #include <cstdint>
 
@@ -21,6 +33,11 @@
 namespace gg::usage::pools {
 
 bool is_async(Api driver_api);
+
+// An async allocation's or free's hold on the device's readings: shared, from before its first change
+// of the ledger to after its last (ordinal out of range: nothing).
+void enter(int ordinal);
+void leave(int ordinal);
 
 // Admission of an async allocation: moves up to `bytes` of the ledger's reserve to allocations and
 // returns how much; undraw() puts it back when the driver then failed.

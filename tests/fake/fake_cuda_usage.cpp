@@ -15,6 +15,9 @@
 //     the graph's nodes, reusing what it holds free, and keeps it after the graph is destroyed until
 //     cuDeviceGraphMemTrim (which also unmaps graphs not running: in the fake, all of them).
 // Everything completes at once, as in the rest of the fake; nothing is thread-safe beyond one lock.
+// FAKE_CUDA_POOL_DELAY_US: an async allocation or free sleeps that long before and after it changes
+// its pool, as a real call takes its time: a reading of the pools by another thread then falls
+// between a call's effect and its caller's bookkeeping (tests/integration/pool_race_linked.c).
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -114,8 +117,13 @@ bool pool_known(CUmemoryPool p) {
     return false;
 }
 
+void pool_delay() {
+    static const uint64_t us = env_bytes("FAKE_CUDA_POOL_DELAY_US");
+    if (us) usleep((useconds_t)us);
+}
+
 // One async allocation from `pool` (null: the current context's device's current pool).
-CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
+CUresult pool_alloc_now(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
     CUctx_st *ctx = nullptr;
     CUresult r = need_ctx(&ctx);
     if (!r && (!dptr || bytes == 0)) r = CUDA_ERROR_INVALID_VALUE;
@@ -156,7 +164,14 @@ CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryP
     return r;
 }
 
-CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
+CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
+    pool_delay();
+    CUresult r = pool_alloc_now(fn, dptr, bytes, pool, stream);
+    pool_delay();
+    return r;
+}
+
+CUresult pool_free_now(const char *fn, CUdeviceptr ptr, CUstream stream) {
     CUresult r = need_init();
     Usage &u = usage();
     std::lock_guard<std::mutex> lock(u.mu);
@@ -173,6 +188,13 @@ CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
         u.pool_allocs.erase(it);
     }
     trace(fn, r, "0x%llx", (unsigned long long)ptr);
+    return r;
+}
+
+CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
+    pool_delay();
+    CUresult r = pool_free_now(fn, ptr, stream);
+    pool_delay();
     return r;
 }
 

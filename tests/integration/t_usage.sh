@@ -157,6 +157,32 @@ async_alloc_from_reserve() {
 }
 check "an async allocation served from the pool's reserve is not charged twice" async_alloc_from_reserve
 
+# Async allocations and frees on four threads while a fifth reads the pools (cuMemGetInfo) without
+# pause; the test driver takes 200 us before and after each change of a pool, so that readings fall
+# inside calls. A reading between a free's driver call and its move of the bytes to the reserve
+# counted them twice; one between an allocation's charge of its chunk and the driver's growth
+# dropped the chunk while the pool grew by it (the truth over the limit). With nothing reading any
+# more, the ledger must hold exactly what the driver holds, and nothing after the exit.
+pool_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=128MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local round used truth
+  for round in 1 2 3; do
+    shimmed "$BIN/pool_race_linked" 4 1500 $((6*MIB)) 3000 >"$TMP/race" 2>"$TMP/race.err" &
+    for _ in $(seq 200); do [[ -s $TMP/race ]] && break; sleep 0.05; done
+    expect_contains "$(cat "$TMP/race")" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+    used=$("$CLI" top --ledger "$TMP/ledger" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["used_bytes"])')
+    truth=$(truth_now)
+    expect_eq "$used" "$truth" "round $round: the ledger counts what the driver holds (reserve only: all freed)" ||
+      { cat "$TMP/race" "$TMP/race.err"; return 1; }
+    wait
+    (( $(truth_max) <= 128 * MIB )) || { echo "round $round: truth max $(truth_max) > 128 MiB"; return 1; }
+    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
+  done
+}
+check "async allocations and frees racing readings of the pools: the ledger stays exact and the truth within the limit" pool_race
+
 old_meaning() {
   usage_env
   local out r
