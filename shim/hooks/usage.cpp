@@ -230,6 +230,23 @@ GG_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgrap
     return r;
 }
 
+// Before CUDA 12: the same, with an error node and a log for the driver to fill.
+GG_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                              size_t log_size) {
+    DriverCall scope;
+    CUresult r = real_call(R().cuGraphInstantiate, exec, graph, error_node, log, log_size);
+    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
+    return r;
+}
+
+GG_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                                 size_t log_size) {
+    DriverCall scope;
+    CUresult r = real_call(R().cuGraphInstantiate_v2, exec, graph, error_node, log, log_size);
+    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
+    return r;
+}
+
 namespace {
 // An instantiation that uploads (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) maps the graph's memory at once:
 // it is admitted as a first launch would be.

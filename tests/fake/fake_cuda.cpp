@@ -138,6 +138,8 @@
     X("cuGraphGetNodes", cuGraphGetNodes, 10000, false)                               \
     X("cuGraphNodeGetType", cuGraphNodeGetType, 10000, false)                         \
     X("cuGraphMemAllocNodeGetParams", cuGraphMemAllocNodeGetParams, 11040, false)     \
+    X("cuGraphInstantiate", cuGraphInstantiate, 10000, false)                         \
+    X("cuGraphInstantiate", cuGraphInstantiate_v2, 11000, false)                      \
     X("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000, false)                \
     X("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, false)       \
     X("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams, 12000, false)     \

@@ -566,6 +566,16 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned 
     return instantiate(exec, graph);
 }
 
+CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size) {
+    if (error_node) *error_node = nullptr;
+    if (log && log_size) log[0] = 0;
+    return instantiate(exec, graph);
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size) {
+    return cuGraphInstantiate(exec, graph, error_node, log, log_size);
+}
+
 CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
     CUresult r = instantiate(exec, graph);
     if (!r && params && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))

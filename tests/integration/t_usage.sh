@@ -106,6 +106,22 @@ graphs_counted() {
 }
 check "graph memory nodes are charged when a graph is launched or uploaded, and until the graph pool is trimmed" graphs_counted
 
+# Programs built before CUDA 12 instantiate with the five-argument cuGraphInstantiate (CUDA 10) or
+# cuGraphInstantiate_v2 (CUDA 11), which the driver still exports and cuGetProcAddress hands out
+# below cudaVersion 12000: their graphs are charged as CUDA 12's are.
+graphs_old_instantiate() {
+  local how out
+  for how in capture_v1 capture_v2 capture_gpa11; do
+    usage_env
+    out=$(shimmed "$U" ctx $how $((256*MIB)) info glaunch info gdestroy gtrim info 2>"$TMP/err")
+    expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((724*MIB)) free=$((468*MIB)) free=$((724*MIB)) " \
+      "$how: the launch maps the graph's memory, the trim gives it back" &&
+    expect_eq "$(grep -c CUDA_SUCCESS <<<"$out")" 8 "$how: every call succeeded" &&
+    expect_eq "$(cat "$TMP/err")" "" "$how: stderr" || return 1
+  done
+}
+check "graphs instantiated by the cuGraphInstantiate of CUDA 10 and 11 are charged as CUDA 12's are" graphs_old_instantiate
+
 graph_refused() {
   usage_env
   local out r

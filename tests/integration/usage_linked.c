@@ -10,6 +10,10 @@
  *   async N / free_async     cuMemAllocAsync of N bytes, cuMemFreeAsync of the last one
  *   sync                     cuStreamSynchronize (pools give back beyond their threshold)
  *   capture N                captures cuMemAllocAsync(N) + cuMemFreeAsync into a graph, instantiates it
+ *   capture_v1 N / capture_v2 N / capture_gpa11 N
+ *                            the same, instantiated by the cuGraphInstantiate of CUDA 10 (the plain
+ *                            symbol), of CUDA 11 (_v2), or by what cuGetProcAddress("cuGraphInstantiate",
+ *                            11000) hands out
  *   node N                   a graph with one memory node of N bytes (cuGraphAddMemAllocNode), instantiated
  *   glaunch / gupload        cuGraphLaunch / cuGraphUpload of the last instantiated graph
  *   gdestroy                 cuGraphExecDestroy of it
@@ -24,6 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* cuda.h maps the name to CUDA 12's cuGraphInstantiateWithFlags; programs built before CUDA 12 call
+ * these (the driver still exports them). */
+#undef cuGraphInstantiate
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t size);
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                       size_t size);
+typedef CUresult(CUDAAPI *Instantiate11)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
 
 static const char *name_of(CUresult r) {
     switch (r) {
@@ -84,15 +96,30 @@ int main(int argc, char **argv) {
             r = nasyncs ? cuMemFreeAsync(asyncs[--nasyncs], stream) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "sync")) {
             r = cuStreamSynchronize(stream);
-        } else if (!strcmp(op, "capture")) {
+        } else if (!strncmp(op, "capture", 7)) {
             CUgraph g;
             CUdeviceptr p;
+            CUgraphNode error_node;
+            char log[64];
             r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
             if (r == CUDA_SUCCESS) r = cuMemAllocAsync(&p, n, stream);
             if (r == CUDA_SUCCESS) r = cuMemFreeAsync(p, stream);
             CUresult e = cuStreamEndCapture(stream, &g);
             if (r == CUDA_SUCCESS) r = e;
-            if (r == CUDA_SUCCESS) r = cuGraphInstantiateWithFlags(&exec, g, 0);
+            if (r != CUDA_SUCCESS) {
+            } else if (!strcmp(op, "capture")) {
+                r = cuGraphInstantiateWithFlags(&exec, g, 0);
+            } else if (!strcmp(op, "capture_v1")) {
+                r = cuGraphInstantiate(&exec, g, &error_node, log, sizeof log);
+            } else if (!strcmp(op, "capture_v2")) {
+                r = cuGraphInstantiate_v2(&exec, g, &error_node, log, sizeof log);
+            } else if (!strcmp(op, "capture_gpa11")) {
+                void *fn = NULL;
+                r = cuGetProcAddress("cuGraphInstantiate", &fn, 11000, 0, NULL);
+                if (r == CUDA_SUCCESS) r = ((Instantiate11)fn)(&exec, g, &error_node, log, sizeof log);
+            } else {
+                r = CUDA_ERROR_INVALID_VALUE;
+            }
             i++;
         } else if (!strcmp(op, "node")) {
             CUgraph g;
