@@ -199,6 +199,19 @@ pool_race() {
 }
 check "async allocations and frees racing readings of the pools: the ledger stays exact and the truth within the limit" pool_race
 
+# A request within a chunk of 2^64: rounded up to the pool's chunk, it wrapped to nothing, and the
+# quota let the driver have it (the driver's own refusal saved the day).
+async_huge_refused() {
+  usage_env
+  local n out
+  for n in 18446744073709551615 18446744073709551000; do
+    out=$(shimmed "$U" ctx async $n 2>&1)
+    expect_contains "$out" "async -> CUDA_ERROR_OUT_OF_MEMORY" "$n: refused" &&
+    expect_contains "$out" "gpuguard: refused cuMemAllocAsync" "$n: by the quota, before the driver" || return 1
+  done
+}
+check "an async allocation of nearly 2^64 bytes is refused by the quota, not handed to the driver" async_huge_refused
+
 old_meaning() {
   usage_env
   local out r
