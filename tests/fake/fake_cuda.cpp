@@ -383,10 +383,12 @@ CUresult charge(int phys, uint64_t bytes) {
     uint64_t n = ++d.alloc_calls;
     if (d.fail_every && n % d.fail_every == 0) return CUDA_ERROR_OUT_OF_MEMORY;
     if (phys < 0) return CUDA_SUCCESS;  // host memory
-    return fake::truth_take(d.truth, getpid(), phys, bytes, d.capacity[phys]) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return fake::truth_take(d.truth, fake::truth_pid(getpid()), phys, bytes, d.capacity[phys])
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_OUT_OF_MEMORY;
 }
 void uncharge(int phys, uint64_t bytes, pid_t owner) {
-    if (phys >= 0) fake::truth_give(drv().truth, owner, phys, bytes);
+    if (phys >= 0) fake::truth_give(drv().truth, fake::truth_pid(owner), phys, bytes);
 }
 
 // FAKE_CUDA_FAIL_FREE_EVERY: whether this freeing call is one that fails (before it changes anything).

@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "fake_device.h"
 
@@ -54,6 +56,18 @@ inline Truth *truth_map(const char *path, bool create) {
     void *p = ::mmap(nullptr, sizeof(Truth), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     return p == MAP_FAILED ? nullptr : static_cast<Truth *>(p);
+}
+
+// The pid the truth knows process `pid` (one of this image's) by: its own, or, for a process that is
+// init of a PID namespace of its own, its pid outside, which FAKE_CUDA_TRUTH_PID=<inside>:<outside>
+// gives (tests/soak): the supervisor reads the table by the pids it sees, and a pid 1 in each
+// namespace would otherwise be one entry for all of them, and take entries of live processes it
+// cannot see for those of dead ones (pid_gone).
+inline int truth_pid(int pid) {
+    const char *e = ::getenv("FAKE_CUDA_TRUTH_PID");
+    int inside = 0, outside = 0;
+    if (e && ::sscanf(e, "%d:%d", &inside, &outside) == 2 && inside == pid && outside > 0) return outside;
+    return pid;
 }
 
 inline bool pid_gone(int pid) { return pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH); }

@@ -80,7 +80,8 @@ struct Totals {
 std::string g_work, g_bin, g_cli;
 uint64_t g_limit;
 bool g_allow_exit_window;
-bool g_namespaces;  // whether this machine lets the supervisor make PID namespaces
+fake::Truth *g_truth = nullptr;  // the test driver's ground truth (FAKE_CUDA_TRUTH)
+bool g_namespaces;               // whether this machine lets the supervisor make PID namespaces
 std::vector<std::string> g_worker_env;
 std::vector<Worker> g_workers;
 Totals T;
@@ -110,6 +111,8 @@ bool namespaces_work() {
 // The pid to signal a worker by: the worker itself, also when it is init of a namespace of its own
 // (then its pid in our namespace, once its parent has written it; 0 until then).
 pid_t target(const Worker &w) { return w.in_namespace ? w.journal->outer_pid.load() : w.pid; }
+// The pid the truth's table knows the worker by: the same (the test driver is told it in a namespace,
+// fake_truth.h, truth_pid).
 
 void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     memset(static_cast<void *>(w.journal), 0, sizeof(soak::Journal));  // a fresh incarnation
@@ -122,8 +125,12 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     // Every third worker also sees injected driver failures (the shim's rollback path).
     if (w.id % 3 == 2) env.push_back("FAKE_CUDA_FAIL_EVERY=" + std::to_string(50 + rng() % 100));
     if (w.id % 2) env.push_back("GPUGUARD_REPORT_ON_EXIT=1");
+    // In a namespace the worker is pid 1: the test driver is told its pid outside (written below,
+    // once known), and its entry of the truth is made by its parent, which sees every pid.
+    char truth_pid[64] = "FAKE_CUDA_TRUTH_PID=";
     std::vector<char *> envp, argv;
     for (std::string &e : env) envp.push_back(e.data());
+    if (w.in_namespace) envp.push_back(truth_pid);
     envp.push_back(nullptr);
     argv = {worker.data(), w.journal_path.data(), t.data(), m.data(), s.data(), exec_after.data(), nullptr};
     pid_t parent = getpid();
@@ -144,6 +151,9 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
             pid_t inner = fork();
             if (inner == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
+                while (!w.journal->outer_pid.load()) usleep(1000);
+                snprintf(truth_pid, sizeof truth_pid, "FAKE_CUDA_TRUTH_PID=%d:%d", (int)getpid(),
+                         (int)w.journal->outer_pid.load());
                 if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
                     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
                     _exit(127);
@@ -151,6 +161,7 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
                 _exit(127);
             }
             if (inner < 0) _exit(127);
+            fake::truth_proc(g_truth, inner, true);
             w.journal->outer_pid.store(inner);
             int status = 0;
             while (waitpid(inner, &status, 0) < 0 && errno == EINTR) {}
@@ -182,8 +193,8 @@ uint64_t journal_bytes(const soak::Journal &j) {
 
 // What process `pid` holds in the driver by the truth's own per-process table: exact, whatever it
 // holds (allocations, its pools' reserve, graph memory), where the journal knows allocations only.
-fake::Truth *g_truth = nullptr;
 uint64_t truth_of(int pid) {
+    if (pid <= 0) return 0;  // a namespace's worker that died before its pid outside was known
     for (const fake::TruthProc &p : g_truth->proc)
         if (p.pid.load() == pid) return p.bytes[0].load();
     return 0;
@@ -198,21 +209,17 @@ void reaped(Worker &w, int status) {
     T.errors += j.errors.load();
     T.huge += j.huge.load();
     T.execs += j.execs.load();
-    // What its exec'd images left in the driver's truth (a real driver would have freed it).
-    T.leaked_lo += j.exec_left.load();
-    T.leaked_hi += j.exec_left.load();
+    // What it left in the driver's truth, read once it is gone: all it held when killed, what its
+    // exec'd images left (a real driver would have freed it) in either case. Exact, whatever it held
+    // (allocations, its pools' reserve, graph memory), where the journal knows allocations only.
+    uint64_t left_by_it = truth_of(target(w));
+    T.leaked_lo += left_by_it;
+    T.leaked_hi += left_by_it;
     if (j.errors.load())
         problem("worker " + std::to_string(w.pid) + ": " + std::to_string(j.errors.load()) +
                 " driver errors other than out-of-memory");
     if (w.killed) {
-        // A worker already exiting cleanly may have had its memory given back by the driver's
-        // teardown before it was killed: then nothing is known to be left.
-        // The truth's table of the dead process says what it left, exactly (the journal bounds only
-        // its allocations: its pools and graphs hold more).
-        uint64_t lo = truth_of(w.pid), hi = lo;
         if (journal_bytes(j) != j.held.load()) T.kills_in_call++;
-        T.leaked_lo += lo;
-        T.leaked_hi += hi;
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             T.bad_exits++;
             problem("worker " + std::to_string(w.pid) + " died otherwise before our SIGKILL (status " +
@@ -258,7 +265,7 @@ void sample(fake::Truth *t) {
     // bytes it still holds. Such samples are told apart from any other excess.
     uint64_t exiting = 0;
     for (const Worker &w : g_workers)
-        if (w.pid && w.terminated) exiting += truth_of(w.pid);
+        if (w.pid && w.terminated) exiting += truth_of(target(w));
     if (live - g_limit <= exiting) {
         T.exit_window++;
         T.max_exit_overshoot = std::max(T.max_exit_overshoot, live - g_limit);

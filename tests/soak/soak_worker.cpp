@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "../fake/fake_truth.h"
 #include "journal.h"
 
 namespace {
@@ -264,9 +265,17 @@ int main(int argc, char **argv) {
     }
     for (pthread_t id : ids) pthread_join(id, nullptr);
     if (g_exec.load() && !g_stop.load() && !g_journal->term_requested.load()) {
-        // What this image holds stays in the test driver's truth (a real driver frees it at exec).
+        // What this image holds stays in the test driver's truth (a real driver frees it at exec):
+        // the truth's entry of this process says how much, its pools' reserve and graph memory too,
+        // which the journal does not follow (it counted allocations alone, and the soak then took
+        // what exec'd images left in their pools for live processes' bytes over the limit). The entry
+        // also holds what earlier images left: exec_left is all of it.
         g_journal->ready.store(0);
-        g_journal->exec_left.fetch_add(g_journal->held.exchange(0));
+        g_journal->held.store(0);
+        const char *truth_path = getenv("FAKE_CUDA_TRUTH");
+        fake::Truth *truth = truth_path ? fake::truth_map(truth_path, false) : nullptr;
+        fake::TruthProc *mine = truth ? fake::truth_proc(truth, fake::truth_pid(getpid()), false) : nullptr;
+        g_journal->exec_left.store(mine ? mine->bytes[0].load() : 0);
         g_journal->execs.fetch_add(1);
         std::string again = std::to_string(exec_after_ms * 2);
         char *next[] = {argv[0], argv[1], argv[2], argv[3], argv[4], again.data(), nullptr};
