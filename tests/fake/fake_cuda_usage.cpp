@@ -15,9 +15,10 @@
 //     the graph's nodes, reusing what it holds free, and keeps it after the graph is destroyed until
 //     cuDeviceGraphMemTrim (which also unmaps graphs not running: in the fake, all of them).
 // Everything completes at once, as in the rest of the fake; nothing is thread-safe beyond one lock.
-// FAKE_CUDA_POOL_DELAY_US: an async allocation or free sleeps that long before and after it changes
-// its pool, as a real call takes its time: a reading of the pools by another thread then falls
-// between a call's effect and its caller's bookkeeping (tests/integration/pool_race_linked.c).
+// FAKE_CUDA_POOL_DELAY_US: an async allocation or free, or a graph's mapping (upload, launch), sleeps
+// that long before and after it changes its pool, as a real call takes its time: a reading of the
+// pools by another thread then falls between a call's effect and its caller's bookkeeping
+// (tests/integration/pool_race_linked.c, graph_race_linked.c).
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -199,7 +200,7 @@ CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
 }
 
 // Maps an executable graph's memory nodes into the device's graph pool (an upload or a launch).
-CUresult graph_map(const char *fn, CUgraphExec exec) {
+CUresult graph_map_now(const char *fn, CUgraphExec exec) {
     CUresult r = need_init();
     if (!r && !exec) r = CUDA_ERROR_INVALID_VALUE;
     Usage &u = usage();
@@ -226,6 +227,13 @@ CUresult graph_map(const char *fn, CUgraphExec exec) {
         }
     }
     trace(fn, r, "%p", static_cast<void *>(exec));
+    return r;
+}
+
+CUresult graph_map(const char *fn, CUgraphExec exec) {
+    pool_delay();
+    CUresult r = graph_map_now(fn, exec);
+    pool_delay();
     return r;
 }
 

@@ -199,6 +199,25 @@ pool_race() {
 }
 check "async allocations and frees racing readings of the pools: the ledger stays exact and the truth within the limit" pool_race
 
+# First launches of graphs of 6 MiB on four threads at once, two of which the 12 MiB limit holds,
+# while a fifth reads the pools;
+# the test driver takes 200 us before and after each mapping. Two launches at once each counted on
+# the same free memory of the graph pool, and a reading between one's charge and its mapping set the
+# graphs' kind below what the pool then held: the truth passed the limit.
+graph_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=12MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local round out
+  for round in 1 2 3; do
+    out=$(shimmed "$BIN/graph_race_linked" 4 200 $((6*MIB)) 2>"$TMP/race.err")
+    expect_contains "$out" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+    (( $(truth_max) <= 12 * MIB )) || { echo "round $round: truth max $(truth_max) > 12 MiB ($out)"; return 1; }
+    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
+  done
+}
+check "first launches of graphs racing each other and readings of the graph pool: the truth stays within the limit" graph_race
+
 # A request within a chunk of 2^64: rounded up to the pool's chunk, it wrapped to nothing, and the
 # quota let the driver have it (the driver's own refusal saved the day).
 async_huge_refused() {
