@@ -27,6 +27,7 @@ uint64_t key_of(T handle) {
 template <typename Call>
 CUresult make_context(Api api, CUdevice dev, bool primary, CUcontext *out, Call &&call) {
     DriverCall scope;
+    if (!scope.outermost()) return call();  // made inside a hooked call, which accounts for it
     usage::context::Ticket t;
     if (CUresult refused = usage::context::admit(api, (int)dev, primary, &t)) return refused;
     CUresult r = call();

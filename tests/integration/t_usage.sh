@@ -37,6 +37,42 @@ context_counted() {
 }
 check "a context's cost is measured and charged; cuMemGetInfo and the report show the split" context_counted
 
+# Threads retaining the primary context at once, each allocating as soon as it has it: the driver
+# makes the others wait for the one that makes it, and so does the shim until it measured it. Before,
+# another thread's retain could make it before the measuring thread's first reading, or its
+# allocation land in the window: the cost went unmeasured and the context uncounted.
+context_threads() {
+  local mode r
+  for mode in listed hidden; do
+    usage_env
+    GPUGUARD_REPORT_ON_EXIT=1 FAKE_NVML_PIDS=$([[ $mode == hidden ]] && echo hidden) \
+      shimmed "$U" ctx_threads 4 >/dev/null 2>"$TMP/err" || { cat "$TMP/err"; return 1; }
+    r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+    expect_eq "$(json "$r" 'd["usage"]["context_cost"]["bytes"]')" $((300*MIB)) "the cost measured (NVML $mode)" &&
+    expect_eq "$(json "$r" 'd["usage"]["process_by_kind"]')" \
+      "{'allocations': $((4*MIB)), 'context_and_modules': $((300*MIB)), 'graphs': 0, 'pool_reserve': 0}" \
+      "the context charged once, beside the threads' allocations (NVML $mode)" || return 1
+  done
+}
+check "threads retaining the primary context at once: its cost is measured and charged once" context_threads
+
+# A process that cannot measure its context (no NVML at all) while no cost is known makes it
+# uncounted; once another process of the ledger measured the cost, its next reconciliation (here a
+# memory query) charges it. Before, it stayed uncounted for the process's life.
+context_counted_once_known() {
+  usage_env
+  mkdir -p "$TMP/no_nvml"
+  local lib
+  for lib in "$FAKE"/*; do [[ $lib == *nvidia-ml* ]] || ln -sf "$lib" "$TMP/no_nvml/"; done
+  FAKE=$TMP/no_nvml background "$TMP/a" ctx info sleep 1500 info
+  expect_contains "$(cat "$TMP/a")" "info -> CUDA_SUCCESS free=$GIB total=$GIB" "unmeasured, the context is not counted yet" &&
+  shimmed "$U" ctx >/dev/null 2>"$TMP/err" &&
+  wait &&
+  expect_contains "$(cat "$TMP/a")" "info -> CUDA_SUCCESS free=$((724*MIB)) total=$GIB" \
+    "counted once another process measured the cost" || { cat "$TMP/a" "$TMP/a.err"; return 1; }
+}
+check "a context made while no cost was known is charged once another process measures it" context_counted_once_known
+
 # In a container NVML may list nothing, or the host's pids: the context is then measured as the
 # device's used memory before and after, less what the ledger's processes charged meanwhile.
 context_in_container() {

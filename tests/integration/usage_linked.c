@@ -1,6 +1,8 @@
 /* The driver paths of memory that no allocation call returns (issue 19), run one by one from the
  * command line so that t_usage.sh can compare the ledger with the test driver's truth after each:
  *   ctx                      retain device 0's primary context and make it current
+ *   ctx_threads N            N threads retain it at once, each allocating 1 MiB as soon as it has it
+ *                            (kept), as a program's threads starting together do
  *   release                  release it (the last release destroys it)
  *   create / destroy         cuCtxCreate a context of its own, cuCtxDestroy it
  *   module / unload          cuModuleLoadData, cuModuleUnload of the last one loaded
@@ -23,6 +25,7 @@
  *   sleep MS
  * Each prints "<op> -> <result>" on stdout. */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,18 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNod
 CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
                                        size_t size);
 typedef CUresult(CUDAAPI *Instantiate11)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+
+static CUdevice g_dev;
+
+static void *retain_and_allocate(void *arg) {
+    CUcontext ctx;
+    CUdeviceptr p;
+    CUresult r = cuDevicePrimaryCtxRetain(&ctx, g_dev);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) r = cuMemAlloc(&p, 1 << 20);
+    *(CUresult *)arg = r;
+    return NULL;
+}
 
 static const char *name_of(CUresult r) {
     switch (r) {
@@ -68,6 +83,19 @@ int main(int argc, char **argv) {
             r = cuDevicePrimaryCtxRetain(&primary, dev);
             if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(primary);
             if (r == CUDA_SUCCESS) r = cuStreamCreate(&stream, 0);
+        } else if (!strcmp(op, "ctx_threads")) {
+            pthread_t t[16];
+            CUresult each[16];
+            unsigned long long k = n < 16 ? n : 16;
+            g_dev = dev;
+            for (unsigned long long j = 0; j < k; j++) pthread_create(&t[j], NULL, retain_and_allocate, &each[j]);
+            for (unsigned long long j = 0; j < k; j++) {
+                pthread_join(t[j], NULL);
+                if (each[j] != CUDA_SUCCESS) r = each[j];
+            }
+            if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&primary, dev);
+            if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(primary);
+            i++;
         } else if (!strcmp(op, "release")) {
             r = cuDevicePrimaryCtxRelease(dev);
         } else if (!strcmp(op, "create")) {
