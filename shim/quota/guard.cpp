@@ -37,7 +37,7 @@ __attribute__((noinline)) uint64_t hold_pools(Ticket *t, uint64_t bytes) {
     usage::pools::enter(t->dev->ordinal);
     t->pools_held = true;
     uint64_t ask = bytes - (t->drawn = usage::pools::draw(*t->dev, bytes));
-    t->growth = usage::pools::chunk_rest(ask);
+    t->growth = usage::chunk_rest(ask);
     // A request within a chunk of 2^64 (SIZE_MAX, say): rounded up, it wrapped to a few bytes or none,
     // which the ledger admitted and the driver was asked for the rest. Left as it is, it is refused.
     if (ask > UINT64_MAX - t->growth) t->growth = 0;

@@ -11,6 +11,7 @@
 #include "shim/core/state.h"
 #include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
+#include "shim/usage/chunk.h"
 #include "shim/usage/usage.h"
 
 namespace gg::usage::graphs {
@@ -82,7 +83,8 @@ uint64_t footprint(CUgraph graph, int *ordinal) {
             continue;
         // A graph allocating on several devices is charged to its first (rare: one device per graph).
         if (*ordinal < 0) *ordinal = p.poolProps.location.id;
-        if (p.poolProps.location.id == *ordinal) bytes += p.bytesize;
+        // Mapped in chunks: charged so, not by the node's own size (the pool's figure settles it after).
+        if (p.poolProps.location.id == *ordinal) bytes += p.bytesize + chunk_rest(p.bytesize);
     }
     return bytes;
 }

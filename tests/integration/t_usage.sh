@@ -235,6 +235,19 @@ pool_race() {
 }
 check "async allocations and frees racing readings of the pools: the ledger stays exact and the truth within the limit" pool_race
 
+# The graph pool maps a memory node in 2 MiB chunks: a node of 3 MiB takes 4. Admitted for its 3 MiB
+# beside 4.5 MiB of allocations under an 8 MiB limit, its launch took the truth to 8.5 MiB until the
+# pool's figure was read after the call; charged by the chunk, it is refused.
+graph_chunks() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 GPUGUARD_MEM_LIMIT=8MiB GPUGUARD_MAX_REPORTS=0
+  local out
+  out=$(shimmed "$U" ctx alloc $((4*MIB + 512*1024)) node $((3*MIB)) glaunch 2>"$TMP/err")
+  expect_contains "$out" "glaunch -> CUDA_ERROR_OUT_OF_MEMORY" "the launch is refused: 4 MiB do not fit" &&
+  (( $(truth_max) <= 8 * MIB )) || { echo "truth max $(truth_max) > 8 MiB: $out"; return 1; }
+}
+check "a graph's memory nodes are charged by the chunks the graph pool maps them in" graph_chunks
+
 # First launches of graphs of 6 MiB on four threads at once, two of which the 12 MiB limit holds,
 # while a fifth reads the pools;
 # the test driver takes 200 us before and after each mapping. Two launches at once each counted on
