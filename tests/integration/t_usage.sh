@@ -267,6 +267,26 @@ graph_race() {
 }
 check "first launches of graphs racing each other and readings of the graph pool: the truth stays within the limit" graph_race
 
+# The same while the reader trims the pool (cuMemPoolTrimTo), or synchronizes the context with the
+# pool keeping nothing (the driver gives back what the pool holds free at a synchronization): an
+# allocation drawing on free memory that was given back meanwhile grows the pool again, within what
+# the ledger still charges as reserve until its next reading (pools.h says why that holds).
+pool_trim_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=128MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local mode round out
+  for mode in trim sync; do
+    for round in 1 2; do
+      out=$(shimmed "$BIN/pool_race_linked" 4 1500 $((6*MIB)) 0 $mode 2>"$TMP/race.err")
+      expect_contains "$out" "errors=0" "$mode, round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+      (( $(truth_max) <= 128 * MIB )) || { echo "$mode, round $round: truth max $(truth_max) > 128 MiB ($out)"; return 1; }
+      expect_eq "$(truth_now)" 0 "$mode, round $round: nothing held after exit" || return 1
+    done
+  done
+}
+check "async allocations racing trims and synchronizations of their pool: the truth stays within the limit" pool_trim_race
+
 # A request within a chunk of 2^64: rounded up to the pool's chunk, it wrapped to nothing, and the
 # quota let the driver have it (the driver's own refusal saved the day).
 async_huge_refused() {
