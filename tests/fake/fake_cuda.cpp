@@ -291,7 +291,8 @@ Driver &drv() {
         const char *tf = std::getenv("FAKE_CUDA_TRUTH");
         p->truth = &p->local;
         if (tf && *tf) {
-            if (fake::Truth *t = fake::truth_map(tf, true)) p->truth = t;
+            if (fake::Truth *t = fake::truth_map(tf, true))
+                p->truth = t, fake::images_left(t, fake::truth_pid(getpid()));
             else std::fprintf(stderr, "fake_cuda: cannot map FAKE_CUDA_TRUTH=%s\n", tf);
         }
         p->fail_every = fake::env_u64("FAKE_CUDA_FAIL_EVERY", 0);

@@ -34,6 +34,10 @@ constexpr int kMaxProcs = 256;
 struct TruthProc {
     std::atomic<int32_t> pid;  // 0: free; an entry whose process is gone may be taken by another
     std::atomic<uint64_t> bytes[kMaxDevices];
+    // What earlier images of the pid left in `bytes` (an exec: a real driver frees them then, the fake
+    // keeps them, as after a SIGKILL; or a dead process's whose pid was reused): not the process's own,
+    // so NVML's per-process list shows bytes - left (images_left, when the fake driver starts).
+    std::atomic<uint64_t> left[kMaxDevices];
 };
 struct Truth {
     TruthDevice dev[kMaxDevices];
@@ -83,9 +87,17 @@ inline TruthProc *truth_proc(Truth *t, int pid, bool claim) {
         if (cur != 0 && !pid_gone(cur)) continue;
         if (!p.pid.compare_exchange_strong(cur, pid)) continue;
         for (auto &b : p.bytes) b.store(0);
+        for (auto &b : p.left) b.store(0);
         return &p;
     }
     return nullptr;  // a full table: the per-process view misses this process
+}
+
+// A new image of process `pid` starts (the test driver's first use in it): what its entry holds now
+// was left by earlier images.
+inline void images_left(Truth *t, int pid) {
+    if (TruthProc *p = truth_proc(t, pid, false))
+        for (int i = 0; i < kMaxDevices; i++) p->left[i].store(p->bytes[i].load());
 }
 
 // Takes `bytes` of physical device `phys` for process `pid` if that keeps it within `capacity`; false
