@@ -45,6 +45,10 @@ struct Journal {
     // in the instant between) sees it and stops at once instead of running on.
     std::atomic<uint32_t> term_requested;
     ThreadRecord thread[kMaxThreads];
+    // The first error's call and result ("cuStreamCreate: error 2"), written once by the worker that
+    // took first_error_claimed; the supervisor names it with the error count.
+    std::atomic<uint32_t> first_error_claimed;
+    char first_error[96];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the journal is shared with another process");
 
