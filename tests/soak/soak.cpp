@@ -342,10 +342,11 @@ void check_ledger() {
     said = true;
     problem("the ledger counts " + std::to_string(used) + " bytes, over the limit; by process:");
     for (const auto &p : l->processes()) {
-        if (!p.alive || p.bytes.empty()) continue;
+        if (p.reclaimed || p.bytes.empty() || !p.bytes[0]) continue;
         const auto &k = p.kinds[0];
-        problem("  pid " + std::to_string(p.pid) + (p.other_namespace ? " (another namespace)" : "") + ": ledger " +
-                std::to_string(p.bytes[0]) + " (context " + std::to_string(k[gg::ledger::kContext]) + ", graphs " +
+        problem("  pid " + std::to_string(p.pid) + (p.other_namespace ? " (another namespace)" : "") +
+                (p.alive ? "" : " (dead, not reclaimed yet)") + ": ledger " + std::to_string(p.bytes[0]) +
+                " (context " + std::to_string(k[gg::ledger::kContext]) + ", graphs " +
                 std::to_string(k[gg::ledger::kGraphs]) + ", pools " + std::to_string(k[gg::ledger::kPools]) +
                 "), driver " + (p.other_namespace ? std::string("?") : std::to_string(truth_of(p.pid))));
     }
