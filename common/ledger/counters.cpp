@@ -204,6 +204,8 @@ void Ledger::on_fork_child() {
     new (&device_mu_) std::mutex();
     slot_.store(nullptr);
     slot_pid_.store(0);
+    // The parent's measurements are its own: their locks stay with its description.
+    for (auto &m : measuring_) m.store(false);
     own_descriptor();
 }
 

@@ -32,7 +32,8 @@ struct Range {
 Range slot_range(int i);
 Range device_range(int i);
 Range all_slots_range();
-Range replace_range();  // the magic's bytes: held by a process while it replaces an idle ledger
+Range replace_range();    // the magic's bytes: held by a process while it replaces an idle ledger
+Range cost_range(int i);  // device i's context cost record: held by the process measuring it
 // F_OFD_SETLK of a write lock: true when this open file description holds it now (it may have
 // held it already: the kernel checks other descriptions only, so callers serialise their threads).
 bool try_lock(int fd, Range r);

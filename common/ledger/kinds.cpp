@@ -5,10 +5,6 @@
 // (shim/usage/). Only the slot's own process writes its kinds.
 #include "common/ledger/ledger.h"
 
-#include <signal.h>
-
-#include <cerrno>
-
 #include "common/ledger/internal.h"
 
 namespace gg::ledger {
@@ -111,22 +107,33 @@ int Ledger::context_measurer(int dev) const {
 
 bool Ledger::claim_context_measurement(int dev) {
     if (read_only_ || dev < 0 || dev >= kMaxDevices) return false;
+    // One thread of ours at a time: the lock below does not keep our other threads out.
+    if (measuring_[dev].exchange(true)) return false;
+    // Whoever holds the record's lock is alive and measuring, whatever pid the word names (a pid may
+    // be reused, or name a process of another PID namespace); a measurer that died let go of it.
+    if (fd_ >= 0 && !try_lock(fd_, cost_range(dev))) {
+        measuring_[dev].store(false);
+        return false;
+    }
     std::atomic<uint64_t> &c = header_->costs[dev].context;
     uint64_t mine = (uint64_t)self_pid() << kSourceBits | kCostMeasuring, cur = c.load();
     for (;;) {
-        int pid = context_measurer(dev);
-        // Free: nothing there, or the claim of a process that died measuring (kill(pid, 0) alone: a pid
-        // reused within the wait only makes a process wait its few seconds out).
-        bool free = cur == 0 || (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH);
-        if (!free) return false;
+        // Free: nothing there, or the claim of a process that died measuring (nobody held the lock).
+        bool free = cur == 0 || (cur & ((1u << kSourceBits) - 1)) == kCostMeasuring;
+        if (!free) break;  // measured meanwhile: nothing to measure
         if (c.compare_exchange_weak(cur, mine)) return true;
     }
+    if (fd_ >= 0) unlock(fd_, cost_range(dev));
+    measuring_[dev].store(false);
+    return false;
 }
 
 void Ledger::drop_context_claim(int dev) {
-    if (read_only_ || dev < 0 || dev >= kMaxDevices) return;
+    if (read_only_ || dev < 0 || dev >= kMaxDevices || !measuring_[dev].load()) return;
     uint64_t mine = (uint64_t)self_pid() << kSourceBits | kCostMeasuring;
-    header_->costs[dev].context.compare_exchange_strong(mine, 0);
+    header_->costs[dev].context.compare_exchange_strong(mine, 0);  // an offer may have replaced it
+    if (fd_ >= 0) unlock(fd_, cost_range(dev));
+    measuring_[dev].store(false);
 }
 
 }  // namespace gg::ledger

@@ -64,8 +64,11 @@ struct SlotKinds {
 };
 // The memory a CUDA context costs on a device, as first measured (shim/usage/context.cpp), so that a
 // process that cannot measure its own charges what another one measured.
-// kCostMeasuring: no cost yet, and the process whose pid stands in the bytes is measuring it (its
-// context is the only one made on the device meanwhile; the others of the ledger wait for it).
+// kCostMeasuring: no cost yet, and a process is measuring it (its context is the only one made on
+// the device meanwhile; the others of the ledger wait for it). The measurer holds an OFD write lock
+// on the record's bytes while it measures, which says it is alive (its death frees the lock); the
+// pid that stands in the bytes is for people, never for liveness (a pid is reused, or belongs to
+// another PID namespace).
 enum CostSource : uint32_t { kCostUnknown = 0, kCostDeviceDelta = 1, kCostOwnProcess = 2, kCostMeasuring = 3 };
 struct DeviceCost {
     std::atomic<uint64_t> context;  // bytes << 8 | CostSource: one word, so bytes and source agree

@@ -107,8 +107,10 @@ public:
     // Keeps the measurement when its source is better than the one the ledger holds (or the first).
     bool offer_context_cost(int dev, uint64_t bytes, CostSource source);
     // While no cost is known, one process at a time measures it: claim_ returns true for the one
-    // that may (the cost unknown and nobody alive measuring), measurer() the pid measuring (0: none),
-    // drop_ gives the claim up when the measurement failed. See shim/usage/context.cpp.
+    // that may (the cost unknown and nobody alive measuring: the measurer holds an OFD lock on the
+    // device's cost record, which its death frees, as a slot's), measurer() the pid measuring (0:
+    // none; for people, never for liveness), drop_ gives the claim up (after the offer of the
+    // measurement, or when it failed) and the lock with it. See shim/usage/context.cpp.
     bool claim_context_measurement(int dev);
     int context_measurer(int dev) const;
     void drop_context_claim(int dev);
@@ -208,6 +210,9 @@ private:
     Publish publish_new(const OpenOptions &o, bool replace, std::string *error);
     void finish_open();
     std::atomic<uint64_t> *own_kind_counter(int dev, Kind k) const;  // null without a slot
+    // A thread of this process measures the context cost of the device: it holds the lock on the
+    // device's cost record (kinds.cpp), which the kernel does not tell apart between our threads.
+    std::atomic<bool> measuring_[kMaxDevices] = {};
 };
 
 // Zeroes what a slot holds by kind: when it is claimed, reclaimed or left (kinds.cpp).

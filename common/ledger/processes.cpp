@@ -47,6 +47,9 @@ Range internal::device_range(int i) {
 }
 Range internal::all_slots_range() { return {(off_t)offsetof(Header, slots), (off_t)sizeof(Header::slots)}; }
 Range internal::replace_range() { return {0, (off_t)sizeof(Header::magic)}; }
+Range internal::cost_range(int i) {
+    return {(off_t)(offsetof(Header, costs) + (size_t)i * sizeof(DeviceCost)), (off_t)sizeof(DeviceCost)};
+}
 
 // The byte range r of the file as an open-file-description lock request of the given type.
 static struct flock range_lock(short type, Range r) {

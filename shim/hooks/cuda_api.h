@@ -21,6 +21,10 @@ constexpr int8_t kC10DeviceCuda = 1;
 // cuda.h maps the name to cuGetProcAddress_v2; the driver still exports the legacy 4-argument
 // function under the plain name, and cudart asks for it with cudaVersion below 12000 (docs/platform-facts.md).
 #undef cuGetProcAddress
+// cuda.h maps cuGraphInstantiate to CUDA 12's cuGraphInstantiateWithFlags; the driver still exports
+// the five-argument function of CUDA 10 under the plain name, and of CUDA 11 as _v2, which programs
+// built before CUDA 12 call (and cuGetProcAddress hands out for a cudaVersion below 12000).
+#undef cuGraphInstantiate
 
 extern "C" {
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
@@ -40,6 +44,10 @@ CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                                    size_t bufferSize);
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                       char *logBuffer, size_t bufferSize);
 CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);

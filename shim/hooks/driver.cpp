@@ -57,8 +57,9 @@ uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
 
 // The one shape of every allocating hook. `call(&key, &actual)` makes the real call and, on
 // success, says what to track the result by and how many bytes it really took. `pool`: the pool a
-// stream-ordered allocation names (shim/usage/pools.h).
-template <typename Call>
+// stream-ordered allocation names (shim/usage/pools.h). kAsync: a stream-ordered allocation, which
+// holds the pools' readings off from admit until its driver call is over.
+template <bool kAsync = false, typename Call>
 CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&call, CUmemoryPool pool = nullptr) {
     DriverCall scope;
     uint64_t key = 0, actual = bytes;
@@ -76,13 +77,16 @@ CUresult allocate(Api api, int ordinal, uint64_t bytes, KeyKind kind, Call &&cal
         r = call(&key, &actual);
     }
     GG_PROFILE_STEP(kCommit);
+    if constexpr (kAsync)
+        if (r == CUDA_SUCCESS) guard::release_pools(t);
     if (r == CUDA_SUCCESS) guard::commit(t, kind, key, actual);
     else guard::failed(t, r);
     return r;
 }
 
-// The one shape of every freeing hook.
-template <typename Call>
+// The one shape of every freeing hook. kAsync: a stream-ordered free, which holds the pools'
+// readings off across its driver call and its move of the bytes to the pools' reserve.
+template <bool kAsync = false, typename Call>
 CUresult release(KeyKind kind, uint64_t key, Call &&call) {
     DriverCall scope;
     if (!scope.outermost() || key == 0) return call();
@@ -93,12 +97,15 @@ CUresult release(KeyKind kind, uint64_t key, Call &&call) {
         GG_PROFILE_STEP(kFreeTake);
         found = guard::take(kind, key, &a);
     }
+    bool held = false;
+    if constexpr (kAsync) held = found && guard::hold_pools_for_free(a);
     CUresult r;
     {
         GG_PROFILE_STEP(kFreeDriver);
         r = call();
     }
     GG_PROFILE_STEP(kFreeFinish);
+    if (held) guard::settle_async_free(&a, r);
     guard::finish_free(found, kind, key, a, r);
     return r;
 }
@@ -153,7 +160,7 @@ GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 #define GG_ALLOC_ASYNC(name, per_thread)                                                                      \
     GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {             \
         if (usage::graphs::capturing(stream, per_thread)) return real_call(R().name, dptr, bytesize, stream); \
-        return allocate(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {          \
+        return allocate<true>(Api::name, -1, bytesize, KeyKind::kPointer, [&](uint64_t *key, uint64_t *) {    \
             CUresult r = real_call(R().name, dptr, bytesize, stream);                                         \
             if (r == CUDA_SUCCESS) *key = *dptr;                                                              \
             return r;                                                                                         \
@@ -165,7 +172,7 @@ GG_ALLOC_ASYNC(cuMemAllocAsync_ptsz, true)
 #define GG_ALLOC_FROM_POOL(name, per_thread)                                                                         \
     GG_EXPORT GG_HOT CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
         if (usage::graphs::capturing(stream, per_thread)) return real_call(R().name, dptr, bytesize, pool, stream);  \
-        return allocate(                                                                                             \
+        return allocate<true>(                                                                                       \
             Api::name, -1, bytesize, KeyKind::kPointer,                                                              \
             [&](uint64_t *key, uint64_t *) {                                                                         \
                 CUresult r = real_call(R().name, dptr, bytesize, pool, stream);                                      \
@@ -178,10 +185,10 @@ GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync, false)
 GG_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, true)
 
 GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-    return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync, dptr, stream); });
+    return release<true>(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync, dptr, stream); });
 }
 GG_EXPORT GG_HOT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
-    return release(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync_ptsz, dptr, stream); });
+    return release<true>(KeyKind::kPointer, dptr, [&] { return real_call(R().cuMemFreeAsync_ptsz, dptr, stream); });
 }
 
 // ---- Virtual memory management: physical memory is created by cuMemCreate ----

@@ -27,6 +27,7 @@ uint64_t key_of(T handle) {
 template <typename Call>
 CUresult make_context(Api api, CUdevice dev, bool primary, CUcontext *out, Call &&call) {
     DriverCall scope;
+    if (!scope.outermost()) return call();  // made inside a hooked call, which accounts for it
     usage::context::Ticket t;
     if (CUresult refused = usage::context::admit(api, (int)dev, primary, &t)) return refused;
     CUresult r = call();
@@ -166,7 +167,8 @@ GG_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
     DriverCall scope;
     usage::pools::forget(pool);
     CUresult r = real_call(R().cuMemPoolDestroy, pool);
-    if (usage::on())
+    // Not from inside the driver's own call (a thread there may hold the pools' readings off).
+    if (usage::on() && scope.outermost())
         if (const DeviceInfo *d = device_info(current_ordinal())) usage::reconcile(*d, false);
     return r;
 }
@@ -174,7 +176,7 @@ GG_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 GG_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     DriverCall scope;
     CUresult r = real_call(R().cuMemPoolTrimTo, pool, keep);
-    if (r == CUDA_SUCCESS && usage::on()) usage::pools::trimmed(pool);
+    if (r == CUDA_SUCCESS && usage::on() && scope.outermost()) usage::pools::trimmed(pool);
     return r;
 }
 
@@ -225,6 +227,23 @@ GG_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream stream, CUgraph *gra
 GG_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
     DriverCall scope;
     CUresult r = real_call(R().cuGraphInstantiateWithFlags, exec, graph, flags);
+    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
+    return r;
+}
+
+// Before CUDA 12: the same, with an error node and a log for the driver to fill.
+GG_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                              size_t log_size) {
+    DriverCall scope;
+    CUresult r = real_call(R().cuGraphInstantiate, exec, graph, error_node, log, log_size);
+    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
+    return r;
+}
+
+GG_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                                 size_t log_size) {
+    DriverCall scope;
+    CUresult r = real_call(R().cuGraphInstantiate_v2, exec, graph, error_node, log, log_size);
     if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
     return r;
 }

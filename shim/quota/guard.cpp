@@ -29,6 +29,50 @@ constexpr int kShimFrames = 3;
 
 void maybe_warn(const DeviceInfo &dev, uint64_t before, uint64_t after);
 
+// An async allocation: holds the pools' readings off (shim/usage/pools.h), serves what it can from
+// the reserve the ledger holds, and returns what is left to charge: the rest, rounded up to the
+// chunk the pool grows by (charged now, as reserve, before the driver takes it; the pool's own
+// figure corrects it after the call).
+__attribute__((noinline)) uint64_t hold_pools(Ticket *t, uint64_t bytes) {
+    usage::pools::enter(t->dev->ordinal);
+    t->pools_held = true;
+    uint64_t ask = bytes - (t->drawn = usage::pools::draw(*t->dev, bytes));
+    t->growth = usage::chunk_rest(ask);
+    // A request within a chunk of 2^64 (SIZE_MAX, say): rounded up, it wrapped to a few bytes or none,
+    // which the ledger admitted and the driver was asked for the rest. Left as it is, it is refused.
+    if (ask > UINT64_MAX - t->growth) t->growth = 0;
+    return ask + t->growth;
+}
+
+// Undoes hold_pools (nothing was charged).
+void let_go_pools(Ticket *t) {
+    usage::pools::undraw(*t->dev, t->drawn);
+    t->drawn = t->growth = 0;
+    usage::pools::leave(t->dev->ordinal);
+    t->pools_held = false;
+}
+
+// The first refusal reclaims the bytes of dead processes, then trims this process's own pools and
+// graph memory (held, unused), trying once more after each, before it becomes an out-of-memory for
+// the program. Making room reads the pools: an async allocation lets go of its hold on them
+// meanwhile, and what it drew from their reserve goes back to it. Sets t->charged when it charged
+// and returns what it charged. Out of line, and `ask` by value: admit's common way stays as short
+// as it was.
+__attribute__((noinline, cold)) uint64_t charge_after_refusal(Ticket *t, bool counting, uint64_t ask, uint64_t *used) {
+    ledger::Ledger &l = *state().ledger;
+    int d = t->dev->ledger_index;
+    bool async = t->pools_held;
+    if (async) let_go_pools(t);
+    auto again = [&] {
+        if (async) ask = hold_pools(t, t->bytes);
+        if (!ask || l.try_charge(d, ask, used)) return true;
+        if (async) let_go_pools(t);
+        return false;
+    };
+    t->charged = (l.reclaim_dead(false) > 0 && again()) || (counting && usage::make_room(*t->dev) && again());
+    return ask;
+}
+
 }  // namespace
 
 GG_HOT DriverCall::DriverCall() : outermost_(t_depth++ == 0) {
@@ -64,34 +108,22 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
     uint64_t used = 0, ask = bytes;
     bool counting = s.cfg->count_all();
     // What a pool already holds for this process serves the allocation first: no more of the GPU is taken.
-    // What it does not serve, the pool grows by, in chunks of its granularity: the chunk is charged
-    // now (as reserve), before the driver takes it; the pool's own figure corrects it after the call.
-    if (counting && usage::pools::is_async(driver_api)) {
-        ask -= (t->drawn = usage::pools::draw(*t->dev, bytes));
-        t->growth = usage::pools::chunk_rest(ask);
-        ask += t->growth;
-    }
+    // The pools' readings wait, from the draw until the driver call is over (shim/usage/pools.h).
+    if (counting && usage::pools::is_async(driver_api)) ask = hold_pools(t, bytes);
     bool charged;
     {
         GG_PROFILE_STEP(kAdmitCharge);
         charged = !ask || l.try_charge(d, ask, &used);
     }
     if (!charged) {
-        // The first refusal reclaims the bytes of dead processes, then trims this process's own pools
-        // and graph memory (held, unused), trying once more after each, before it becomes an
-        // out-of-memory for the program.
-        if ((l.reclaim_dead(false) > 0 && l.try_charge(d, ask, &used)) ||
-            (counting && usage::make_room(*t->dev) && l.try_charge(d, ask, &used))) {
-            t->charged = true;
+        ask = charge_after_refusal(t, counting, ask, &used);
+        if (t->charged) {
+            // charged after all
         } else if (!has_limit(*t->dev)) {
             // No limit to keep: a request the ledger cannot count (one that would wrap its count)
             // goes to the driver uncharged, and the driver decides.
-            usage::pools::undraw(*t->dev, t->drawn);
-            t->drawn = t->growth = 0;
             return CUDA_SUCCESS;
         } else {
-            usage::pools::undraw(*t->dev, t->drawn);
-            t->drawn = t->growth = 0;
             tracker().count_failure(t->api);
             l.count_refusal(d);
             // A process without a slot (every one held by a live process) is refused whatever it asks:
@@ -166,6 +198,7 @@ void failed(Ticket &t, CUresult result) {
     t.growth = 0;
     if (t.drawn) usage::pools::undraw(*t.dev, t.drawn);
     t.drawn = 0;
+    release_pools(t);  // the ledger is as before the call: the pools may be read (an episode does)
     if (result != CUDA_ERROR_OUT_OF_MEMORY) return;
     tracker().count_failure(t.api);
     int ordinal = t.dev ? t.dev->ordinal : -1;
@@ -173,6 +206,26 @@ void failed(Ticket &t, CUresult result) {
     uint64_t limit = t.dev ? t.dev->limit : UINT64_MAX;
     episode::Request r{t.api, t.driver_api, t.bytes, ordinal, result, episode::Cause::kDriver, used, limit};
     episode::failed(r, kShimFrames - 1);
+}
+
+void release_pools(Ticket &t) {
+    if (!t.pools_held) return;
+    usage::pools::leave(t.dev->ordinal);
+    t.pools_held = false;
+}
+
+bool hold_pools_for_free(const Allocation &a) {
+    if (a.ledger_dev < 0 || !usage::pools::is_async(a.driver_api) || !state().cfg->count_all()) return false;
+    usage::pools::enter(a.ordinal);
+    return true;
+}
+
+void settle_async_free(Allocation *a, CUresult result) {
+    if (result == CUDA_SUCCESS) {
+        usage::pools::freed(a->ordinal, a->ledger_dev, a->bytes);
+        a->ledger_dev = -1;  // done: finish_free leaves the ledger alone
+    }
+    usage::pools::leave(a->ordinal);
 }
 
 GG_HOT bool take(KeyKind kind, uint64_t key, Allocation *a) { return tracker().take(kind, key, a, mono_ns()); }

@@ -54,7 +54,8 @@ struct Ticket {
     Api driver_api = Api::kNone;  // ours
     const DeviceInfo *dev = nullptr;
     uint64_t bytes = 0;
-    bool charged = false;  // bytes (less `drawn`) were charged to the ledger
+    bool charged = false;     // bytes (less `drawn`) were charged to the ledger
+    bool pools_held = false;  // holds the pools' readings off until the driver call is over
     // A stream-ordered allocation (shim/usage/pools.h): its pool (null: the device's current one),
     // and how much of it the pools' reserve in the ledger covered, which is not charged again.
     CUmemoryPool pool = nullptr;
@@ -71,6 +72,15 @@ CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t);
 void commit(Ticket &t, KeyKind kind, uint64_t key, uint64_t actual_bytes);
 // After the driver failed: un-charge; an out-of-memory is an episode (reported once).
 void failed(Ticket &t, CUresult result);
+
+// An async allocation's hold on the pools' readings (shim/usage/pools.h), taken by admit: let go
+// after the driver call, before commit (failed lets go itself). Nothing when none is held.
+void release_pools(Ticket &t);
+// An async free's: held across the driver call (when the allocation was counted), then
+// settle_async_free moves its bytes to the pools' reserve (the driver succeeded) and lets go;
+// finish_free does the rest.
+bool hold_pools_for_free(const Allocation &a);
+void settle_async_free(Allocation *a, CUresult result);
 
 // Frees: take before the real free (so that a concurrent allocation that gets the same address
 // cannot be confused with it), then finish with the driver's result.

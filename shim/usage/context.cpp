@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "common/base/log.h"
@@ -23,8 +24,8 @@ constexpr int kMaxCreated = 64;
 // with what it charged.
 struct Primary {
     int refs = 0;
-    uint64_t charged = 0;
-    bool creating = false;  // a retain that makes it is under way: the others only retain
+    uint64_t charged = 0;   // 0 while its cost is unknown: settle_uncounted() charges it once known
+    bool creating = false;  // a retain that makes it is under way: the others wait for it (admit)
 };
 struct Created {
     CUcontext ctx = nullptr;
@@ -34,6 +35,8 @@ struct Created {
 std::mutex g_mu;
 Primary g_primary[kMaxOrdinals];
 Created g_created[kMaxCreated];
+// Per ordinal: contexts of this process made while no cost was known, and not measured by it.
+std::atomic<int> g_uncounted[kMaxOrdinals];
 
 bool has_context(int ordinal) {
     if (g_primary[ordinal].refs > 0) return true;
@@ -67,11 +70,14 @@ uint64_t measure(const Ticket &t, ledger::CostSource *source) {
     }
     uint64_t used = 0;
     if (!t.device_before_ok || !self_view::device_used(d, &used) || used <= t.device_before) return 0;
-    // The device's figure moves with every process on it: believed only when the container's own
-    // processes charged or released nothing meanwhile (this one's admission aside). Otherwise the next
-    // context made tries again.
+    // The device's figure moves with every process on it: believed only when the rest of the
+    // container held nothing before and charged nothing meanwhile. A sibling's allocation is charged
+    // before the driver makes it, so one admitted before the first reading could land in the window
+    // with the ledger standing still; a sibling that holds nothing has nothing in flight (a free
+    // reaches the driver before the ledger). Otherwise the next context made tries again: in a
+    // container, the first process's first context is made before the rest allocate.
     uint64_t now = state().ledger->container_used(d.ledger_index), before = t.container_before + t.charged;
-    if (now != before) return 0;
+    if (t.container_before != 0 || now != before) return 0;
     uint64_t delta = used - t.device_before;
     if (!plausible(delta, d)) return 0;
     *source = ledger::kCostDeviceDelta;
@@ -142,8 +148,17 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t) {
     if (!d || d->ledger_index < 0) return CUDA_SUCCESS;
     bool first_in_process;
     {
-        std::lock_guard<std::mutex> lock(g_mu);
+        std::unique_lock<std::mutex> lock(g_mu);
         Primary &p = g_primary[ordinal];
+        // Another thread's retain is making the primary context: this one waits for it, as the driver
+        // makes it wait. Else its own call could reach the driver first and make the context before the
+        // measuring thread's first reading, which then saw no cost (several threads retaining at start).
+        for (int waited_ms = 0; primary && p.creating && waited_ms < 10000; waited_ms++) {
+            lock.unlock();
+            timespec ms{0, 1000000};
+            nanosleep(&ms, nullptr);
+            lock.lock();
+        }
         t->creates = !primary || (p.refs == 0 && !p.creating);
         if (primary && t->creates) p.creating = true;
         first_in_process = !has_context(ordinal);
@@ -179,19 +194,26 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t) {
     return CUDA_SUCCESS;
 }
 
+// The primary context's retain that made it is over: the threads waiting in admit() go on. Only
+// after its measurement: their allocations would land in the window and void it.
+void creation_over(const Ticket &t) {
+    if (!t.primary || !t.creates || t.ordinal < 0) return;
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_primary[t.ordinal].creating = false;
+}
+
 void done(Ticket &t, CUresult result, CUcontext made) {
-    if (t.primary && t.ordinal >= 0) {
+    if (t.primary && t.ordinal >= 0 && result == CUDA_SUCCESS) {
         std::lock_guard<std::mutex> lock(g_mu);
-        if (result == CUDA_SUCCESS) g_primary[t.ordinal].refs++;  // every retain: each release takes one back
-        if (t.creates) g_primary[t.ordinal].creating = false;
+        g_primary[t.ordinal].refs++;  // every retain: each release takes one back
     }
-    if (!t.dev) return;  // no context made, or the device is not accounted
+    if (!t.dev) return creation_over(t);  // no context made, or the device is not accounted
     ledger::Ledger &l = *state().ledger;
     int li = t.dev->ledger_index;
     if (result != CUDA_SUCCESS) {
         if (t.charged) l.release_kind(li, ledger::kContext, t.charged);
         if (t.measuring) l.drop_context_claim(li);
-        return;
+        return creation_over(t);
     }
     ledger::CostSource source = ledger::kCostUnknown;
     uint64_t measured = measure(t, &source);
@@ -207,16 +229,40 @@ void done(Ticket &t, CUresult result, CUcontext made) {
                 t.dev->ordinal);
     }
     charge_after(t, cost);
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (t.primary) {
-        g_primary[t.dev->ordinal].charged = cost;
-        return;
-    }
-    for (Created &c : g_created)
-        if (!c.ctx) {
-            c = Created{made, t.dev->ordinal, cost};
-            return;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!cost) g_uncounted[t.dev->ordinal].fetch_add(1);
+        if (t.primary) {
+            g_primary[t.dev->ordinal].charged = cost;
+        } else {
+            for (Created &c : g_created)
+                if (!c.ctx) {
+                    c = Created{made, t.dev->ordinal, cost};
+                    break;
+                }
         }
+    }
+    creation_over(t);
+}
+
+void settle_uncounted(const DeviceInfo &d) {
+    if (d.ordinal < 0 || d.ordinal >= kMaxOrdinals || d.ledger_index < 0) return;
+    if (g_uncounted[d.ordinal].load(std::memory_order_relaxed) == 0) return;
+    uint64_t cost = known_cost(d), charge = 0;
+    if (!cost) return;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        Primary &p = g_primary[d.ordinal];
+        if (p.refs > 0 && !p.charged) p.charged = cost, charge += cost;
+        for (Created &c : g_created)
+            if (c.ctx && c.ordinal == d.ordinal && !c.charged) c.charged = cost, charge += cost;
+        g_uncounted[d.ordinal].store(0);
+    }
+    if (!charge) return;
+    // The contexts exist: the GPU gave them. Counted as they are, and said when that passes the limit.
+    Ticket t;
+    t.dev = &d;
+    charge_after(t, charge);
 }
 
 void released(int ordinal, CUresult result) {
@@ -265,6 +311,7 @@ void unlock_after_fork() { g_mu.unlock(); }
 void reset_after_fork() {
     for (Primary &p : g_primary) p = Primary{};
     for (Created &c : g_created) c = Created{};
+    for (std::atomic<int> &n : g_uncounted) n.store(0);
 }
 
 }  // namespace gg::usage::context

@@ -38,6 +38,11 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t);
 // After it: `made` is cuCtxCreate's new context (null for the primary one).
 void done(Ticket &t, CUresult result, CUcontext made);
 
+// Contexts this process made while no cost was known (it could not measure its own: its other threads
+// allocated meanwhile, or the device's figure moved) are charged the cost once the ledger knows one:
+// from the reconciliation (the allocation path's once-a-second tick, memory queries, refusals).
+void settle_uncounted(const DeviceInfo &d);
+
 // After cuDevicePrimaryCtxRelease (the last release destroys the context), cuDevicePrimaryCtxReset,
 // cuCtxDestroy.
 void released(int ordinal, CUresult result);

@@ -2,13 +2,16 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "common/base/log.h"
+#include "shim/base/futex_lock.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
 #include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
+#include "shim/usage/chunk.h"
 #include "shim/usage/usage.h"
 
 namespace gg::usage::graphs {
@@ -31,6 +34,17 @@ std::vector<Exec> &execs() { return never_destroyed(g_execs); }
 std::atomic<int> g_count{0};      // entries in the table: a launch of a graph without memory reads only this
 std::atomic<bool> g_ever{false};  // this process had graph memory: the graph pool is worth reading
 std::atomic<int> g_capturing{0};  // captures under way in this process
+
+// Per ordinal: held by a first upload or launch from its reading of the graph pool to the reading
+// after its driver call, and by every other reading of the pool and setting of kGraphs (graphs.h).
+FutexLock g_settle[kMaxOrdinals];
+
+void settle_locked(const DeviceInfo &d) {
+    auto get = real_driver().cuDeviceGetGraphMemAttribute;
+    cuuint64_t reserved = 0;
+    if (!get || get((CUdevice)d.ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) return;
+    state().ledger->set_kind(d.ledger_index, ledger::kGraphs, reserved);
+}
 
 // What of `footprint` the graph pool cannot serve from the memory it holds free.
 uint64_t needed(int ordinal, uint64_t footprint) {
@@ -69,7 +83,8 @@ uint64_t footprint(CUgraph graph, int *ordinal) {
             continue;
         // A graph allocating on several devices is charged to its first (rare: one device per graph).
         if (*ordinal < 0) *ordinal = p.poolProps.location.id;
-        if (p.poolProps.location.id == *ordinal) bytes += p.bytesize;
+        // Mapped in chunks: charged so, not by the node's own size (the pool's figure settles it after).
+        if (p.poolProps.location.id == *ordinal) bytes += p.bytesize + chunk_rest(p.bytesize);
     }
     return bytes;
 }
@@ -85,7 +100,9 @@ void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded) {
         execs().push_back(Exec{exec, ordinal, bytes, uploaded});
         g_count.store((int)execs().size());
     }
-    if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+    // One that uploaded was admitted, and holds the pool's readings until done() reads it.
+    if (!uploaded)
+        if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
 }
 
 CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
@@ -93,6 +110,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
     if (!d || d->ledger_index < 0) return CUDA_SUCCESS;
     g_ever.store(true);
     t->dev = d;
+    g_settle[d->ordinal].lock();
     uint64_t need = needed(ordinal, bytes);
     if (!need) return CUDA_SUCCESS;
     ledger::Ledger &l = *state().ledger;
@@ -102,14 +120,19 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
         t->charged = need;
         return CUDA_SUCCESS;
     }
-    // Trimming maps nothing of this graph (it is not mapped yet) and frees the pool's idle memory.
-    if (make_room(*d)) {
+    // Trimming maps nothing of this graph (it is not mapped yet) and frees the pool's idle memory. It
+    // reads the pool, which this thread lets others do meanwhile.
+    g_settle[d->ordinal].unlock();
+    bool room = make_room(*d);
+    g_settle[d->ordinal].lock();
+    if (room) {
         need = needed(ordinal, bytes);
         if (!need || l.try_charge_kind(d->ledger_index, ledger::kGraphs, need, &used)) {
             t->charged = need;
             return CUDA_SUCCESS;
         }
     }
+    g_settle[d->ordinal].unlock();
     episode::Request r{api, api, need, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota, used, d->limit};
     episode::failed(r, kShimFrames);
     t->dev = nullptr;
@@ -135,7 +158,8 @@ void done(Ticket &t, CUresult result) {
     // The pool's own figure replaces what was admitted (which it includes when the call succeeded).
     if (result != CUDA_SUCCESS && t.charged)
         state().ledger->release_kind(t.dev->ledger_index, ledger::kGraphs, t.charged);
-    observe(*t.dev);
+    settle_locked(*t.dev);
+    g_settle[t.dev->ordinal].unlock();
 }
 
 void destroyed(CUgraphExec exec, CUresult result) {
@@ -168,11 +192,10 @@ void trimmed(int ordinal, CUresult result) {
 }
 
 void observe(const DeviceInfo &d) {
-    if (!g_ever.load(std::memory_order_relaxed) || d.ledger_index < 0) return;
-    auto get = real_driver().cuDeviceGetGraphMemAttribute;
-    cuuint64_t reserved = 0;
-    if (!get || get((CUdevice)d.ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) return;
-    state().ledger->set_kind(d.ledger_index, ledger::kGraphs, reserved);
+    if (!g_ever.load(std::memory_order_relaxed) || d.ledger_index < 0 || d.ordinal < 0 || d.ordinal >= kMaxOrdinals)
+        return;
+    std::lock_guard<FutexLock> lock(g_settle[d.ordinal]);
+    settle_locked(d);
 }
 
 void trim(const DeviceInfo &d) {
@@ -201,6 +224,10 @@ void lock_for_fork() { g_mu.lock(); }
 void unlock_after_fork() { g_mu.unlock(); }
 void reset_after_fork() {
     execs().clear();
+    for (FutexLock &l : g_settle) {
+        l.~FutexLock();  // held by a thread of the parent's that the child does not have
+        new (&l) FutexLock();
+    }
     g_count.store(0);
     g_ever.store(false);
     g_capturing.store(0);

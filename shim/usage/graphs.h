@@ -11,6 +11,12 @@
 // it does not fit even after trimming, the launch is refused with CUDA_ERROR_OUT_OF_MEMORY and a
 // report. Later launches of a mapped graph take nothing new and pass at the cost of a table lookup.
 //
+// A first upload or launch holds the device's readings of the graph pool (a lock) from its own
+// reading before the call to the one after: two first launches at once each counted on the same free
+// memory of the pool, and a reading between another's charge and its mapping set kGraphs below what
+// the pool then held (both seen as the truth over the limit in the soak). Only first launches take
+// it, and readings, which are rare; a launch of a mapped graph takes nothing.
+//
 // Allocations made while their stream is captured take no memory then (they become the graph's
 // nodes): the async hooks let them pass uncharged and untracked (capturing()).
 #pragma once
@@ -33,7 +39,8 @@ void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded);
 // The footprint of a graph not yet instantiated (for an instantiation that uploads).
 uint64_t footprint(CUgraph graph, int *ordinal);
 
-// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported.
+// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported. Admitted with a
+// device set in the ticket, it holds the pool's readings until done(), which must follow.
 CUresult admit(Api api, CUgraphExec exec, Ticket *t);
 // The same for an instantiation that uploads, from its graph's footprint.
 CUresult admit_footprint(Api api, int ordinal, uint64_t footprint, Ticket *t);

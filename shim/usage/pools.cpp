@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "shim/base/shared_lock.h"
 #include "shim/core/state.h"
 #include "shim/resolve/real.h"
 
@@ -19,6 +20,9 @@ struct Device {
     CUmemoryPool pools[kMaxPools] = {};
     int count = 0;
     std::atomic<uint64_t> live{0};  // this process's async allocations on the device, in bytes
+    // Shared: an async allocation or free between its first change of the ledger and its last, its
+    // driver call in between. Exclusive: a reading of the pools and the settling of kPools (pools.h).
+    SharedLock settle;
 };
 Device g_devices[kMaxOrdinals];
 
@@ -49,6 +53,14 @@ uint64_t sub_clamped(std::atomic<uint64_t> &c, uint64_t bytes) {
 bool is_async(Api a) {
     return a == Api::cuMemAllocAsync || a == Api::cuMemAllocAsync_ptsz || a == Api::cuMemAllocFromPoolAsync ||
            a == Api::cuMemAllocFromPoolAsync_ptsz;
+}
+
+void enter(int ordinal) {
+    if (ordinal >= 0 && ordinal < kMaxOrdinals) g_devices[ordinal].settle.lock_shared();
+}
+
+void leave(int ordinal) {
+    if (ordinal >= 0 && ordinal < kMaxOrdinals) g_devices[ordinal].settle.unlock_shared();
 }
 
 uint64_t draw(const DeviceInfo &d, uint64_t bytes) {
@@ -85,6 +97,12 @@ void observe(const DeviceInfo &d) {
     // The reserve beyond what is allocated, both by the pools' own figures read together: the shim's
     // count of live async bytes lags the driver while other threads' calls are in flight, and
     // reading the one against the other counted those allocations twice for a moment.
+    // No async allocation or free of this process on the device is between the driver and the ledger
+    // while the pools are read and the kind is set: the ledger's live async bytes are then exactly
+    // the pools' used bytes, and the reading settles the reserve beside them without counting an
+    // in-flight free twice or dropping an in-flight allocation's chunk (pools.h).
+    Device &dev = g_devices[d.ordinal];
+    dev.settle.lock();
     uint64_t reserved = 0, used = 0;
     bool used_ok = true;
     for (int i = 0; i < n; i++) {
@@ -95,6 +113,7 @@ void observe(const DeviceInfo &d) {
     }
     if (!used_ok) used = g_devices[d.ordinal].live.load();
     state().ledger->set_kind(d.ledger_index, ledger::kPools, reserved > used ? reserved - used : 0);
+    dev.settle.unlock();
 }
 
 void trim(const DeviceInfo &d) {
@@ -135,6 +154,7 @@ void reset_after_fork() {
     for (Device &d : g_devices) {
         d.count = 0;
         d.live.store(0);
+        d.settle.reset();  // held by threads of the parent's that the child does not have
     }
 }
 

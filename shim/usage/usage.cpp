@@ -63,6 +63,7 @@ void reconcile(const DeviceInfo &d, bool self, bool now) {
     if (!on() || d.ledger_index < 0 || d.ordinal < 0 || d.ordinal >= kMaxOrdinals) return;
     pools::observe(d);
     graphs::observe(d);
+    context::settle_uncounted(d);
     if (!self || !self_view::usable()) return;
     View &v = g_view[d.ordinal];
     uint64_t t = mono_ns(), last = v.last_ns.load();

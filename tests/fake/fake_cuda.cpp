@@ -138,6 +138,8 @@
     X("cuGraphGetNodes", cuGraphGetNodes, 10000, false)                               \
     X("cuGraphNodeGetType", cuGraphNodeGetType, 10000, false)                         \
     X("cuGraphMemAllocNodeGetParams", cuGraphMemAllocNodeGetParams, 11040, false)     \
+    X("cuGraphInstantiate", cuGraphInstantiate, 10000, false)                         \
+    X("cuGraphInstantiate", cuGraphInstantiate_v2, 11000, false)                      \
     X("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000, false)                \
     X("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, false)       \
     X("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams, 12000, false)     \
@@ -289,7 +291,8 @@ Driver &drv() {
         const char *tf = std::getenv("FAKE_CUDA_TRUTH");
         p->truth = &p->local;
         if (tf && *tf) {
-            if (fake::Truth *t = fake::truth_map(tf, true)) p->truth = t;
+            if (fake::Truth *t = fake::truth_map(tf, true))
+                p->truth = t, fake::images_left(t, fake::truth_pid(getpid()));
             else std::fprintf(stderr, "fake_cuda: cannot map FAKE_CUDA_TRUTH=%s\n", tf);
         }
         p->fail_every = fake::env_u64("FAKE_CUDA_FAIL_EVERY", 0);
@@ -381,10 +384,12 @@ CUresult charge(int phys, uint64_t bytes) {
     uint64_t n = ++d.alloc_calls;
     if (d.fail_every && n % d.fail_every == 0) return CUDA_ERROR_OUT_OF_MEMORY;
     if (phys < 0) return CUDA_SUCCESS;  // host memory
-    return fake::truth_take(d.truth, getpid(), phys, bytes, d.capacity[phys]) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return fake::truth_take(d.truth, fake::truth_pid(getpid()), phys, bytes, d.capacity[phys])
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_OUT_OF_MEMORY;
 }
 void uncharge(int phys, uint64_t bytes, pid_t owner) {
-    if (phys >= 0) fake::truth_give(drv().truth, owner, phys, bytes);
+    if (phys >= 0) fake::truth_give(drv().truth, fake::truth_pid(owner), phys, bytes);
 }
 
 // FAKE_CUDA_FAIL_FREE_EVERY: whether this freeing call is one that fails (before it changes anything).

@@ -16,6 +16,7 @@
 #undef cuMemFree
 #undef cuDeviceGetUuid
 #undef cuGetProcAddress
+#undef cuGraphInstantiate
 
 extern "C" {
 // Variants that cuda.h declares only inside the driver's own build (__CUDA_API_VERSION_INTERNAL) or
@@ -42,6 +43,11 @@ decltype(cuStreamSynchronize) cuStreamSynchronize_ptsz;
 decltype(cuGraphLaunch) cuGraphLaunch_ptsz;
 decltype(cuGraphUpload) cuGraphUpload_ptsz;
 decltype(cuGraphInstantiateWithParams) cuGraphInstantiateWithParams_ptsz;
+// Graph instantiation before CUDA 12 (cudaVersion 10000 and 11000): an error node and a log buffer
+// where CUDA 12's cuGraphInstantiate (cuGraphInstantiateWithFlags) takes flags.
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                                    size_t bufferSize);
+decltype(cuGraphInstantiate) cuGraphInstantiate_v2;
 decltype(cuLaunchKernel) cuLaunchKernel_ptsz;
 }
 #pragma GCC visibility pop

@@ -15,6 +15,10 @@
 //     the graph's nodes, reusing what it holds free, and keeps it after the graph is destroyed until
 //     cuDeviceGraphMemTrim (which also unmaps graphs not running: in the fake, all of them).
 // Everything completes at once, as in the rest of the fake; nothing is thread-safe beyond one lock.
+// FAKE_CUDA_POOL_DELAY_US: an async allocation or free, or a graph's mapping (upload, launch), sleeps
+// that long before and after it changes its pool, as a real call takes its time: a reading of the
+// pools by another thread then falls between a call's effect and its caller's bookkeeping
+// (tests/integration/pool_race_linked.c, graph_race_linked.c).
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -114,8 +118,13 @@ bool pool_known(CUmemoryPool p) {
     return false;
 }
 
+void pool_delay() {
+    static const uint64_t us = env_bytes("FAKE_CUDA_POOL_DELAY_US");
+    if (us) usleep((useconds_t)us);
+}
+
 // One async allocation from `pool` (null: the current context's device's current pool).
-CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
+CUresult pool_alloc_now(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
     CUctx_st *ctx = nullptr;
     CUresult r = need_ctx(&ctx);
     if (!r && (!dptr || bytes == 0)) r = CUDA_ERROR_INVALID_VALUE;
@@ -156,7 +165,14 @@ CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryP
     return r;
 }
 
-CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
+CUresult pool_alloc(const char *fn, CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool, CUstream stream) {
+    pool_delay();
+    CUresult r = pool_alloc_now(fn, dptr, bytes, pool, stream);
+    pool_delay();
+    return r;
+}
+
+CUresult pool_free_now(const char *fn, CUdeviceptr ptr, CUstream stream) {
     CUresult r = need_init();
     Usage &u = usage();
     std::lock_guard<std::mutex> lock(u.mu);
@@ -176,8 +192,15 @@ CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
     return r;
 }
 
+CUresult pool_free(const char *fn, CUdeviceptr ptr, CUstream stream) {
+    pool_delay();
+    CUresult r = pool_free_now(fn, ptr, stream);
+    pool_delay();
+    return r;
+}
+
 // Maps an executable graph's memory nodes into the device's graph pool (an upload or a launch).
-CUresult graph_map(const char *fn, CUgraphExec exec) {
+CUresult graph_map_now(const char *fn, CUgraphExec exec) {
     CUresult r = need_init();
     if (!r && !exec) r = CUDA_ERROR_INVALID_VALUE;
     Usage &u = usage();
@@ -204,6 +227,13 @@ CUresult graph_map(const char *fn, CUgraphExec exec) {
         }
     }
     trace(fn, r, "%p", static_cast<void *>(exec));
+    return r;
+}
+
+CUresult graph_map(const char *fn, CUgraphExec exec) {
+    pool_delay();
+    CUresult r = graph_map_now(fn, exec);
+    pool_delay();
     return r;
 }
 
@@ -542,6 +572,16 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARA
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long) {
     return instantiate(exec, graph);
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size) {
+    if (error_node) *error_node = nullptr;
+    if (log && log_size) log[0] = 0;
+    return instantiate(exec, graph);
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t log_size) {
+    return cuGraphInstantiate(exec, graph, error_node, log, log_size);
 }
 
 CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {

@@ -152,7 +152,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     for (int i = 0; g_truth && !hidden && i < fake::kMaxProcs; i++) {
         const fake::TruthProc &p = g_truth->proc[i];
         int pid = p.pid.load();
-        uint64_t bytes = p.bytes[device->phys].load();
+        uint64_t bytes = p.bytes[device->phys].load(), left = p.left[device->phys].load();
+        bytes = bytes > left ? bytes - left : 0;  // an exec'd image's leftovers are not this process's
         if (!bytes || fake::pid_gone(pid)) continue;
         if (infos && n < *count) infos[n] = nvmlProcessInfo_t{(unsigned)(host ? pid + 1000000 : pid), bytes, ~0u, ~0u};
         n++;

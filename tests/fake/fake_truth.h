@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "fake_device.h"
 
@@ -32,6 +34,10 @@ constexpr int kMaxProcs = 256;
 struct TruthProc {
     std::atomic<int32_t> pid;  // 0: free; an entry whose process is gone may be taken by another
     std::atomic<uint64_t> bytes[kMaxDevices];
+    // What earlier images of the pid left in `bytes` (an exec: a real driver frees them then, the fake
+    // keeps them, as after a SIGKILL; or a dead process's whose pid was reused): not the process's own,
+    // so NVML's per-process list shows bytes - left (images_left, when the fake driver starts).
+    std::atomic<uint64_t> left[kMaxDevices];
 };
 struct Truth {
     TruthDevice dev[kMaxDevices];
@@ -56,6 +62,18 @@ inline Truth *truth_map(const char *path, bool create) {
     return p == MAP_FAILED ? nullptr : static_cast<Truth *>(p);
 }
 
+// The pid the truth knows process `pid` (one of this image's) by: its own, or, for a process that is
+// init of a PID namespace of its own, its pid outside, which FAKE_CUDA_TRUTH_PID=<inside>:<outside>
+// gives (tests/soak): the supervisor reads the table by the pids it sees, and a pid 1 in each
+// namespace would otherwise be one entry for all of them, and take entries of live processes it
+// cannot see for those of dead ones (pid_gone).
+inline int truth_pid(int pid) {
+    const char *e = ::getenv("FAKE_CUDA_TRUTH_PID");
+    int inside = 0, outside = 0;
+    if (e && ::sscanf(e, "%d:%d", &inside, &outside) == 2 && inside == pid && outside > 0) return outside;
+    return pid;
+}
+
 inline bool pid_gone(int pid) { return pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH); }
 
 // The entry of process `pid`, or null; with `claim`, a free entry (or one of a process that is gone)
@@ -69,9 +87,17 @@ inline TruthProc *truth_proc(Truth *t, int pid, bool claim) {
         if (cur != 0 && !pid_gone(cur)) continue;
         if (!p.pid.compare_exchange_strong(cur, pid)) continue;
         for (auto &b : p.bytes) b.store(0);
+        for (auto &b : p.left) b.store(0);
         return &p;
     }
     return nullptr;  // a full table: the per-process view misses this process
+}
+
+// A new image of process `pid` starts (the test driver's first use in it): what its entry holds now
+// was left by earlier images.
+inline void images_left(Truth *t, int pid) {
+    if (TruthProc *p = truth_proc(t, pid, false))
+        for (int i = 0; i < kMaxDevices; i++) p->left[i].store(p->bytes[i].load());
 }
 
 // Takes `bytes` of physical device `phys` for process `pid` if that keeps it within `capacity`; false

@@ -37,6 +37,42 @@ context_counted() {
 }
 check "a context's cost is measured and charged; cuMemGetInfo and the report show the split" context_counted
 
+# Threads retaining the primary context at once, each allocating as soon as it has it: the driver
+# makes the others wait for the one that makes it, and so does the shim until it measured it. Before,
+# another thread's retain could make it before the measuring thread's first reading, or its
+# allocation land in the window: the cost went unmeasured and the context uncounted.
+context_threads() {
+  local mode r
+  for mode in listed hidden; do
+    usage_env
+    GPUGUARD_REPORT_ON_EXIT=1 FAKE_NVML_PIDS=$([[ $mode == hidden ]] && echo hidden) \
+      shimmed "$U" ctx_threads 4 >/dev/null 2>"$TMP/err" || { cat "$TMP/err"; return 1; }
+    r=$(ls "$TMP"/gpuguard-exit-*.json) &&
+    expect_eq "$(json "$r" 'd["usage"]["context_cost"]["bytes"]')" $((300*MIB)) "the cost measured (NVML $mode)" &&
+    expect_eq "$(json "$r" 'd["usage"]["process_by_kind"]')" \
+      "{'allocations': $((4*MIB)), 'context_and_modules': $((300*MIB)), 'graphs': 0, 'pool_reserve': 0}" \
+      "the context charged once, beside the threads' allocations (NVML $mode)" || return 1
+  done
+}
+check "threads retaining the primary context at once: its cost is measured and charged once" context_threads
+
+# A process that cannot measure its context (no NVML at all) while no cost is known makes it
+# uncounted; once another process of the ledger measured the cost, its next reconciliation (here a
+# memory query) charges it. Before, it stayed uncounted for the process's life.
+context_counted_once_known() {
+  usage_env
+  mkdir -p "$TMP/no_nvml"
+  local lib
+  for lib in "$FAKE"/*; do [[ $lib == *nvidia-ml* ]] || ln -sf "$lib" "$TMP/no_nvml/"; done
+  FAKE=$TMP/no_nvml background "$TMP/a" ctx info sleep 1500 info
+  expect_contains "$(cat "$TMP/a")" "info -> CUDA_SUCCESS free=$GIB total=$GIB" "unmeasured, the context is not counted yet" &&
+  shimmed "$U" ctx >/dev/null 2>"$TMP/err" &&
+  wait &&
+  expect_contains "$(cat "$TMP/a")" "info -> CUDA_SUCCESS free=$((724*MIB)) total=$GIB" \
+    "counted once another process measured the cost" || { cat "$TMP/a" "$TMP/a.err"; return 1; }
+}
+check "a context made while no cost was known is charged once another process measures it" context_counted_once_known
+
 # In a container NVML may list nothing, or the host's pids: the context is then measured as the
 # device's used memory before and after, less what the ledger's processes charged meanwhile.
 context_in_container() {
@@ -106,6 +142,22 @@ graphs_counted() {
 }
 check "graph memory nodes are charged when a graph is launched or uploaded, and until the graph pool is trimmed" graphs_counted
 
+# Programs built before CUDA 12 instantiate with the five-argument cuGraphInstantiate (CUDA 10) or
+# cuGraphInstantiate_v2 (CUDA 11), which the driver still exports and cuGetProcAddress hands out
+# below cudaVersion 12000: their graphs are charged as CUDA 12's are.
+graphs_old_instantiate() {
+  local how out
+  for how in capture_v1 capture_v2 capture_gpa11; do
+    usage_env
+    out=$(shimmed "$U" ctx $how $((256*MIB)) info glaunch info gdestroy gtrim info 2>"$TMP/err")
+    expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((724*MIB)) free=$((468*MIB)) free=$((724*MIB)) " \
+      "$how: the launch maps the graph's memory, the trim gives it back" &&
+    expect_eq "$(grep -c CUDA_SUCCESS <<<"$out")" 8 "$how: every call succeeded" &&
+    expect_eq "$(cat "$TMP/err")" "" "$how: stderr" || return 1
+  done
+}
+check "graphs instantiated by the cuGraphInstantiate of CUDA 10 and 11 are charged as CUDA 12's are" graphs_old_instantiate
+
 graph_refused() {
   usage_env
   local out r
@@ -156,6 +208,97 @@ async_alloc_from_reserve() {
     "an allocation the pool serves from its reserve takes nothing more, its free gives it back to the pool"
 }
 check "an async allocation served from the pool's reserve is not charged twice" async_alloc_from_reserve
+
+# Async allocations and frees on four threads while a fifth reads the pools (cuMemGetInfo) without
+# pause; the test driver takes 200 us before and after each change of a pool, so that readings fall
+# inside calls. A reading between a free's driver call and its move of the bytes to the reserve
+# counted them twice; one between an allocation's charge of its chunk and the driver's growth
+# dropped the chunk while the pool grew by it (the truth over the limit). With nothing reading any
+# more, the ledger must hold exactly what the driver holds, and nothing after the exit.
+pool_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=128MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local round used truth
+  for round in 1 2 3; do
+    shimmed "$BIN/pool_race_linked" 4 1500 $((6*MIB)) 3000 >"$TMP/race" 2>"$TMP/race.err" &
+    for _ in $(seq 200); do [[ -s $TMP/race ]] && break; sleep 0.05; done
+    expect_contains "$(cat "$TMP/race")" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+    used=$("$CLI" top --ledger "$TMP/ledger" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["used_bytes"])')
+    truth=$(truth_now)
+    expect_eq "$used" "$truth" "round $round: the ledger counts what the driver holds (reserve only: all freed)" ||
+      { cat "$TMP/race" "$TMP/race.err"; return 1; }
+    wait
+    (( $(truth_max) <= 128 * MIB )) || { echo "round $round: truth max $(truth_max) > 128 MiB"; return 1; }
+    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
+  done
+}
+check "async allocations and frees racing readings of the pools: the ledger stays exact and the truth within the limit" pool_race
+
+# The graph pool maps a memory node in 2 MiB chunks: a node of 3 MiB takes 4. Admitted for its 3 MiB
+# beside 4.5 MiB of allocations under an 8 MiB limit, its launch took the truth to 8.5 MiB until the
+# pool's figure was read after the call; charged by the chunk, it is refused.
+graph_chunks() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 GPUGUARD_MEM_LIMIT=8MiB GPUGUARD_MAX_REPORTS=0
+  local out
+  out=$(shimmed "$U" ctx alloc $((4*MIB + 512*1024)) node $((3*MIB)) glaunch 2>"$TMP/err")
+  expect_contains "$out" "glaunch -> CUDA_ERROR_OUT_OF_MEMORY" "the launch is refused: 4 MiB do not fit" &&
+  (( $(truth_max) <= 8 * MIB )) || { echo "truth max $(truth_max) > 8 MiB: $out"; return 1; }
+}
+check "a graph's memory nodes are charged by the chunks the graph pool maps them in" graph_chunks
+
+# First launches of graphs of 6 MiB on four threads at once, two of which the 12 MiB limit holds,
+# while a fifth reads the pools;
+# the test driver takes 200 us before and after each mapping. Two launches at once each counted on
+# the same free memory of the graph pool, and a reading between one's charge and its mapping set the
+# graphs' kind below what the pool then held: the truth passed the limit.
+graph_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=12MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local round out
+  for round in 1 2 3; do
+    out=$(shimmed "$BIN/graph_race_linked" 4 200 $((6*MIB)) 2>"$TMP/race.err")
+    expect_contains "$out" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+    (( $(truth_max) <= 12 * MIB )) || { echo "round $round: truth max $(truth_max) > 12 MiB ($out)"; return 1; }
+    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
+  done
+}
+check "first launches of graphs racing each other and readings of the graph pool: the truth stays within the limit" graph_race
+
+# The same while the reader trims the pool (cuMemPoolTrimTo), or synchronizes the context with the
+# pool keeping nothing (the driver gives back what the pool holds free at a synchronization): an
+# allocation drawing on free memory that was given back meanwhile grows the pool again, within what
+# the ledger still charges as reserve until its next reading (pools.h says why that holds).
+pool_trim_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=128MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local mode round out
+  for mode in trim sync; do
+    for round in 1 2; do
+      out=$(shimmed "$BIN/pool_race_linked" 4 1500 $((6*MIB)) 0 $mode 2>"$TMP/race.err")
+      expect_contains "$out" "errors=0" "$mode, round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+      (( $(truth_max) <= 128 * MIB )) || { echo "$mode, round $round: truth max $(truth_max) > 128 MiB ($out)"; return 1; }
+      expect_eq "$(truth_now)" 0 "$mode, round $round: nothing held after exit" || return 1
+    done
+  done
+}
+check "async allocations racing trims and synchronizations of their pool: the truth stays within the limit" pool_trim_race
+
+# A request within a chunk of 2^64: rounded up to the pool's chunk, it wrapped to nothing, and the
+# quota let the driver have it (the driver's own refusal saved the day).
+async_huge_refused() {
+  usage_env
+  local n out
+  for n in 18446744073709551615 18446744073709551000; do
+    out=$(shimmed "$U" ctx async $n 2>&1)
+    expect_contains "$out" "async -> CUDA_ERROR_OUT_OF_MEMORY" "$n: refused" &&
+    expect_contains "$out" "gpuguard: refused cuMemAllocAsync" "$n: by the quota, before the driver" || return 1
+  done
+}
+check "an async allocation of nearly 2^64 bytes is refused by the quota, not handed to the driver" async_huge_refused
 
 old_meaning() {
   usage_env

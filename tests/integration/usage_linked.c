@@ -1,6 +1,8 @@
 /* The driver paths of memory that no allocation call returns (issue 19), run one by one from the
  * command line so that t_usage.sh can compare the ledger with the test driver's truth after each:
  *   ctx                      retain device 0's primary context and make it current
+ *   ctx_threads N            N threads retain it at once, each allocating 1 MiB as soon as it has it
+ *                            (kept), as a program's threads starting together do
  *   release                  release it (the last release destroys it)
  *   create / destroy         cuCtxCreate a context of its own, cuCtxDestroy it
  *   module / unload          cuModuleLoadData, cuModuleUnload of the last one loaded
@@ -10,6 +12,10 @@
  *   async N / free_async     cuMemAllocAsync of N bytes, cuMemFreeAsync of the last one
  *   sync                     cuStreamSynchronize (pools give back beyond their threshold)
  *   capture N                captures cuMemAllocAsync(N) + cuMemFreeAsync into a graph, instantiates it
+ *   capture_v1 N / capture_v2 N / capture_gpa11 N
+ *                            the same, instantiated by the cuGraphInstantiate of CUDA 10 (the plain
+ *                            symbol), of CUDA 11 (_v2), or by what cuGetProcAddress("cuGraphInstantiate",
+ *                            11000) hands out
  *   node N                   a graph with one memory node of N bytes (cuGraphAddMemAllocNode), instantiated
  *   glaunch / gupload        cuGraphLaunch / cuGraphUpload of the last instantiated graph
  *   gdestroy                 cuGraphExecDestroy of it
@@ -19,11 +25,32 @@
  *   sleep MS
  * Each prints "<op> -> <result>" on stdout. */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* cuda.h maps the name to CUDA 12's cuGraphInstantiateWithFlags; programs built before CUDA 12 call
+ * these (the driver still exports them). */
+#undef cuGraphInstantiate
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log, size_t size);
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                       size_t size);
+typedef CUresult(CUDAAPI *Instantiate11)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+
+static CUdevice g_dev;
+
+static void *retain_and_allocate(void *arg) {
+    CUcontext ctx;
+    CUdeviceptr p;
+    CUresult r = cuDevicePrimaryCtxRetain(&ctx, g_dev);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) r = cuMemAlloc(&p, 1 << 20);
+    *(CUresult *)arg = r;
+    return NULL;
+}
 
 static const char *name_of(CUresult r) {
     switch (r) {
@@ -56,6 +83,19 @@ int main(int argc, char **argv) {
             r = cuDevicePrimaryCtxRetain(&primary, dev);
             if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(primary);
             if (r == CUDA_SUCCESS) r = cuStreamCreate(&stream, 0);
+        } else if (!strcmp(op, "ctx_threads")) {
+            pthread_t t[16];
+            CUresult each[16];
+            unsigned long long k = n < 16 ? n : 16;
+            g_dev = dev;
+            for (unsigned long long j = 0; j < k; j++) pthread_create(&t[j], NULL, retain_and_allocate, &each[j]);
+            for (unsigned long long j = 0; j < k; j++) {
+                pthread_join(t[j], NULL);
+                if (each[j] != CUDA_SUCCESS) r = each[j];
+            }
+            if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&primary, dev);
+            if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(primary);
+            i++;
         } else if (!strcmp(op, "release")) {
             r = cuDevicePrimaryCtxRelease(dev);
         } else if (!strcmp(op, "create")) {
@@ -84,15 +124,30 @@ int main(int argc, char **argv) {
             r = nasyncs ? cuMemFreeAsync(asyncs[--nasyncs], stream) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "sync")) {
             r = cuStreamSynchronize(stream);
-        } else if (!strcmp(op, "capture")) {
+        } else if (!strncmp(op, "capture", 7)) {
             CUgraph g;
             CUdeviceptr p;
+            CUgraphNode error_node;
+            char log[64];
             r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
             if (r == CUDA_SUCCESS) r = cuMemAllocAsync(&p, n, stream);
             if (r == CUDA_SUCCESS) r = cuMemFreeAsync(p, stream);
             CUresult e = cuStreamEndCapture(stream, &g);
             if (r == CUDA_SUCCESS) r = e;
-            if (r == CUDA_SUCCESS) r = cuGraphInstantiateWithFlags(&exec, g, 0);
+            if (r != CUDA_SUCCESS) {
+            } else if (!strcmp(op, "capture")) {
+                r = cuGraphInstantiateWithFlags(&exec, g, 0);
+            } else if (!strcmp(op, "capture_v1")) {
+                r = cuGraphInstantiate(&exec, g, &error_node, log, sizeof log);
+            } else if (!strcmp(op, "capture_v2")) {
+                r = cuGraphInstantiate_v2(&exec, g, &error_node, log, sizeof log);
+            } else if (!strcmp(op, "capture_gpa11")) {
+                void *fn = NULL;
+                r = cuGetProcAddress("cuGraphInstantiate", &fn, 11000, 0, NULL);
+                if (r == CUDA_SUCCESS) r = ((Instantiate11)fn)(&exec, g, &error_node, log, sizeof log);
+            } else {
+                r = CUDA_ERROR_INVALID_VALUE;
+            }
             i++;
         } else if (!strcmp(op, "node")) {
             CUgraph g;

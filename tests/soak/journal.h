@@ -30,8 +30,9 @@ struct Journal {
     std::atomic<uint64_t> errors;  // any other error: a failure of the soak
     std::atomic<uint64_t> huge;    // requests of sizes no device holds (near SIZE_MAX): all refused
     // exec: a real driver frees an image's memory when it execs; the test driver's ground truth
-    // keeps it, as after a SIGKILL. So the worker adds what it held to exec_left before it execs,
-    // and the supervisor takes that off the truth, as it does for a killed worker.
+    // keeps it, as after a SIGKILL. So the worker sets exec_left to what the truth's entry of its
+    // process holds before it execs (all that its images left so far), and the supervisor takes that
+    // off the truth while the worker runs, as it does for a killed worker.
     std::atomic<uint64_t> exec_left;
     std::atomic<uint64_t> execs;
     // 1 once this image has installed its SIGTERM handler and made a driver call (so the shim's report
@@ -44,6 +45,10 @@ struct Journal {
     // in the instant between) sees it and stops at once instead of running on.
     std::atomic<uint32_t> term_requested;
     ThreadRecord thread[kMaxThreads];
+    // The first error's call and result ("cuStreamCreate: error 2"), written once by the worker that
+    // took first_error_claimed; the supervisor names it with the error count.
+    std::atomic<uint32_t> first_error_claimed;
+    char first_error[96];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the journal is shared with another process");
 

@@ -78,9 +78,11 @@ struct Totals {
 };
 
 std::string g_work, g_bin, g_cli;
+std::string g_ledger_path, g_limit_text;  // watched, to say which process an excess was in
 uint64_t g_limit;
 bool g_allow_exit_window;
-bool g_namespaces;  // whether this machine lets the supervisor make PID namespaces
+fake::Truth *g_truth = nullptr;  // the test driver's ground truth (FAKE_CUDA_TRUTH)
+bool g_namespaces;               // whether this machine lets the supervisor make PID namespaces
 std::vector<std::string> g_worker_env;
 std::vector<Worker> g_workers;
 Totals T;
@@ -110,6 +112,8 @@ bool namespaces_work() {
 // The pid to signal a worker by: the worker itself, also when it is init of a namespace of its own
 // (then its pid in our namespace, once its parent has written it; 0 until then).
 pid_t target(const Worker &w) { return w.in_namespace ? w.journal->outer_pid.load() : w.pid; }
+// The pid the truth's table knows the worker by: the same (the test driver is told it in a namespace,
+// fake_truth.h, truth_pid).
 
 void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     memset(static_cast<void *>(w.journal), 0, sizeof(soak::Journal));  // a fresh incarnation
@@ -122,8 +126,12 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
     // Every third worker also sees injected driver failures (the shim's rollback path).
     if (w.id % 3 == 2) env.push_back("FAKE_CUDA_FAIL_EVERY=" + std::to_string(50 + rng() % 100));
     if (w.id % 2) env.push_back("GPUGUARD_REPORT_ON_EXIT=1");
+    // In a namespace the worker is pid 1: the test driver is told its pid outside (written below,
+    // once known), and its entry of the truth is made by its parent, which sees every pid.
+    char truth_pid[64] = "FAKE_CUDA_TRUTH_PID=";
     std::vector<char *> envp, argv;
     for (std::string &e : env) envp.push_back(e.data());
+    if (w.in_namespace) envp.push_back(truth_pid);
     envp.push_back(nullptr);
     argv = {worker.data(), w.journal_path.data(), t.data(), m.data(), s.data(), exec_after.data(), nullptr};
     pid_t parent = getpid();
@@ -144,6 +152,9 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
             pid_t inner = fork();
             if (inner == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
+                while (!w.journal->outer_pid.load()) usleep(1000);
+                snprintf(truth_pid, sizeof truth_pid, "FAKE_CUDA_TRUTH_PID=%d:%d", (int)getpid(),
+                         (int)w.journal->outer_pid.load());
                 if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
                     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
                     _exit(127);
@@ -151,6 +162,7 @@ void start(Worker &w, int threads, uint64_t max_alloc, std::mt19937_64 &rng) {
                 _exit(127);
             }
             if (inner < 0) _exit(127);
+            fake::truth_proc(g_truth, inner, true);
             w.journal->outer_pid.store(inner);
             int status = 0;
             while (waitpid(inner, &status, 0) < 0 && errno == EINTR) {}
@@ -182,8 +194,8 @@ uint64_t journal_bytes(const soak::Journal &j) {
 
 // What process `pid` holds in the driver by the truth's own per-process table: exact, whatever it
 // holds (allocations, its pools' reserve, graph memory), where the journal knows allocations only.
-fake::Truth *g_truth = nullptr;
 uint64_t truth_of(int pid) {
+    if (pid <= 0) return 0;  // a namespace's worker that died before its pid outside was known
     for (const fake::TruthProc &p : g_truth->proc)
         if (p.pid.load() == pid) return p.bytes[0].load();
     return 0;
@@ -198,21 +210,18 @@ void reaped(Worker &w, int status) {
     T.errors += j.errors.load();
     T.huge += j.huge.load();
     T.execs += j.execs.load();
-    // What its exec'd images left in the driver's truth (a real driver would have freed it).
-    T.leaked_lo += j.exec_left.load();
-    T.leaked_hi += j.exec_left.load();
+    // What it left in the driver's truth, read once it is gone: all it held when killed, what its
+    // exec'd images left (a real driver would have freed it) in either case. Exact, whatever it held
+    // (allocations, its pools' reserve, graph memory), where the journal knows allocations only.
+    uint64_t left_by_it = truth_of(target(w));
+    T.leaked_lo += left_by_it;
+    T.leaked_hi += left_by_it;
     if (j.errors.load())
         problem("worker " + std::to_string(w.pid) + ": " + std::to_string(j.errors.load()) +
-                " driver errors other than out-of-memory");
+                " driver errors other than out-of-memory, the first " +
+                std::string(j.first_error, strnlen(j.first_error, sizeof j.first_error)));
     if (w.killed) {
-        // A worker already exiting cleanly may have had its memory given back by the driver's
-        // teardown before it was killed: then nothing is known to be left.
-        // The truth's table of the dead process says what it left, exactly (the journal bounds only
-        // its allocations: its pools and graphs hold more).
-        uint64_t lo = truth_of(w.pid), hi = lo;
         if (journal_bytes(j) != j.held.load()) T.kills_in_call++;
-        T.leaked_lo += lo;
-        T.leaked_hi += hi;
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             T.bad_exits++;
             problem("worker " + std::to_string(w.pid) + " died otherwise before our SIGKILL (status " +
@@ -244,7 +253,107 @@ void stop(Worker &w) {
     if (w.journal->ready.load() && target(w)) kill(target(w), SIGTERM);
 }
 
+// The workers' ledger, mapped live (a read-only open takes a snapshot), with their limit (another
+// would replace an idle ledger by one of its own); the supervisor only reads it. Its slot is given
+// back (close_ledger_view) before the end's checks of the slots.
+gg::ledger::Ledger *g_view = nullptr;
+bool g_view_tried = false;
+gg::ledger::Ledger *ledger_view() {
+    if (!g_view_tried) {
+        g_view_tried = true;
+        std::string error, notice;
+        g_view = gg::ledger::Ledger::open({g_ledger_path, g_limit_text, -1, false}, &error, &notice);
+        if (!g_view) problem("cannot open the ledger to watch it: " + error);
+    }
+    return g_view;
+}
+void close_ledger_view() {
+    delete g_view;
+    g_view = nullptr;
+}
+
+// After an excess sample: each live worker whose driver holdings (the truth's table) pass what the
+// ledger charges it, by kind. Admission charges before the driver takes and a free gives back after
+// it does, so a process holding more than it is charged is where the excess is. Read one after the
+// other while they run: a line may be a moment's skew, a repeated one is not.
+void say_who_is_over() {
+    gg::ledger::Ledger *l = ledger_view();
+    if (!l) return;
+    // Every worker stopped (SIGSTOP) while the figures are read: a process between its charge and its
+    // driver call holds less than it is charged, one between its driver's free and its release too,
+    // so a process holding more than it is charged then is short in the ledger, not in flight.
+    std::vector<pid_t> stopped;
+    for (const Worker &w : g_workers)
+        if (w.pid && target(w) && kill(target(w), SIGSTOP) == 0) stopped.push_back(target(w));
+    usleep(50000);
+    struct Resume {
+        std::vector<pid_t> &pids;
+        ~Resume() {
+            for (pid_t p : pids) kill(p, SIGCONT);
+        }
+    } resume{stopped};
+    uint64_t cur = truth_now(g_truth), left = T.leaked_hi;
+    for (const Worker &w : g_workers)
+        if (w.pid) left += w.journal->exec_left.load();
+    problem("  with every worker stopped: live processes hold " + std::to_string(cur > left ? cur - left : 0) +
+            " bytes in the driver; the ledger counts " + std::to_string(l->container_used(0)));
+    // The ledger read before and after the truth: an allocation between the readings is in the second.
+    std::vector<gg::ledger::Ledger::ProcessView> before = l->processes();
+    std::vector<uint64_t> driver(before.size());
+    std::vector<int> outside(before.size());
+    for (size_t i = 0; i < before.size(); i++) {
+        const auto &p = before[i];
+        // A namespace's worker is known to the ledger by its pid inside, to the truth by the one outside.
+        outside[i] = p.other_namespace ? 0 : p.pid;
+        for (const Worker &w : g_workers)
+            if (w.pid && w.in_namespace && p.other_namespace &&
+                p.command.find(w.journal_path + " ") != std::string::npos)
+                outside[i] = target(w);
+        driver[i] = truth_of(outside[i]);
+        for (const Worker &w : g_workers)  // less what its exec'd images left (as sample() does)
+            if (w.pid && target(w) == outside[i]) driver[i] -= std::min(driver[i], w.journal->exec_left.load());
+    }
+    std::vector<gg::ledger::Ledger::ProcessView> after = l->processes();
+    for (size_t i = 0; i < before.size(); i++) {
+        const auto &p = before[i];
+        if (!p.alive || p.bytes.empty() || !outside[i]) continue;
+        uint64_t charged = p.bytes[0];
+        for (const auto &q : after)
+            if (q.slot == p.slot && q.pid == p.pid && !q.bytes.empty()) charged = std::max(charged, q.bytes[0]);
+        if (driver[i] <= charged) continue;
+        const auto &k = p.kinds[0];
+        problem("  pid " + std::to_string(outside[i]) + " holds " + std::to_string(driver[i] - charged) +
+                " bytes more in the driver than the ledger charges it: driver " + std::to_string(driver[i]) +
+                ", ledger " + std::to_string(charged) + " (context " + std::to_string(k[gg::ledger::kContext]) +
+                ", graphs " + std::to_string(k[gg::ledger::kGraphs]) + ", pools " +
+                std::to_string(k[gg::ledger::kPools]) + ")");
+    }
+}
+
+// The ledger over the limit: admission never passes it, but a cost learnt after the fact (the first
+// context's measurement) or a reading of a pool that grew more than it was charged may; the first
+// time, say by which process and kind.
+void check_ledger() {
+    static bool said = false;
+    gg::ledger::Ledger *l = ledger_view();
+    if (said || !l || l->devices().empty()) return;
+    uint64_t used = l->container_used(0);
+    if (used <= g_limit) return;
+    said = true;
+    problem("the ledger counts " + std::to_string(used) + " bytes, over the limit; by process:");
+    for (const auto &p : l->processes()) {
+        if (p.reclaimed || p.bytes.empty() || !p.bytes[0]) continue;
+        const auto &k = p.kinds[0];
+        problem("  pid " + std::to_string(p.pid) + (p.other_namespace ? " (another namespace)" : "") +
+                (p.alive ? "" : " (dead, not reclaimed yet)") + ": ledger " + std::to_string(p.bytes[0]) +
+                " (context " + std::to_string(k[gg::ledger::kContext]) + ", graphs " +
+                std::to_string(k[gg::ledger::kGraphs]) + ", pools " + std::to_string(k[gg::ledger::kPools]) +
+                "), driver " + (p.other_namespace ? std::string("?") : std::to_string(truth_of(p.pid))));
+    }
+}
+
 void sample(fake::Truth *t) {
+    if (T.samples % 64 == 0) check_ledger();
     uint64_t cur = truth_now(t);
     uint64_t left = T.leaked_hi;
     for (const Worker &w : g_workers)
@@ -258,7 +367,7 @@ void sample(fake::Truth *t) {
     // bytes it still holds. Such samples are told apart from any other excess.
     uint64_t exiting = 0;
     for (const Worker &w : g_workers)
-        if (w.pid && w.terminated) exiting += truth_of(w.pid);
+        if (w.pid && w.terminated) exiting += truth_of(target(w));
     if (live - g_limit <= exiting) {
         T.exit_window++;
         T.max_exit_overshoot = std::max(T.max_exit_overshoot, live - g_limit);
@@ -269,9 +378,11 @@ void sample(fake::Truth *t) {
     }
     T.violations++;
     T.max_over = std::max(T.max_over, live - g_limit);
-    if (T.violations <= 5)
+    if (T.violations <= 5) {
         problem("live processes hold " + std::to_string(live) + " bytes in the driver, over the limit of " +
                 std::to_string(g_limit));
+        say_who_is_over();
+    }
 }
 
 std::vector<std::string> list(const std::string &dir, const char *prefix) {
@@ -330,7 +441,7 @@ int main(int argc, char **argv) {
     int procs = (int)env_long("SOAK_PROCS", 6), threads = (int)env_long("SOAK_THREADS", 4);
     double kill_every = atof(env_or("SOAK_KILL_EVERY", "3").c_str());      // seconds, on average
     double signal_every = atof(env_or("SOAK_SIGNAL_EVERY", "2").c_str());  // seconds, on average
-    std::string limit_text = env_or("SOAK_LIMIT", "1GiB");
+    std::string limit_text = g_limit_text = env_or("SOAK_LIMIT", "1GiB");
     g_allow_exit_window = env_long("SOAK_ALLOW_EXIT_WINDOW", 0) != 0;
     double term_share = atof(env_or("SOAK_TERM_SHARE", "0.25").c_str());  // stops that are clean exits
     std::string why;
@@ -341,7 +452,7 @@ int main(int argc, char **argv) {
     uint64_t max_alloc = g_limit / 4;
     std::mt19937_64 rng((uint64_t)env_long("SOAK_SEED", (long)time(nullptr)));
     mkdir((g_work + "/reports").c_str(), 0700);
-    std::string truth_path = g_work + "/truth", ledger_path = g_work + "/ledger";
+    std::string truth_path = g_work + "/truth", ledger_path = g_ledger_path = g_work + "/ledger";
     fake::Truth *truth = g_truth = fake::truth_map(truth_path.c_str(), true);
     if (!truth) {
         fprintf(stderr, "soak: cannot map %s\n", truth_path.c_str());
@@ -355,6 +466,8 @@ int main(int argc, char **argv) {
             g_worker_env.push_back(*e);
     g_worker_env.push_back("LD_PRELOAD=" + env_or("SOAK_PRELOAD", ""));
     g_worker_env.push_back("SOAK_USAGE=" + env_or("SOAK_USAGE", "0"));
+    // With usage traffic, a context costs what the quota must measure and count (issue 19).
+    if (env_or("SOAK_USAGE", "0") == "1") g_worker_env.push_back("FAKE_CUDA_CTX_BYTES=" + std::to_string(48ull << 20));
     g_worker_env.push_back("LD_LIBRARY_PATH=" + env_or("SOAK_LIBRARY_PATH", ""));
     for (std::string v :
          {"GPUGUARD_MEM_LIMIT=" + limit_text, "GPUGUARD_LEDGER=" + ledger_path, "FAKE_CUDA_TRUTH=" + truth_path,
@@ -473,6 +586,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    close_ledger_view();
     // The end: every worker stopped cleanly, then nothing may remain but what killed ones left.
     for (Worker &w : workers)
         if (w.pid && !w.terminated) stop(w);

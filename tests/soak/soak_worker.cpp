@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "../fake/fake_truth.h"
 #include "journal.h"
 
 namespace {
@@ -70,9 +71,17 @@ CUresult journaled(soak::ThreadRecord &rec, soak::Phase phase, uint64_t size, F 
     return r;
 }
 
-void count(CUresult r) {
+// An error the soak fails on: counted in the journal, and the first one named there (stderr is /dev/null).
+void error(const char *what, CUresult r) {
+    if (!g_journal->first_error_claimed.exchange(1))
+        snprintf(g_journal->first_error, sizeof g_journal->first_error, "%s: error %d", what, (int)r);
+    g_journal->errors.fetch_add(1);
+}
+
+void count(CUresult r, const char *what) {
     if (r == CUDA_SUCCESS) return;
-    (r == CUDA_ERROR_OUT_OF_MEMORY ? g_journal->oom : g_journal->errors).fetch_add(1);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) g_journal->oom.fetch_add(1);
+    else error(what, r);
 }
 
 bool release(soak::ThreadRecord &rec, const Held &h) {
@@ -83,7 +92,7 @@ bool release(soak::ThreadRecord &rec, const Held &h) {
             default: return cuMemFree_v2(h.ptr);
         }
     });
-    count(r);
+    count(r, "a free");
     if (r == CUDA_SUCCESS) g_journal->frees.fetch_add(1);
     return r == CUDA_SUCCESS;
 }
@@ -95,8 +104,8 @@ void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
     CUgraph g = nullptr;
     CUgraphExec exec = nullptr;
     CUdeviceptr p = 0;
-    if (cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
-        g_journal->errors.fetch_add(1);
+    if (CUresult r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) {
+        error("cuStreamBeginCapture", r);
         return;
     }
     CUresult r = cuMemAllocAsync(&p, bytes, stream);
@@ -106,9 +115,9 @@ void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
     if (r == CUDA_SUCCESS) r = cuGraphInstantiate(&exec, g, 0);
     if (r == CUDA_SUCCESS && upload) r = cuGraphUpload(exec, stream);
     if (r == CUDA_SUCCESS) r = cuGraphLaunch(exec, stream);
-    count(r);
-    if (exec) count(cuGraphExecDestroy(exec));
-    if (g) count(cuGraphDestroy(g));
+    count(r, "a graph's capture, instantiation, upload or launch");
+    if (exec) count(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+    if (g) count(cuGraphDestroy(g), "cuGraphDestroy");
     g_journal->ops.fetch_add(1);
 }
 
@@ -118,22 +127,32 @@ void *run(void *arg) {
     std::mt19937_64 rng(t->seed);
     CUdevice dev;
     CUcontext ctx;
-    if (cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) {
-        g_journal->errors.fetch_add(1);
+    CUresult made = cuDeviceGet(&dev, 0);
+    // A context whose cost no longer fits in the quota is refused (out of memory, issue 19): the
+    // thread waits for its siblings to free some, as a program retrying would.
+    while (made == CUDA_SUCCESS && (made = cuDevicePrimaryCtxRetain(&ctx, dev)) == CUDA_ERROR_OUT_OF_MEMORY) {
+        g_journal->oom.fetch_add(1);
+        if (g_stop.load() || g_journal->term_requested.load()) return nullptr;
+        usleep(10000);
+        made = CUDA_SUCCESS;  // and again
+    }
+    if (made == CUDA_SUCCESS) made = cuCtxSetCurrent(ctx);
+    if (made != CUDA_SUCCESS) {
+        error("a context", made);
         return nullptr;
     }
     std::vector<Held> held;
     std::uniform_real_distribution<double> log_size(12, __builtin_log2((double)g_max_alloc));
     std::uniform_real_distribution<double> log_wide(12, __builtin_log2((double)g_max_alloc * 8));
     CUstream stream = nullptr;
-    if (cuStreamCreate(&stream, 0)) g_journal->errors.fetch_add(1);
+    if (CUresult r = cuStreamCreate(&stream, 0)) error("cuStreamCreate", r);
     bool usage = g_usage_traffic;
     if (usage && t->index % 2) {
         CUmemoryPool pool;
         cuuint64_t keep = UINT64_MAX;
-        if (cuDeviceGetDefaultMemPool(&pool, dev) ||
-            cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep))
-            g_journal->errors.fetch_add(1);
+        CUresult r = cuDeviceGetDefaultMemPool(&pool, dev);
+        if (r == CUDA_SUCCESS) r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+        if (r) error("the pool's release threshold", r);
     }
     while (!g_stop.load() && !g_exec.load() && !g_journal->term_requested.load()) {
         unsigned op = rng() % 100;
@@ -158,19 +177,19 @@ void *run(void *arg) {
                 }
             });
             g_journal->huge.fetch_add(1);
-            if (r == CUDA_SUCCESS) g_journal->errors.fetch_add(1);  // handed out: the quota broken
-            else count(r);
+            if (r == CUDA_SUCCESS) error("a request near SIZE_MAX handed out", r);  // the quota broken
+            else count(r, "a request near SIZE_MAX");
         } else if (usage && op < 3) {
             graph_cycle(stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
         } else if (usage && op < 4) {
-            count(cuDeviceGraphMemTrim(dev));
+            count(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
             g_journal->ops.fetch_add(1);
         } else if (usage && op < 5) {
-            count(cuStreamSynchronize(stream));
+            count(cuStreamSynchronize(stream), "cuStreamSynchronize");
             g_journal->ops.fetch_add(1);
         } else if (op < 5) {
             size_t free_b = 0, total_b = 0;
-            count(cuMemGetInfo_v2(&free_b, &total_b));
+            count(cuMemGetInfo_v2(&free_b, &total_b), "cuMemGetInfo");
             g_journal->ops.fetch_add(1);
         } else if (op < 55 && held.size() < 12) {
             Held h{Kind(rng() % kKinds), 0, 0,
@@ -184,7 +203,7 @@ void *run(void *arg) {
                 size_t pitch = 0;
                 r = journaled(rec, soak::kAllocating, h.size,
                               [&] { return cuMemAllocPitch_v2(&h.ptr, &pitch, width, height, 16); });
-                if (r == CUDA_SUCCESS && pitch * height != h.size) g_journal->errors.fetch_add(1);
+                if (r == CUDA_SUCCESS && pitch * height != h.size) error("a pitch other than asked", r);
             } else if (h.kind == kCreate) {
                 h.size = (h.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);  // the granularity
                 CUmemAllocationProp prop = {};
@@ -201,7 +220,7 @@ void *run(void *arg) {
                     }
                 });
             }
-            count(r);
+            count(r, "an allocation");
             if (r == CUDA_SUCCESS) {
                 g_journal->allocs.fetch_add(1);
                 held.push_back(h);
@@ -264,9 +283,17 @@ int main(int argc, char **argv) {
     }
     for (pthread_t id : ids) pthread_join(id, nullptr);
     if (g_exec.load() && !g_stop.load() && !g_journal->term_requested.load()) {
-        // What this image holds stays in the test driver's truth (a real driver frees it at exec).
+        // What this image holds stays in the test driver's truth (a real driver frees it at exec):
+        // the truth's entry of this process says how much, its pools' reserve and graph memory too,
+        // which the journal does not follow (it counted allocations alone, and the soak then took
+        // what exec'd images left in their pools for live processes' bytes over the limit). The entry
+        // also holds what earlier images left: exec_left is all of it.
         g_journal->ready.store(0);
-        g_journal->exec_left.fetch_add(g_journal->held.exchange(0));
+        g_journal->held.store(0);
+        const char *truth_path = getenv("FAKE_CUDA_TRUTH");
+        fake::Truth *truth = truth_path ? fake::truth_map(truth_path, false) : nullptr;
+        fake::TruthProc *mine = truth ? fake::truth_proc(truth, fake::truth_pid(getpid()), false) : nullptr;
+        g_journal->exec_left.store(mine ? mine->bytes[0].load() : 0);
         g_journal->execs.fetch_add(1);
         std::string again = std::to_string(exec_after_ms * 2);
         char *next[] = {argv[0], argv[1], argv[2], argv[3], argv[4], again.data(), nullptr};

@@ -2,6 +2,7 @@
 // context cost per device with its one-measurer claim.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
@@ -103,7 +104,10 @@ TEST_CASE("ledger context cost: the better measurement wins, and one process at 
     CHECK(l.context_cost(f.d, &s) == 0);  // a claim is no cost
     // Another (live) process cannot claim while this one measures.
     pid_t pid = fork();
-    if (pid == 0) _exit(f.l->claim_context_measurement(f.d) ? 1 : 0);
+    if (pid == 0) {
+        f.l->on_fork_child();  // as the shim's fork handler: a lock description of its own
+        _exit(f.l->claim_context_measurement(f.d) ? 1 : 0);
+    }
     int status = 0;
     waitpid(pid, &status, 0);
     CHECK(WEXITSTATUS(status) == 0);
@@ -121,7 +125,10 @@ TEST_CASE("ledger context cost: a claim whose process died, or that was dropped,
     Fixture f("claim");
     Ledger &l = *f.l;
     pid_t pid = fork();
-    if (pid == 0) _exit(f.l->claim_context_measurement(f.d) ? 0 : 1);  // claims, then dies measuring
+    if (pid == 0) {
+        f.l->on_fork_child();
+        _exit(f.l->claim_context_measurement(f.d) ? 0 : 1);  // claims, then dies measuring
+    }
     int status = 0;
     waitpid(pid, &status, 0);
     REQUIRE(WEXITSTATUS(status) == 0);
@@ -130,4 +137,50 @@ TEST_CASE("ledger context cost: a claim whose process died, or that was dropped,
     l.drop_context_claim(f.d);
     CHECK(l.context_measurer(f.d) == 0);
     CHECK(l.claim_context_measurement(f.d));
+}
+
+// A claim's pid says nothing about liveness: a pid is reused, and one of another PID namespace may
+// name a live process here. The measurer's lock on the cost record does.
+TEST_CASE("ledger context cost: a claim that names a live pid but whose measurer is gone is free") {
+    Fixture f("claim-pid");
+    Ledger &l = *f.l;
+    // What a measurer that died leaves, its pid since given to a live process (our parent here).
+    f.l->header()->costs[f.d].context.store((uint64_t)getppid() << 8 | kCostMeasuring);
+    CHECK(l.context_measurer(f.d) == getppid());
+    CHECK(l.claim_context_measurement(f.d));
+    CHECK(l.context_measurer(f.d) == getpid());
+    l.drop_context_claim(f.d);
+    CHECK(l.context_measurer(f.d) == 0);
+}
+
+TEST_CASE("ledger context cost: a measurer killed while measuring frees the claim for the next process") {
+    Fixture f("claim-kill");
+    Ledger &l = *f.l;
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        f.l->on_fork_child();
+        char c = f.l->claim_context_measurement(f.d) ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1) _exit(1);
+        pause();  // measuring, until killed
+        _exit(0);
+    }
+    char c = 0;
+    REQUIRE(read(ready[0], &c, 1) == 1);
+    REQUIRE(c == 'y');
+    CHECK(l.context_measurer(f.d) == pid);
+    CHECK_FALSE(l.claim_context_measurement(f.d));  // alive and measuring
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(l.claim_context_measurement(f.d));  // the next process measures
+    CHECK(l.context_measurer(f.d) == getpid());
+    // While this process measures, another thread of it does not claim again.
+    CHECK_FALSE(l.claim_context_measurement(f.d));
+    l.drop_context_claim(f.d);
+    CHECK(l.claim_context_measurement(f.d));
+    l.drop_context_claim(f.d);
+    close(ready[0]);
+    close(ready[1]);
 }
