@@ -1,6 +1,7 @@
 // GPU check for a plain CUDA program built by nvcc (which links cudart statically, so only the
-// driver hooks can see it): under GPUGUARD_MEM_LIMIT=2GiB, cudaMemGetInfo shows 2 GiB, allocating
-// 256 MiB blocks is refused past 2 GiB, and after freeing one the program allocates again.
+// driver hooks can see it): under GPUGUARD_MEM_LIMIT=2GiB, cudaMemGetInfo shows 2 GiB, of which the
+// context already takes its share (the quota counts it, issue 19); 256 MiB blocks are allocated as
+// long as the free figure holds one, refused after, and after freeing one the program allocates again.
 #include <cstdio>
 #include <cuda_runtime.h>
 #include <vector>
@@ -24,7 +25,9 @@ int main() {
     void *p = nullptr;
     cudaError_t again = cudaMalloc(&p, 256u << 20);
     printf("nvcc: after a free, cudaMalloc -> %s\n", cudaGetErrorName(again));
-    bool ok = total_b == (2ull << 30) && last == cudaErrorMemoryAllocation && again == cudaSuccess && blocks.size() >= 7 && blocks.size() <= 8;
+    size_t fit = free_b / (256u << 20);  // the free figure after the context: the blocks that fit
+    bool ok = total_b == (2ull << 30) && free_b < total_b && last == cudaErrorMemoryAllocation && again == cudaSuccess &&
+              blocks.size() + 1 == fit && fit >= 1;  // one was freed
     printf("nvcc: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

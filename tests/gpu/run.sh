@@ -22,7 +22,7 @@ echo "== 1. nvcc program (static cudart), 2 GiB limit"
 nvcc -O2 -o "$W/quota_check" "$ROOT/tests/gpu/quota_check.cu" 2>&1 | tail -3
 GPUGUARD_LEDGER=none GPUGUARD_MEM_LIMIT=2GiB LD_PRELOAD=$LIB "$W/quota_check" 2>&1 | tee "$OUT/nvcc.log"
 r=$(ls -t "$W"/gpuguard-quota-*.json 2>/dev/null | head -1)
-record "nvcc: 2 GiB shown, refused at 2 GiB, allocates after free" "$(grep -q 'nvcc: PASS' "$OUT/nvcc.log" && echo PASS || echo FAIL)"
+record "nvcc: 2 GiB shown, context counted, blocks as free shows, refused then, allocates after free" "$(grep -q 'nvcc: PASS' "$OUT/nvcc.log" && echo PASS || echo FAIL)"
 record "nvcc: report written (api, unwinder)" "$([[ -n $r ]] && json "$r" 'd["failed_request"]["api"], d["capture"]["unwinder"]' || echo FAIL)"
 mkdir -p "$OUT/reports"; [[ -n $r ]] && cp "$r" "$OUT/reports/nvcc-quota.json"
 rm -f "$W"/*.json
