@@ -245,6 +245,15 @@ void done(Ticket &t, CUresult result, CUcontext made) {
     creation_over(t);
 }
 
+uint64_t charged_on(int ordinal) {
+    if (ordinal < 0 || ordinal >= kMaxOrdinals) return 0;
+    std::lock_guard<std::mutex> lock(g_mu);
+    uint64_t sum = g_primary[ordinal].refs > 0 ? g_primary[ordinal].charged : 0;
+    for (const Created &c : g_created)
+        if (c.ctx && c.ordinal == ordinal) sum += c.charged;
+    return sum;
+}
+
 void settle_uncounted(const DeviceInfo &d) {
     if (d.ordinal < 0 || d.ordinal >= kMaxOrdinals || d.ledger_index < 0) return;
     if (g_uncounted[d.ordinal].load(std::memory_order_relaxed) == 0) return;

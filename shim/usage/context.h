@@ -43,6 +43,10 @@ void done(Ticket &t, CUresult result, CUcontext made);
 // from the reconciliation (the allocation path's once-a-second tick, memory queries, refusals).
 void settle_uncounted(const DeviceInfo &d);
 
+// What this process's contexts on `ordinal` are charged, by their measured cost: a floor for the
+// NVML reconciliation (usage.cpp).
+uint64_t charged_on(int ordinal);
+
 // After cuDevicePrimaryCtxRelease (the last release destroys the context), cuDevicePrimaryCtxReset,
 // cuCtxDestroy.
 void released(int ordinal, CUresult result);

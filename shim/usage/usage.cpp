@@ -52,6 +52,12 @@ void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     v.pending_ns.store(now);
     if (!since || differ(pending, overhead) > kSlack) return;  // a first reading, or one that disagrees
     uint64_t target = pending < overhead ? pending : overhead;
+    // Never below what this process's contexts measured to cost: a reading taken while an allocation
+    // of its was charged and not yet in the driver (or a free the reverse) is low by those bytes, and
+    // two such readings can agree (a large allocation takes long); the kind then fell below the
+    // contexts themselves and the truth passed the limit by the difference (the soak: 10 MiB).
+    uint64_t floor = context::charged_on(d.ordinal);
+    if (target < floor) target = floor;
     if (differ(target, ctx) > kSlack) l.set_kind(li, ledger::kContext, target);
 }
 

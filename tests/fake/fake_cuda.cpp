@@ -892,7 +892,13 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
 
 // ---- linear device memory ------------------------------------------------------------------------------
 
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return device_alloc("cuMemAlloc_v2", dptr, bytesize); }
+// FAKE_CUDA_ALLOC_DELAY_US: cuMemAlloc_v2 takes that long before it allocates, as a large real one
+// does: its bytes are charged by the shim and not yet in the driver meanwhile (t_usage).
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    static const uint64_t delay_us = fake::env_u64("FAKE_CUDA_ALLOC_DELAY_US", 0);
+    if (delay_us) usleep((useconds_t)delay_us);
+    return device_alloc("cuMemAlloc_v2", dptr, bytesize);
+}
 CUresult cuMemFree_v2(CUdeviceptr dptr) { return device_free("cuMemFree_v2", dptr); }
 
 // 32-bit device pointers cannot hold the fake's host addresses; these exist so that an old cudaVersion

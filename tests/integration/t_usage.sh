@@ -73,6 +73,21 @@ context_counted_once_known() {
 }
 check "a context made while no cost was known is charged once another process measures it" context_counted_once_known
 
+# NVML's figure of the process read twice, agreeing, while an allocation of 100 MiB is charged and
+# not yet in the driver (the test driver takes a second to make it): the reconciliation took the
+# figure as a context 100 MiB cheaper, and once the allocation landed the truth was 100 MiB above
+# the ledger. The contexts' measured cost is now a floor for it.
+context_floor() {
+  usage_env
+  local out
+  out=$(FAKE_CUDA_ALLOC_DELAY_US=1000000 shimmed "$U" ctx alloc_bg $((100*MIB)) sleep 50 info sleep 300 info join info \
+    2>"$TMP/err")
+  expect_contains "$out" "join -> CUDA_SUCCESS" "the background allocation made" &&
+  expect_eq "$(echo "$out" | grep '^info' | tail -1)" "info -> CUDA_SUCCESS free=$((624*MIB)) total=$GIB" \
+    "the context still counted whole beside the allocation" || { echo "$out"; cat "$TMP/err"; return 1; }
+}
+check "NVML's figure read while an allocation is in flight does not lower the context below its measured cost" context_floor
+
 # In a container NVML may list nothing, or the host's pids: the context is then measured as the
 # device's used memory before and after, less what the ledger's processes charged meanwhile.
 context_in_container() {

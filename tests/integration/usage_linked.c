@@ -21,6 +21,7 @@
  *   gdestroy                 cuGraphExecDestroy of it
  *   gtrim                    cuDeviceGraphMemTrim
  *   alloc N / free           cuMemAlloc, cuMemFree of the last
+ *   alloc_bg N / join        cuMemAlloc of N on another thread (kept), and waiting for it
  *   info                     cuMemGetInfo
  *   sleep MS
  * Each prints "<op> -> <result>" on stdout. */
@@ -41,6 +42,19 @@ CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraph
 typedef CUresult(CUDAAPI *Instantiate11)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
 
 static CUdevice g_dev;
+static CUcontext g_bg_ctx;
+static unsigned long long g_bg_bytes;
+static CUresult g_bg_result;
+static pthread_t g_bg;
+static int g_bg_started;
+
+static void *allocate_in_background(void *arg) {
+    (void)arg;
+    CUdeviceptr p;
+    g_bg_result = cuCtxSetCurrent(g_bg_ctx);
+    if (g_bg_result == CUDA_SUCCESS) g_bg_result = cuMemAlloc(&p, g_bg_bytes);
+    return NULL;
+}
 
 static void *retain_and_allocate(void *arg) {
     CUcontext ctx;
@@ -175,6 +189,16 @@ int main(int argc, char **argv) {
             r = nptrs < MAX_HELD ? cuMemAlloc(&ptrs[nptrs], n) : CUDA_ERROR_INVALID_VALUE;
             if (r == CUDA_SUCCESS) nptrs++;
             i++;
+        } else if (!strcmp(op, "alloc_bg")) {
+            g_bg_bytes = n;
+            r = cuCtxGetCurrent(&g_bg_ctx);
+            if (r == CUDA_SUCCESS && !g_bg_started && pthread_create(&g_bg, NULL, allocate_in_background, NULL) != 0)
+                r = CUDA_ERROR_UNKNOWN;
+            g_bg_started = r == CUDA_SUCCESS;
+            i++;
+        } else if (!strcmp(op, "join")) {
+            r = g_bg_started ? (pthread_join(g_bg, NULL), g_bg_result) : CUDA_ERROR_INVALID_VALUE;
+            g_bg_started = 0;
         } else if (!strcmp(op, "free")) {
             r = nptrs ? cuMemFree(ptrs[--nptrs]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "info")) {
