@@ -224,28 +224,32 @@ GG_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream stream, CUgraph *gra
 
 // ---- Graphs ----
 
-GG_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+namespace {
+// An instantiation that does not upload: the graph's memory nodes are read for its first launch.
+template <typename Call>
+CUresult instantiate(CUgraphExec *exec, CUgraph graph, Call &&call) {
     DriverCall scope;
-    CUresult r = real_call(R().cuGraphInstantiateWithFlags, exec, graph, flags);
+    CUresult r = call();
     if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
     return r;
+}
+}  // namespace
+
+GG_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+    return instantiate(exec, graph, [&] { return real_call(R().cuGraphInstantiateWithFlags, exec, graph, flags); });
 }
 
 // Before CUDA 12: the same, with an error node and a log for the driver to fill.
 GG_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
                                               size_t log_size) {
-    DriverCall scope;
-    CUresult r = real_call(R().cuGraphInstantiate, exec, graph, error_node, log, log_size);
-    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
-    return r;
+    return instantiate(exec, graph,
+                       [&] { return real_call(R().cuGraphInstantiate, exec, graph, error_node, log, log_size); });
 }
 
 GG_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
                                                  size_t log_size) {
-    DriverCall scope;
-    CUresult r = real_call(R().cuGraphInstantiate_v2, exec, graph, error_node, log, log_size);
-    if (r == CUDA_SUCCESS && exec) usage::graphs::instantiated(*exec, graph, false);
-    return r;
+    return instantiate(exec, graph,
+                       [&] { return real_call(R().cuGraphInstantiate_v2, exec, graph, error_node, log, log_size); });
 }
 
 namespace {
