@@ -272,6 +272,21 @@ void close_ledger_view() {
     g_view = nullptr;
 }
 
+// Every worker stopped (SIGSTOP) while it lives, and let go (SIGCONT) after: a process between its
+// charge and its driver call holds less than it is charged, one between its driver's free and its
+// release too, and neither moves while the figures are read.
+struct Freeze {
+    std::vector<pid_t> stopped;
+    Freeze() {
+        for (const Worker &w : g_workers)
+            if (w.pid && target(w) && kill(target(w), SIGSTOP) == 0) stopped.push_back(target(w));
+        usleep(50000);
+    }
+    ~Freeze() {
+        for (pid_t p : stopped) kill(p, SIGCONT);
+    }
+};
+
 // After an excess sample: each live worker whose driver holdings (the truth's table) pass what the
 // ledger charges it, by kind. Admission charges before the driver takes and a free gives back after
 // it does, so a process holding more than it is charged is where the excess is. Read one after the
@@ -279,19 +294,7 @@ void close_ledger_view() {
 void say_who_is_over() {
     gg::ledger::Ledger *l = ledger_view();
     if (!l) return;
-    // Every worker stopped (SIGSTOP) while the figures are read: a process between its charge and its
-    // driver call holds less than it is charged, one between its driver's free and its release too,
-    // so a process holding more than it is charged then is short in the ledger, not in flight.
-    std::vector<pid_t> stopped;
-    for (const Worker &w : g_workers)
-        if (w.pid && target(w) && kill(target(w), SIGSTOP) == 0) stopped.push_back(target(w));
-    usleep(50000);
-    struct Resume {
-        std::vector<pid_t> &pids;
-        ~Resume() {
-            for (pid_t p : pids) kill(p, SIGCONT);
-        }
-    } resume{stopped};
+    Freeze freeze;  // a process then holding more than it is charged is short in the ledger, not in flight
     uint64_t cur = truth_now(g_truth), left = T.leaked_hi;
     for (const Worker &w : g_workers)
         if (w.pid) left += w.journal->exec_left.load();
@@ -332,23 +335,36 @@ void say_who_is_over() {
 
 // The ledger over the limit: admission never passes it, but a cost learnt after the fact (the first
 // context's measurement) or a reading of a pool that grew more than it was charged may; the first
-// time, say by which process and kind.
+// time it holds with every worker stopped, say by which process and kind.
 void check_ledger() {
     static bool said = false;
     gg::ledger::Ledger *l = ledger_view();
     if (said || !l || l->devices().empty()) return;
     uint64_t used = l->container_used(0);
     if (used <= g_limit) return;
+    // An admission adds its bytes to its slot before it compares the sum with the limit, and takes
+    // them off when they do not fit (Ledger::try_charge): a reading in between sees the sum over the
+    // limit for an instant (up to twice the limit: the soak's largest requests). So the ledger is
+    // read again with every worker stopped, and only that reading counts.
+    Freeze freeze;
+    uint64_t frozen = l->container_used(0), listed = 0;
+    std::vector<gg::ledger::Ledger::ProcessView> all = l->processes();
+    for (const auto &p : all) listed += p.bytes.empty() ? 0 : p.bytes[0];
+    if (frozen <= g_limit) return;
     said = true;
-    problem("the ledger counts " + std::to_string(used) + " bytes, over the limit; by process:");
-    for (const auto &p : l->processes()) {
-        if (p.reclaimed || p.bytes.empty() || !p.bytes[0]) continue;
+    problem("the ledger counts " + std::to_string(used) + " bytes, over the limit; with every worker stopped " +
+            std::to_string(frozen) + ", its slots listed " + std::to_string(listed) + "; by process:");
+    for (const auto &p : all) {
+        if (p.bytes.empty() || !p.bytes[0]) continue;
         const auto &k = p.kinds[0];
         problem("  pid " + std::to_string(p.pid) + (p.other_namespace ? " (another namespace)" : "") +
-                (p.alive ? "" : " (dead, not reclaimed yet)") + ": ledger " + std::to_string(p.bytes[0]) +
-                " (context " + std::to_string(k[gg::ledger::kContext]) + ", graphs " +
-                std::to_string(k[gg::ledger::kGraphs]) + ", pools " + std::to_string(k[gg::ledger::kPools]) +
-                "), driver " + (p.other_namespace ? std::string("?") : std::to_string(truth_of(p.pid))));
+                (p.reclaimed ? " (RECLAIMED)"
+                 : p.alive   ? ""
+                             : " (dead, not reclaimed yet)") +
+                " slot " + std::to_string(p.slot) + ": ledger " + std::to_string(p.bytes[0]) + " (context " +
+                std::to_string(k[gg::ledger::kContext]) + ", graphs " + std::to_string(k[gg::ledger::kGraphs]) +
+                ", pools " + std::to_string(k[gg::ledger::kPools]) + "), driver " +
+                (p.other_namespace ? std::string("?") : std::to_string(truth_of(p.pid))));
     }
 }
 
