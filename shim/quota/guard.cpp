@@ -195,10 +195,7 @@ void failed(Ticket &t, CUresult result) {
         if (t.growth) state().ledger->release_kind(t.dev->ledger_index, ledger::kPools, t.growth);
     }
     t.charged = false;
-    t.growth = 0;
-    if (t.drawn) usage::pools::undraw(*t.dev, t.drawn);
-    t.drawn = 0;
-    release_pools(t);  // the ledger is as before the call: the pools may be read (an episode does)
+    if (t.pools_held) let_go_pools(&t);  // the ledger is as before the call: the pools may be read (an episode does)
     if (result != CUDA_ERROR_OUT_OF_MEMORY) return;
     tracker().count_failure(t.api);
     int ordinal = t.dev ? t.dev->ordinal : -1;

@@ -25,7 +25,8 @@ constexpr int kMaxCreated = 64;
 struct Primary {
     int refs = 0;
     uint64_t charged = 0;   // 0 while its cost is unknown: settle_uncounted() charges it once known
-    bool creating = false;  // a retain that makes it is under way: the others wait for it (admit)
+    bool creating = false;  // a retain that makes it is under way: the others wait for it (admit), and
+                            // its charge is not settled yet (done)
 };
 struct Created {
     CUcontext ctx = nullptr;
@@ -35,8 +36,17 @@ struct Created {
 std::mutex g_mu;
 Primary g_primary[kMaxOrdinals];
 Created g_created[kMaxCreated];
-// Per ordinal: contexts of this process made while no cost was known, and not measured by it.
-std::atomic<int> g_uncounted[kMaxOrdinals];
+
+// Calls visit(charged) for each context of this process on `ordinal` whose charge is settled: the
+// primary one while retained (not while the retain that makes it is under way), and those it created.
+// Under g_mu.
+template <class Visit>
+void each_context(int ordinal, Visit visit) {
+    Primary &p = g_primary[ordinal];
+    if (p.refs > 0 && !p.creating) visit(p.charged);
+    for (Created &c : g_created)
+        if (c.ctx && c.ordinal == ordinal) visit(c.charged);
+}
 
 bool has_context(int ordinal) {
     if (g_primary[ordinal].refs > 0) return true;
@@ -231,7 +241,6 @@ void done(Ticket &t, CUresult result, CUcontext made) {
     charge_after(t, cost);
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        if (!cost) g_uncounted[t.dev->ordinal].fetch_add(1);
         if (t.primary) {
             g_primary[t.dev->ordinal].charged = cost;
         } else {
@@ -248,24 +257,25 @@ void done(Ticket &t, CUresult result, CUcontext made) {
 uint64_t charged_on(int ordinal) {
     if (ordinal < 0 || ordinal >= kMaxOrdinals) return 0;
     std::lock_guard<std::mutex> lock(g_mu);
-    uint64_t sum = g_primary[ordinal].refs > 0 ? g_primary[ordinal].charged : 0;
-    for (const Created &c : g_created)
-        if (c.ctx && c.ordinal == ordinal) sum += c.charged;
+    uint64_t sum = 0;
+    each_context(ordinal, [&](uint64_t &charged) { sum += charged; });
     return sum;
 }
 
 void settle_uncounted(const DeviceInfo &d) {
     if (d.ordinal < 0 || d.ordinal >= kMaxOrdinals || d.ledger_index < 0) return;
-    if (g_uncounted[d.ordinal].load(std::memory_order_relaxed) == 0) return;
-    uint64_t cost = known_cost(d), charge = 0;
+    bool uncounted = false;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        each_context(d.ordinal, [&](uint64_t &charged) { uncounted |= charged == 0; });
+    }
+    uint64_t cost = uncounted ? known_cost(d) : 0, charge = 0;
     if (!cost) return;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        Primary &p = g_primary[d.ordinal];
-        if (p.refs > 0 && !p.charged) p.charged = cost, charge += cost;
-        for (Created &c : g_created)
-            if (c.ctx && c.ordinal == d.ordinal && !c.charged) c.charged = cost, charge += cost;
-        g_uncounted[d.ordinal].store(0);
+        each_context(d.ordinal, [&](uint64_t &charged) {
+            if (!charged) charged = cost, charge += cost;
+        });
     }
     if (!charge) return;
     // The contexts exist: the GPU gave them. Counted as they are, and said when that passes the limit.
@@ -320,7 +330,6 @@ void unlock_after_fork() { g_mu.unlock(); }
 void reset_after_fork() {
     for (Primary &p : g_primary) p = Primary{};
     for (Created &c : g_created) c = Created{};
-    for (std::atomic<int> &n : g_uncounted) n.store(0);
 }
 
 }  // namespace gg::usage::context
