@@ -315,7 +315,5 @@ GG_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
 
 GG_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice dev) {
     DriverCall scope;
-    CUresult r = real_call(R().cuDeviceGraphMemTrim, dev);
-    usage::graphs::trimmed((int)dev, r);
-    return r;
+    return usage::graphs::trim_pool(dev);
 }

@@ -8,6 +8,7 @@
 #include "common/base/log.h"
 #include "shim/base/futex_lock.h"
 #include "shim/base/race_once.h"
+#include "shim/base/shared_lock.h"
 #include "shim/core/state.h"
 #include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
@@ -38,6 +39,24 @@ std::atomic<int> g_capturing{0};  // captures under way in this process
 // Per ordinal: held by a first upload or launch from its reading of the graph pool to the reading
 // after its driver call, and by every other reading of the pool and setting of kGraphs (graphs.h).
 FutexLock g_settle[kMaxOrdinals];
+// Per ordinal: held shared by an upload or launch of a graph with memory nodes from its check of the
+// graph's mapping to the end of its driver call, and exclusively by a trim of the graph pool from
+// its driver call until the graphs it unmapped are marked so (graphs.h). Taken before g_settle.
+SharedLock g_launching[kMaxOrdinals];
+// The ordinal whose g_launching this thread holds shared, or -1: not taken twice (a writer waiting
+// between would block the second), nor exclusively by the same thread.
+__attribute__((tls_model("initial-exec"))) thread_local int t_launching = -1;
+
+void enter_launch(int ordinal, Ticket *t) {
+    if (t_launching >= 0) return;
+    g_launching[ordinal].lock_shared();
+    t_launching = t->launching = ordinal;
+}
+void leave_launch(Ticket *t) {
+    if (t->launching < 0) return;
+    g_launching[t->launching].unlock_shared();
+    t_launching = t->launching = -1;
+}
 
 void settle_locked(const DeviceInfo &d) {
     auto get = real_driver().cuDeviceGetGraphMemAttribute;
@@ -110,6 +129,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
     if (!d || d->ledger_index < 0) return CUDA_SUCCESS;
     g_ever.store(true);
     t->dev = d;
+    enter_launch(d->ordinal, t);
     g_settle[d->ordinal].lock();
     uint64_t need = needed(ordinal, bytes);
     if (!need) return CUDA_SUCCESS;
@@ -121,9 +141,11 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
         return CUDA_SUCCESS;
     }
     // Trimming maps nothing of this graph (it is not mapped yet) and frees the pool's idle memory. It
-    // reads the pool, which this thread lets others do meanwhile.
+    // reads the pool and trims it, which this thread lets others do meanwhile.
     g_settle[d->ordinal].unlock();
+    leave_launch(t);
     bool room = make_room(*d);
+    enter_launch(d->ordinal, t);
     g_settle[d->ordinal].lock();
     if (room) {
         need = needed(ordinal, bytes);
@@ -133,6 +155,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
         }
     }
     g_settle[d->ordinal].unlock();
+    leave_launch(t);
     episode::Request r{api, api, need, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota, used, d->limit};
     episode::failed(r, kShimFrames);
     t->dev = nullptr;
@@ -141,25 +164,34 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
 
 CUresult admit(Api api, CUgraphExec exec, Ticket *t) {
     if (g_count.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;  // no graph with memory nodes
-    Exec found{nullptr, -1, 0, true};
-    {
+    auto find = [exec] {
+        Exec found{nullptr, -1, 0, true};
         std::lock_guard<std::mutex> lock(g_mu);
         for (const Exec &e : execs())
             if (e.exec == exec) found = e;
-    }
-    if (!found.exec || found.mapped) return CUDA_SUCCESS;
+        return found;
+    };
+    Exec found = find();
+    if (!found.exec || found.ordinal < 0 || found.ordinal >= kMaxOrdinals) return CUDA_SUCCESS;
+    // Whether it is mapped is read again with trims held off: one between this reading and the
+    // driver call would unmap it, and the launch map it uncharged.
+    enter_launch(found.ordinal, t);
+    found = find();
+    if (!found.exec || found.mapped) return CUDA_SUCCESS;  // done() lets trims go on
     t->exec = exec;
     return admit_footprint(api, found.ordinal, found.footprint, t);
 }
 
 void done(Ticket &t, CUresult result) {
-    if (!t.dev) return;
-    if (result == CUDA_SUCCESS && t.exec) set_mapped(t.exec, true);
-    // The pool's own figure replaces what was admitted (which it includes when the call succeeded).
-    if (result != CUDA_SUCCESS && t.charged)
-        state().ledger->release_kind(t.dev->ledger_index, ledger::kGraphs, t.charged);
-    settle_locked(*t.dev);
-    g_settle[t.dev->ordinal].unlock();
+    if (t.dev) {
+        if (result == CUDA_SUCCESS && t.exec) set_mapped(t.exec, true);
+        // The pool's own figure replaces what was admitted (which it includes when the call succeeded).
+        if (result != CUDA_SUCCESS && t.charged)
+            state().ledger->release_kind(t.dev->ledger_index, ledger::kGraphs, t.charged);
+        settle_locked(*t.dev);
+        g_settle[t.dev->ordinal].unlock();
+    }
+    leave_launch(&t);
 }
 
 void destroyed(CUgraphExec exec, CUresult result) {
@@ -180,15 +212,25 @@ void destroyed(CUgraphExec exec, CUresult result) {
         if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
 }
 
-void trimmed(int ordinal, CUresult result) {
-    if (result != CUDA_SUCCESS || !g_ever.load()) return;
-    {
+CUresult trim_pool(CUdevice dev) {
+    auto real = real_driver().cuDeviceGraphMemTrim;
+    if (!real) return CUDA_ERROR_NOT_FOUND;
+    int ordinal = (int)dev;
+    // Not from a thread in an upload or launch (it holds the lock shared), nor when nothing is counted.
+    bool hold = on() && ordinal >= 0 && ordinal < kMaxOrdinals && t_launching < 0;
+    if (hold) g_launching[ordinal].lock();
+    CUresult r = real(dev);
+    bool unmapped = r == CUDA_SUCCESS && g_ever.load();
+    if (unmapped) {
         // Graphs not running lose their memory: their next launch maps it again.
         std::lock_guard<std::mutex> lock(g_mu);
         for (Exec &e : execs())
             if (e.ordinal == ordinal) e.mapped = false;
     }
-    if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+    if (hold) g_launching[ordinal].unlock();
+    if (unmapped)
+        if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
+    return r;
 }
 
 void observe(const DeviceInfo &d) {
@@ -199,8 +241,7 @@ void observe(const DeviceInfo &d) {
 }
 
 void trim(const DeviceInfo &d) {
-    if (!g_ever.load() || !real_driver().cuDeviceGraphMemTrim) return;
-    trimmed(d.ordinal, real_driver().cuDeviceGraphMemTrim((CUdevice)d.ordinal));
+    if (g_ever.load()) (void)trim_pool((CUdevice)d.ordinal);
 }
 
 void capture_began(CUresult result) {
@@ -228,6 +269,8 @@ void reset_after_fork() {
         l.~FutexLock();  // held by a thread of the parent's that the child does not have
         new (&l) FutexLock();
     }
+    for (SharedLock &l : g_launching) l.reset();
+    t_launching = -1;  // the forking thread's, in an upload's or launch's fork handler (none known)
     g_count.store(0);
     g_ever.store(false);
     g_capturing.store(0);

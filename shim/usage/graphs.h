@@ -15,7 +15,14 @@
 // reading before the call to the one after: two first launches at once each counted on the same free
 // memory of the pool, and a reading between another's charge and its mapping set kGraphs below what
 // the pool then held (both seen as the truth over the limit in the soak). Only first launches take
-// it, and readings, which are rare; a launch of a mapped graph takes nothing.
+// it, and readings, which are rare.
+//
+// Every upload or launch of a graph with memory nodes holds trims of the graph pool off (a second
+// lock, shared; a trim takes it exclusively) from its check of the graph's mapping to the end of its
+// driver call: a trim between the two unmapped the graph, and the launch, taken for one of a mapped
+// graph, mapped its memory uncharged until the pool was read again (the soak: 46 MiB over the limit
+// for a moment). A launch of a mapped graph costs two table lookups and that lock's two atomic
+// instructions; trims are rare.
 //
 // Allocations made while their stream is captured take no memory then (they become the graph's
 // nodes): the async hooks let them pass uncharged and untracked (capturing()).
@@ -32,6 +39,7 @@ struct Ticket {
     const DeviceInfo *dev = nullptr;
     CUgraphExec exec = nullptr;
     uint64_t charged = 0;
+    int launching = -1;  // the ordinal whose trims it holds off until done()
 };
 
 // After a successful instantiation; `uploaded`: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD mapped it already.
@@ -39,15 +47,16 @@ void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded);
 // The footprint of a graph not yet instantiated (for an instantiation that uploads).
 uint64_t footprint(CUgraph graph, int *ordinal);
 
-// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported. Admitted with a
-// device set in the ticket, it holds the pool's readings until done(), which must follow.
+// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported. Admitted, it may hold
+// the pool's readings and its trims until done(), which must follow.
 CUresult admit(Api api, CUgraphExec exec, Ticket *t);
 // The same for an instantiation that uploads, from its graph's footprint.
 CUresult admit_footprint(Api api, int ordinal, uint64_t footprint, Ticket *t);
 void done(Ticket &t, CUresult result);
 
 void destroyed(CUgraphExec exec, CUresult result);
-void trimmed(int ordinal, CUresult result);  // after cuDeviceGraphMemTrim, ours or the program's
+// cuDeviceGraphMemTrim, ours or the program's: the real call, with uploads and launches held off.
+CUresult trim_pool(CUdevice dev);
 
 void observe(const DeviceInfo &d);
 void trim(const DeviceInfo &d);  // before a refusal

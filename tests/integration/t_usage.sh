@@ -282,6 +282,24 @@ graph_race() {
 }
 check "first launches of graphs racing each other and readings of the graph pool: the truth stays within the limit" graph_race
 
+# Launches of uploaded (mapped) graphs while another thread trims the graph pool: a trim unmaps graphs
+# not running, so their next launch maps them again and is a first launch. A launch that found its
+# graph mapped before the trim and reached the driver after it mapped the memory uncharged: the truth
+# passed the limit until the pool was read again (the soak: 46 MiB over for a moment).
+graph_trim_race() {
+  usage_env
+  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=12MiB \
+    GPUGUARD_MAX_REPORTS=0
+  local round out
+  for round in 1 2 3; do
+    out=$(shimmed "$BIN/graph_race_linked" 4 100 $((6*MIB)) trim 2>"$TMP/race.err")
+    expect_contains "$out" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
+    (( $(truth_max) <= 12 * MIB )) || { echo "round $round: truth max $(truth_max) > 12 MiB ($out)"; return 1; }
+    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
+  done
+}
+check "launches of mapped graphs racing trims of the graph pool: the truth stays within the limit" graph_trim_race
+
 # The same while the reader trims the pool (cuMemPoolTrimTo), or synchronizes the context with the
 # pool keeping nothing (the driver gives back what the pool holds free at a synchronization): an
 # allocation drawing on free memory that was given back meanwhile grows the pool again, within what
