@@ -16,6 +16,11 @@
  *                             of the per-round difference, extra_ns (about 0 without a preload: the
  *                             control). Driver time varies by 15% from one process to the next, far
  *                             more than the shim's cost; within one process both paths share it.
+ *   graphab BYTES N WARMUP    the same for a launch of a CUDA graph that allocates BYTES and frees
+ *                             them (memory nodes, mapped by an upload first): N rounds of two
+ *                             launches, the exported cuGraphLaunch and libcuda's own, each call
+ *                             timed alone and followed by a cuStreamSynchronize outside the timing:
+ *                             medians and the per-round difference, extra_ns
  *   threads T SIZE N DEPTH    T threads, each N pairs, released together: pairs_per_s
  *   procs P SIZE N DEPTH      P processes (this program again), each N pairs, released together at
  *                             one CLOCK_MONOTONIC instant: pairs_per_s, late (children not ready)
@@ -258,6 +263,56 @@ static int mode_ab(int argc, char **argv) {
     return 0;
 }
 
+typedef CUresult (*launch_fn)(CUgraphExec, CUstream);
+
+static int mode_graphab(int argc, char **argv) {
+    if (argc < 5) return 2;
+    size_t bytes = strtoull(argv[2], NULL, 0);
+    long n = atol(argv[3]), warmup = atol(argv[4]);
+    if (n <= 0 || !bytes) return 2;
+    launch_fn direct = (launch_fn)driver_definition("cuGraphLaunch");
+    if (!direct) {
+        fprintf(stderr, "bench_alloc: cannot find libcuda's own cuGraphLaunch\n");
+        return 3;
+    }
+    open_device();
+    CUstream s;
+    CUgraph g;
+    CUgraphExec exec;
+    CUdeviceptr p;
+    CUresult r;
+    if ((r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) die("cuStreamCreate", r);
+    if ((r = cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) die("cuStreamBeginCapture", r);
+    if ((r = cuMemAllocAsync(&p, bytes, s)) || (r = cuMemFreeAsync(p, s))) die("a captured allocation", r);
+    if ((r = cuStreamEndCapture(s, &g))) die("cuStreamEndCapture", r);
+    if ((r = cuGraphInstantiateWithFlags(&exec, g, 0))) die("cuGraphInstantiateWithFlags", r);
+    if ((r = cuGraphUpload(exec, s)) || (r = cuStreamSynchronize(s))) die("cuGraphUpload", r);
+    uint64_t *th = malloc(sizeof(uint64_t) * (size_t)n), *td = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *diff = malloc(sizeof(int64_t) * (size_t)n);
+    for (long i = 0; i < warmup; i++)
+        if ((r = cuGraphLaunch(exec, s)) || (r = direct(exec, s)) || (r = cuStreamSynchronize(s))) die("a launch", r);
+    for (long i = 0; i < n; i++) {
+        for (int turn = 0; turn < 2; turn++) {
+            int hooked = (turn == 0) == (i % 2 == 0); /* the order alternates every round */
+            uint64_t a = now_ns();
+            r = hooked ? cuGraphLaunch(exec, s) : direct(exec, s);
+            uint64_t t = now_ns() - a;
+            if (r || (r = cuStreamSynchronize(s))) die("a launch", r);
+            if (hooked) th[i] = t;
+            else td[i] = t;
+        }
+        diff[i] = (int64_t)th[i] - (int64_t)td[i];
+    }
+    qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
+    uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
+    printf("graphab bytes=%zu n=%ld hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", bytes, n,
+           (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2], (long long)hm - (long long)dm);
+    cuGraphExecDestroy(exec);
+    cuGraphDestroy(g);
+    free(th), free(td), free(diff);
+    return 0;
+}
+
 /* ---- threads ---- */
 
 struct worker {
@@ -496,6 +551,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "pairs")) rc = mode_pairs(argc, argv);
         else if (!strcmp(argv[1], "calls")) rc = mode_calls(argc, argv);
         else if (!strcmp(argv[1], "ab")) rc = mode_ab(argc, argv);
+        else if (!strcmp(argv[1], "graphab")) rc = mode_graphab(argc, argv);
         else if (!strcmp(argv[1], "threads")) rc = mode_threads(argc, argv);
         else if (!strcmp(argv[1], "procs")) rc = mode_procs(argc, argv);
         else if (!strcmp(argv[1], "child")) rc = mode_child(argc, argv);
