@@ -19,6 +19,10 @@ enum Phase : uint32_t { kIdle = 0, kAllocating = 1, kFreeing = 2 };
 struct ThreadRecord {
     std::atomic<uint32_t> phase;
     std::atomic<uint64_t> size;  // of the call in flight
+    // What an admission under way in a call that is not an allocation (a graph's upload or launch, a
+    // context) may add to the ledger: the supervisor's reading of the ledger with every worker stopped
+    // may catch it added and not yet taken back (soak.cpp, check_ledger).
+    std::atomic<uint64_t> admitting;
 };
 
 struct Journal {

@@ -346,14 +346,26 @@ void check_ledger() {
     // them off when they do not fit (Ledger::try_charge): a reading in between sees the sum over the
     // limit for an instant (up to twice the limit: the soak's largest requests). So the ledger is
     // read again with every worker stopped, and only that reading counts.
+    // A worker may be stopped inside such an admission too: what the admissions under way may have
+    // added (each request, rounded up to a pool's or a graph pool's 2 MiB chunk) is allowed for.
     Freeze freeze;
-    uint64_t frozen = l->container_used(0), listed = 0;
+    uint64_t frozen = l->container_used(0), listed = 0, in_flight = 0;
     std::vector<gg::ledger::Ledger::ProcessView> all = l->processes();
     for (const auto &p : all) listed += p.bytes.empty() ? 0 : p.bytes[0];
-    if (frozen <= g_limit) return;
+    for (const Worker &w : g_workers) {
+        if (!w.pid) continue;
+        for (const soak::ThreadRecord &t : w.journal->thread) {
+            uint64_t size = t.phase.load() == soak::kAllocating ? t.size.load() : 0, other = t.admitting.load();
+            // A request over the limit is refused before anything is added.
+            if (size && size <= g_limit) in_flight += size + (2u << 20);
+            if (other && other <= g_limit) in_flight += other + (2u << 20);
+        }
+    }
+    if (frozen <= g_limit + in_flight) return;
     said = true;
     problem("the ledger counts " + std::to_string(used) + " bytes, over the limit; with every worker stopped " +
-            std::to_string(frozen) + ", its slots listed " + std::to_string(listed) + "; by process:");
+            std::to_string(frozen) + " (admissions under way: at most " + std::to_string(in_flight) +
+            "), its slots listed " + std::to_string(listed) + "; by process:");
     for (const auto &p : all) {
         if (p.bytes.empty() || !p.bytes[0]) continue;
         const auto &k = p.kinds[0];

@@ -36,6 +36,7 @@ namespace {
 soak::Journal *g_journal;
 std::atomic<bool> g_stop{false};
 size_t g_max_alloc;
+uint64_t g_context_bytes;  // what the test driver's context costs (FAKE_CUDA_CTX_BYTES)
 // Sizes above this are more than the test driver's devices hold (run.sh: FAKE_CUDA_MEM, 64 TiB): they
 // can never be handed out, so they are journaled as 0 bytes in flight.
 constexpr uint64_t kNoDeviceHolds = uint64_t(1) << 47;
@@ -100,7 +101,7 @@ bool release(soak::ThreadRecord &rec, const Held &h) {
 // A graph whose capture allocates `bytes` (a memory node) and frees it, launched once (the launch
 // maps its memory in the device's graph pool, or is refused by the quota) and destroyed; `upload`
 // maps it by cuGraphUpload first.
-void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
+void graph_cycle(soak::ThreadRecord &rec, CUstream stream, uint64_t bytes, bool upload) {
     CUgraph g = nullptr;
     CUgraphExec exec = nullptr;
     CUdeviceptr p = 0;
@@ -113,8 +114,10 @@ void graph_cycle(CUstream stream, uint64_t bytes, bool upload) {
     CUresult e = cuStreamEndCapture(stream, &g);
     if (r == CUDA_SUCCESS) r = e;
     if (r == CUDA_SUCCESS) r = cuGraphInstantiate(&exec, g, 0);
+    rec.admitting.store(bytes);
     if (r == CUDA_SUCCESS && upload) r = cuGraphUpload(exec, stream);
     if (r == CUDA_SUCCESS) r = cuGraphLaunch(exec, stream);
+    rec.admitting.store(0);
     count(r, "a graph's capture, instantiation, upload or launch");
     if (exec) count(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
     if (g) count(cuGraphDestroy(g), "cuGraphDestroy");
@@ -130,12 +133,14 @@ void *run(void *arg) {
     CUresult made = cuDeviceGet(&dev, 0);
     // A context whose cost no longer fits in the quota is refused (out of memory, issue 19): the
     // thread waits for its siblings to free some, as a program retrying would.
+    rec.admitting.store(g_context_bytes);
     while (made == CUDA_SUCCESS && (made = cuDevicePrimaryCtxRetain(&ctx, dev)) == CUDA_ERROR_OUT_OF_MEMORY) {
         g_journal->oom.fetch_add(1);
-        if (g_stop.load() || g_journal->term_requested.load()) return nullptr;
+        if (g_stop.load() || g_journal->term_requested.load()) return rec.admitting.store(0), nullptr;
         usleep(10000);
         made = CUDA_SUCCESS;  // and again
     }
+    rec.admitting.store(0);
     if (made == CUDA_SUCCESS) made = cuCtxSetCurrent(ctx);
     if (made != CUDA_SUCCESS) {
         error("a context", made);
@@ -180,7 +185,7 @@ void *run(void *arg) {
             if (r == CUDA_SUCCESS) error("a request near SIZE_MAX handed out", r);  // the quota broken
             else count(r, "a request near SIZE_MAX");
         } else if (usage && op < 3) {
-            graph_cycle(stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
+            graph_cycle(rec, stream, (uint64_t)__builtin_exp2(log_size(rng)), rng() % 2 == 0);
         } else if (usage && op < 4) {
             count(cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim");
             g_journal->ops.fetch_add(1);
@@ -261,6 +266,7 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_term);
     if (g_journal->term_requested.load()) return 0;  // stopped while this image was being exec'd
     const char *usage = getenv("SOAK_USAGE");
+    if (const char *c = getenv("FAKE_CUDA_CTX_BYTES")) g_context_bytes = strtoull(c, nullptr, 0);
     g_usage_traffic = usage && !strcmp(usage, "1");
     if (cuInit(0) != CUDA_SUCCESS) {
         fprintf(stderr, "soak_worker: cuInit failed\n");
