@@ -17,12 +17,15 @@ namespace {
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kSelfViewEveryNs = 100000000ull;  // NVML's list costs about a system call's worth
 constexpr uint64_t kTickEveryNs = 1000000000ull;
+// Near the limit (the container holding more than 3/4 of it) the allocation path reads NVML's view
+// this often: code loaded lazily since the last reading is what admission then counts on.
+constexpr uint64_t kNearTickEveryNs = 10000000ull;
 constexpr uint64_t kAgreeAfterNs = 200000000ull;
 constexpr uint64_t kSlack = 2 * kMiB;  // NVML's figures move in pages; a difference below this is none
 
 // Per ordinal: when NVML's view was last read, and the last reading, waiting for one that agrees.
 struct View {
-    std::atomic<uint64_t> last_ns{0}, tick_ns{0};
+    std::atomic<uint64_t> last_ns{0}, tick_ns{0}, near_ns{0};  // near_ns: the last look at the limit
     std::atomic<uint64_t> pending_bytes{0}, pending_ns{0};
 };
 View g_view[kMaxOrdinals];
@@ -31,13 +34,19 @@ uint64_t differ(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 
 // NVML's figure of this process, against what the ledger charges it: what no hook saw (code loaded
 // lazily, local memory grown, the driver's rounding of small allocations) is the context's kind.
-// The two figures are read at different moments, and threads allocate and free meanwhile (an
-// allocation is charged before the driver has it, a free released after; a pool grows before it is
-// read again). So a reading is used only when the ledger did not move around it, and it moves the
-// kind only when a second reading at least kAgreeAfterNs later agrees with it (within kSlack): rises
-// and falls alike, to the lower of the two. A one-sided rule ratchets: under steady traffic each
-// transient excess was kept. Under steady traffic the kind stays as it is; a quiet moment (a memory
-// query, a refusal, a report, the once-a-second tick) settles it.
+// The two figures are read at different moments, and threads allocate and free meanwhile. A reading
+// is used only when the ledger did not move around it. What the shim has in flight makes a reading
+// low, not high: an allocation is charged before the driver has it, a free released after, a pool's
+// growth and a graph's mapping charged before the call. A reading above the kind is then what the
+// driver holds uncounted, or memory the driver takes and gives back within a call (the soak's test
+// driver: a figure 57 MB high, normal again a read later). So a rise counts at once when a second
+// reading straight after still shows it, to the lower of the two: PyTorch's DDP loaded 264 MiB of
+// NCCL's and cuBLAS's code lazily within a second and allocated on top, and the old rule (two
+// readings 200 ms apart, taken about once a second) counted none of it before the container was
+// 108 MiB over its limit. A module load is charged after its call: a rise read during it is not
+// counted twice, as its measurement subtracts what the container charged meanwhile. A fall moves
+// the kind only when a second reading at least kAgreeAfterNs later agrees with it (within kSlack),
+// to the higher of the two (the lower would be the in-flight error).
 void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     ledger::Ledger &l = *state().ledger;
     int li = d.ledger_index;
@@ -46,12 +55,22 @@ void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     uint64_t ctx = l.own_kind(li, ledger::kContext);
     uint64_t others = total > ctx ? total - ctx : 0;  // allocations, graphs and pools as charged
     uint64_t overhead = own > others ? own - others : 0;
+    if (overhead > ctx + kSlack) {  // a rise: at once, if a second reading agrees
+        uint64_t again = 0;
+        if (self_view::own_bytes(d, &again) != self_view::Own::kFound || l.own_bytes(li) != total) return;
+        uint64_t rise = again > others ? again - others : 0;
+        if (rise > overhead) rise = overhead;
+        if (rise <= ctx + kSlack) return;  // a moment's figure
+        v.pending_ns.store(0);
+        l.set_kind(li, ledger::kContext, rise);
+        return;
+    }
     uint64_t since = v.pending_ns.load(), pending = v.pending_bytes.load();
     if (since && now - since < kAgreeAfterNs && differ(pending, overhead) <= kSlack) return;  // wait for it
     v.pending_bytes.store(overhead);
     v.pending_ns.store(now);
     if (!since || differ(pending, overhead) > kSlack) return;  // a first reading, or one that disagrees
-    uint64_t target = pending < overhead ? pending : overhead;
+    uint64_t target = pending > overhead ? pending : overhead;
     // Never below what this process's contexts measured to cost: a reading taken while an allocation
     // of its was charged and not yet in the driver (or a free the reverse) is low by those bytes, and
     // two such readings can agree (a large allocation takes long); the kind then fell below the
@@ -81,9 +100,17 @@ void reconcile(const DeviceInfo &d, bool self, bool now) {
 void tick(const DeviceInfo &d, uint64_t now_ns) {
     if (d.ordinal < 0 || d.ordinal >= kMaxOrdinals) return;
     View &v = g_view[d.ordinal];
+    // The allocation path's cost: one load and a compare, until 10 ms have passed.
+    uint64_t looked = v.near_ns.load(std::memory_order_relaxed);
+    if (now_ns - looked < kNearTickEveryNs || !v.near_ns.compare_exchange_strong(looked, now_ns)) return;
     uint64_t last = v.tick_ns.load(std::memory_order_relaxed);
-    if (now_ns - last < kTickEveryNs || !v.tick_ns.compare_exchange_strong(last, now_ns)) return;
-    reconcile(d, true);
+    bool near = false;
+    if (now_ns - last < kTickEveryNs) {
+        near = has_limit(d) && state().ledger->container_used(d.ledger_index) > d.limit - d.limit / 4;
+        if (!near) return;
+    }
+    if (!v.tick_ns.compare_exchange_strong(last, now_ns)) return;
+    reconcile(d, true, near);
 }
 
 bool make_room(const DeviceInfo &d) {
@@ -139,7 +166,7 @@ void reset_after_fork() {
     pools::reset_after_fork();
     graphs::reset_after_fork();
     self_view::reset_after_fork();
-    for (View &v : g_view) v.last_ns = v.tick_ns = v.pending_bytes = v.pending_ns = 0;
+    for (View &v : g_view) v.last_ns = v.tick_ns = v.near_ns = v.pending_bytes = v.pending_ns = 0;
 }
 
 }  // namespace gg::usage

@@ -28,8 +28,9 @@ bool on();
 void reconcile(const DeviceInfo &d, bool self_view, bool now = false);
 
 // From the allocation path (guard::commit, which has just read the coarse clock): a reconcile with
-// NVML's view about once a second, so that what no hook sees (code the driver loads lazily at a
-// kernel's first launch, local memory it grows) is counted while a program allocates.
+// NVML's view about once a second, and every 10 ms once the container holds more than 3/4 of its
+// limit, so that what no hook sees (code the driver loads lazily at a kernel's first launch, local
+// memory it grows) is counted while a program allocates, before admission counts on it.
 void tick(const DeviceInfo &d, uint64_t now_ns);
 
 // Before a refusal: trims this process's own pools and graph memory (memory it holds but does not

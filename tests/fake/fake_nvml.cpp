@@ -7,6 +7,9 @@
 // table (live processes holding bytes on the device), as nvidia-smi --query-compute-apps lists them;
 // FAKE_NVML_PIDS makes them look as from inside a container: `hidden` lists none, `host` shows each
 // pid as another PID namespace's (pid + 1000000, which no test process has).
+// FAKE_NVML_SPIKE=N:BYTES adds BYTES to every process's figure in this process's N-th call of the
+// list (counted from 1): memory a driver takes and gives back within a call, caught by one reading.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -148,6 +151,11 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     const char *mode = std::getenv("FAKE_NVML_PIDS");
     bool hidden = mode && !std::strcmp(mode, "hidden"), host = mode && !std::strcmp(mode, "host");
+    static std::atomic<unsigned long> calls{0};
+    unsigned long call = ++calls, spike_call = 0;
+    unsigned long long spike = 0;
+    const char *s = std::getenv("FAKE_NVML_SPIKE");
+    if (!s || std::sscanf(s, "%lu:%llu", &spike_call, &spike) != 2 || call != spike_call) spike = 0;
     unsigned n = 0;
     for (int i = 0; g_truth && !hidden && i < fake::kMaxProcs; i++) {
         const fake::TruthProc &p = g_truth->proc[i];
@@ -155,7 +163,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
         uint64_t bytes = p.bytes[device->phys].load(), left = p.left[device->phys].load();
         bytes = bytes > left ? bytes - left : 0;  // an exec'd image's leftovers are not this process's
         if (!bytes || fake::pid_gone(pid)) continue;
-        if (infos && n < *count) infos[n] = nvmlProcessInfo_t{(unsigned)(host ? pid + 1000000 : pid), bytes, ~0u, ~0u};
+        if (infos && n < *count)
+            infos[n] = nvmlProcessInfo_t{(unsigned)(host ? pid + 1000000 : pid), bytes + spike, ~0u, ~0u};
         n++;
     }
     nvmlReturn_t r = infos && n <= *count ? NVML_SUCCESS : n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;

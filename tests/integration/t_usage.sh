@@ -133,16 +133,46 @@ modules_counted() {
 }
 check "module and library loads are measured around the load and given back at unload" modules_counted
 
-# Code the driver loads at a kernel's first launch passes no hook: NVML's figure of the process counts it.
+# Code the driver loads at a kernel's first launch passes no hook: NVML's figure of the process counts it,
+# at its first reading (what is in flight makes a reading low, never high: a rise is a floor).
 lazy_code_counted() {
   usage_env
   local out
-  # Two readings of NVML 200 ms apart that agree move the count (one alone may catch traffic).
   out=$(FAKE_CUDA_LAZY_BYTES=$((32*MIB)) shimmed "$U" ctx launch_kernel info sleep 250 info 2>"$TMP/err")
-  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((724*MIB)) free=$((692*MIB)) " \
-    "lazily loaded code, from NVML's view of the process, once two readings agree"
+  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((692*MIB)) free=$((692*MIB)) " \
+    "lazily loaded code, from NVML's view of the process, at the first reading"
 }
 check "code loaded lazily at a kernel's first launch is counted from NVML's figure of the process" lazy_code_counted
+
+# A driver may take memory and give it back within a call: one reading of NVML's figure then runs
+# high. The soak's test driver showed it 57 MB high, normal again a read later; counted at once, the
+# kind rose by it and the ledger passed its limit. Here one list call of NVML, whichever of the
+# readings it falls on, adds 100 MiB: never counted.
+nvml_spike_not_counted() {
+  usage_env
+  local call out
+  for call in 4 5 6 7; do
+    out=$(FAKE_NVML_SPIKE=$call:$((100*MIB)) shimmed "$U" ctx info sleep 150 info sleep 150 info 2>"$TMP/err")
+    expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" "free=$((724*MIB)) free=$((724*MIB)) free=$((724*MIB)) " \
+      "the spike on NVML's call $call" || return 1
+  done
+}
+check "memory NVML's figure shows for one reading only is not counted" nvml_spike_not_counted
+
+# Near the limit the allocation path reads NVML's view every 10 ms, not once a second: code loaded
+# lazily between two allocations is counted before the next is admitted. PyTorch's DDP loaded 264 MiB
+# of code within a second and allocated on top: the container went 108 MiB over its limit. Here a
+# context of 300 MiB, 1 MiB (the first reading), 100 MiB of code loaded lazily, 500 MiB (over 3/4 of
+# the 1 GiB limit) and 200 MiB more, which fit the ledger only without the code.
+lazy_code_near_limit() {
+  usage_env
+  local out
+  out=$(FAKE_CUDA_LAZY_BYTES=$((100*MIB)) shimmed "$U" ctx alloc $MIB launch_kernel sleep 20 alloc $((500*MIB)) \
+    sleep 20 alloc $((200*MIB)) 2>"$TMP/err")
+  expect_contains "$out" "alloc -> CUDA_ERROR_OUT_OF_MEMORY" "the last allocation is refused" &&
+  (( $(truth_max) <= GIB )) || { echo "truth max $(truth_max) > 1 GiB: $out"; return 1; }
+}
+check "near the limit, code loaded lazily is counted before the next allocation is admitted" lazy_code_near_limit
 
 graphs_counted() {
   usage_env
