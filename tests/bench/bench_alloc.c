@@ -212,104 +212,118 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* One timed turn of an A/B: through the exported symbol (the shim's hook when preloaded) when
+ * `hooked`, else straight into libcuda's own definition; returns its nanoseconds. */
+typedef uint64_t (*turn_fn)(int hooked, void *ctx);
+
+/* N rounds of two turns, the order alternating every round; prints LABEL then the medians of each
+ * path and of the per-round difference. */
+static void ab_rounds(const char *label, long n, turn_fn turn, void *ctx) {
+    uint64_t *th = malloc(sizeof(uint64_t) * (size_t)n), *td = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *diff = malloc(sizeof(int64_t) * (size_t)n);
+    for (long i = 0; i < n; i++) {
+        for (int t = 0; t < 2; t++) {
+            int hooked = (t == 0) == (i % 2 == 0);
+            (hooked ? th : td)[i] = turn(hooked, ctx);
+        }
+        diff[i] = (int64_t)th[i] - (int64_t)td[i];
+    }
+    qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
+    uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
+    printf("%s hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", label, (unsigned long long)hm,
+           (unsigned long long)dm, (long long)diff[(n - 1) / 2], (long long)hm - (long long)dm);
+    fflush(stdout);
+    free(th), free(td), free(diff);
+}
+
+struct pair_turn {
+    size_t bytes;
+    alloc_fn direct_alloc;
+    free_fn direct_free;
+};
+
+static uint64_t pair_turn(int hooked, void *ctx) {
+    struct pair_turn *c = ctx;
+    CUdeviceptr p;
+    CUresult r;
+    uint64_t a = now_ns();
+    if (hooked) {
+        if ((r = cuMemAlloc(&p, c->bytes))) die("cuMemAlloc", r);
+        if ((r = cuMemFree(p))) die("cuMemFree", r);
+    } else {
+        if ((r = c->direct_alloc(&p, c->bytes))) die("libcuda's own cuMemAlloc", r);
+        if ((r = c->direct_free(p))) die("libcuda's own cuMemFree", r);
+    }
+    return now_ns() - a;
+}
+
 static int mode_ab(int argc, char **argv) {
     if (argc < 5) return 2;
     long n = atol(argv[3]), warmup = atol(argv[4]);
     if (n <= 0) return 2;
-    alloc_fn direct_alloc = (alloc_fn)driver_definition("cuMemAlloc_v2");
-    free_fn direct_free = (free_fn)driver_definition("cuMemFree_v2");
-    if (!direct_alloc || !direct_free) {
+    struct pair_turn c = {0, (alloc_fn)driver_definition("cuMemAlloc_v2"), (free_fn)driver_definition("cuMemFree_v2")};
+    if (!c.direct_alloc || !c.direct_free) {
         fprintf(stderr, "bench_alloc: cannot find libcuda's own cuMemAlloc_v2/cuMemFree_v2\n");
         return 3;
     }
-    uint64_t *th = malloc(sizeof(uint64_t) * (size_t)n), *td = malloc(sizeof(uint64_t) * (size_t)n);
-    int64_t *diff = malloc(sizeof(int64_t) * (size_t)n);
     open_device();
     char *sizes = strdup(argv[2]);
     for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
-        size_t bytes = strtoull(tok, NULL, 0);
-        CUdeviceptr p;
-        CUresult r;
-        for (long i = 0; i < warmup; i++) {
-            one_pair(bytes);
-            if ((r = direct_alloc(&p, bytes)) || (r = direct_free(p))) die("libcuda's own cuMemAlloc/cuMemFree", r);
-        }
-        for (long i = 0; i < n; i++) {
-            for (int turn = 0; turn < 2; turn++) {
-                int hooked = (turn == 0) == (i % 2 == 0); /* the order alternates every round */
-                uint64_t a = now_ns();
-                if (hooked) {
-                    if ((r = cuMemAlloc(&p, bytes))) die("cuMemAlloc", r);
-                    if ((r = cuMemFree(p))) die("cuMemFree", r);
-                } else {
-                    if ((r = direct_alloc(&p, bytes))) die("libcuda's own cuMemAlloc", r);
-                    if ((r = direct_free(p))) die("libcuda's own cuMemFree", r);
-                }
-                uint64_t t = now_ns() - a;
-                if (hooked) th[i] = t;
-                else td[i] = t;
-            }
-            diff[i] = (int64_t)th[i] - (int64_t)td[i];
-        }
-        qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
-        uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
-        printf("ab size=%zu n=%ld hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", bytes, n,
-               (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2],
-               (long long)hm - (long long)dm);
-        fflush(stdout);
+        c.bytes = strtoull(tok, NULL, 0);
+        for (long i = 0; i < warmup; i++) pair_turn(1, &c), pair_turn(0, &c);
+        char label[96];
+        snprintf(label, sizeof label, "ab size=%zu n=%ld", c.bytes, n);
+        ab_rounds(label, n, pair_turn, &c);
     }
     free(sizes);
-    free(th), free(td), free(diff);
     return 0;
 }
 
 typedef CUresult (*launch_fn)(CUgraphExec, CUstream);
+
+struct launch_turn {
+    CUgraphExec exec;
+    CUstream stream;
+    launch_fn direct;
+};
+
+/* The launch alone is timed; the synchronization after it is not. */
+static uint64_t launch_turn(int hooked, void *ctx) {
+    struct launch_turn *c = ctx;
+    uint64_t a = now_ns();
+    CUresult r = hooked ? cuGraphLaunch(c->exec, c->stream) : c->direct(c->exec, c->stream);
+    uint64_t t = now_ns() - a;
+    if (r || (r = cuStreamSynchronize(c->stream))) die("a launch", r);
+    return t;
+}
 
 static int mode_graphab(int argc, char **argv) {
     if (argc < 5) return 2;
     size_t bytes = strtoull(argv[2], NULL, 0);
     long n = atol(argv[3]), warmup = atol(argv[4]);
     if (n <= 0 || !bytes) return 2;
-    launch_fn direct = (launch_fn)driver_definition("cuGraphLaunch");
-    if (!direct) {
+    struct launch_turn c = {NULL, NULL, (launch_fn)driver_definition("cuGraphLaunch")};
+    if (!c.direct) {
         fprintf(stderr, "bench_alloc: cannot find libcuda's own cuGraphLaunch\n");
         return 3;
     }
     open_device();
-    CUstream s;
     CUgraph g;
-    CUgraphExec exec;
     CUdeviceptr p;
     CUresult r;
-    if ((r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))) die("cuStreamCreate", r);
-    if ((r = cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) die("cuStreamBeginCapture", r);
-    if ((r = cuMemAllocAsync(&p, bytes, s)) || (r = cuMemFreeAsync(p, s))) die("a captured allocation", r);
-    if ((r = cuStreamEndCapture(s, &g))) die("cuStreamEndCapture", r);
-    if ((r = cuGraphInstantiateWithFlags(&exec, g, 0))) die("cuGraphInstantiateWithFlags", r);
-    if ((r = cuGraphUpload(exec, s)) || (r = cuStreamSynchronize(s))) die("cuGraphUpload", r);
-    uint64_t *th = malloc(sizeof(uint64_t) * (size_t)n), *td = malloc(sizeof(uint64_t) * (size_t)n);
-    int64_t *diff = malloc(sizeof(int64_t) * (size_t)n);
-    for (long i = 0; i < warmup; i++)
-        if ((r = cuGraphLaunch(exec, s)) || (r = direct(exec, s)) || (r = cuStreamSynchronize(s))) die("a launch", r);
-    for (long i = 0; i < n; i++) {
-        for (int turn = 0; turn < 2; turn++) {
-            int hooked = (turn == 0) == (i % 2 == 0); /* the order alternates every round */
-            uint64_t a = now_ns();
-            r = hooked ? cuGraphLaunch(exec, s) : direct(exec, s);
-            uint64_t t = now_ns() - a;
-            if (r || (r = cuStreamSynchronize(s))) die("a launch", r);
-            if (hooked) th[i] = t;
-            else td[i] = t;
-        }
-        diff[i] = (int64_t)th[i] - (int64_t)td[i];
-    }
-    qsort(diff, (size_t)n, sizeof *diff, cmp_i64);
-    uint64_t hm = pct(th, n, 50), dm = pct(td, n, 50);
-    printf("graphab bytes=%zu n=%ld hooked_ns=%llu direct_ns=%llu extra_ns=%lld extra_of_medians_ns=%lld\n", bytes, n,
-           (unsigned long long)hm, (unsigned long long)dm, (long long)diff[(n - 1) / 2], (long long)hm - (long long)dm);
-    cuGraphExecDestroy(exec);
+    if ((r = cuStreamCreate(&c.stream, CU_STREAM_NON_BLOCKING))) die("cuStreamCreate", r);
+    if ((r = cuStreamBeginCapture(c.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) die("cuStreamBeginCapture", r);
+    if ((r = cuMemAllocAsync(&p, bytes, c.stream)) || (r = cuMemFreeAsync(p, c.stream)))
+        die("a captured allocation", r);
+    if ((r = cuStreamEndCapture(c.stream, &g))) die("cuStreamEndCapture", r);
+    if ((r = cuGraphInstantiateWithFlags(&c.exec, g, 0))) die("cuGraphInstantiateWithFlags", r);
+    if ((r = cuGraphUpload(c.exec, c.stream)) || (r = cuStreamSynchronize(c.stream))) die("cuGraphUpload", r);
+    for (long i = 0; i < warmup; i++) launch_turn(1, &c), launch_turn(0, &c);
+    char label[96];
+    snprintf(label, sizeof label, "graphab bytes=%zu n=%ld", bytes, n);
+    ab_rounds(label, n, launch_turn, &c);
+    cuGraphExecDestroy(c.exec);
     cuGraphDestroy(g);
-    free(th), free(td), free(diff);
     return 0;
 }
 

@@ -293,41 +293,34 @@ graph_chunks() {
 }
 check "a graph's memory nodes are charged by the chunks the graph pool maps them in" graph_chunks
 
-# First launches of graphs of 6 MiB on four threads at once, two of which the 12 MiB limit holds,
-# while a fifth reads the pools;
-# the test driver takes 200 us before and after each mapping. Two launches at once each counted on
-# the same free memory of the graph pool, and a reading between one's charge and its mapping set the
-# graphs' kind below what the pool then held: the truth passed the limit.
-graph_race() {
+# graph_race_linked, three times: four threads' graphs of 6 MiB under a 12 MiB limit, the test driver
+# taking 200 us before and after each mapping; the truth stays within the limit.
+#   graph_race_runs ROUNDS [trim]
+graph_race_runs() {
   usage_env
   export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=12MiB \
     GPUGUARD_MAX_REPORTS=0
   local round out
   for round in 1 2 3; do
-    out=$(shimmed "$BIN/graph_race_linked" 4 200 $((6*MIB)) 2>"$TMP/race.err")
+    out=$(shimmed "$BIN/graph_race_linked" 4 "$1" $((6*MIB)) ${2:+"$2"} 2>"$TMP/race.err")
     expect_contains "$out" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
     (( $(truth_max) <= 12 * MIB )) || { echo "round $round: truth max $(truth_max) > 12 MiB ($out)"; return 1; }
     expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
   done
 }
+
+# First launches of graphs at once, two of which the limit holds, while a fifth thread reads the
+# pools. Two launches at once each counted on the same free memory of the graph pool, and a reading
+# between one's charge and its mapping set the graphs' kind below what the pool then held: the truth
+# passed the limit.
+graph_race() { graph_race_runs 200; }
 check "first launches of graphs racing each other and readings of the graph pool: the truth stays within the limit" graph_race
 
 # Launches of uploaded (mapped) graphs while another thread trims the graph pool: a trim unmaps graphs
 # not running, so their next launch maps them again and is a first launch. A launch that found its
 # graph mapped before the trim and reached the driver after it mapped the memory uncharged: the truth
 # passed the limit until the pool was read again (the soak: 46 MiB over for a moment).
-graph_trim_race() {
-  usage_env
-  export FAKE_CUDA_CTX_BYTES=0 FAKE_NVML_PIDS=hidden FAKE_CUDA_POOL_DELAY_US=200 GPUGUARD_MEM_LIMIT=12MiB \
-    GPUGUARD_MAX_REPORTS=0
-  local round out
-  for round in 1 2 3; do
-    out=$(shimmed "$BIN/graph_race_linked" 4 100 $((6*MIB)) trim 2>"$TMP/race.err")
-    expect_contains "$out" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
-    (( $(truth_max) <= 12 * MIB )) || { echo "round $round: truth max $(truth_max) > 12 MiB ($out)"; return 1; }
-    expect_eq "$(truth_now)" 0 "round $round: nothing held after exit" || return 1
-  done
-}
+graph_trim_race() { graph_race_runs 100 trim; }
 check "launches of mapped graphs racing trims of the graph pool: the truth stays within the limit" graph_trim_race
 
 # The same while the reader trims the pool (cuMemPoolTrimTo), or synchronizes the context with the
