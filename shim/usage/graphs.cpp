@@ -39,24 +39,25 @@ std::atomic<int> g_capturing{0};  // captures under way in this process
 // Per ordinal: held by a first upload or launch from its reading of the graph pool to the reading
 // after its driver call, and by every other reading of the pool and setting of kGraphs (graphs.h).
 FutexLock g_settle[kMaxOrdinals];
-// Held shared by an upload or launch of a graph with memory nodes from its check of the graph's
-// mapping to the end of its driver call, and exclusively by a trim of a graph pool from its driver
-// call until the graphs it unmapped are marked so (graphs.h). One for all devices: trims are rare,
-// and a launch takes it before its one lookup, which finds the device. Taken before g_settle.
-SharedLock g_launching;
-// Whether this thread holds g_launching shared: not taken twice (a writer waiting between would
-// block the second), nor exclusively by the same thread.
-__attribute__((tls_model("initial-exec"))) thread_local bool t_launching = false;
+// Per ordinal: held shared by an upload or launch of a graph with memory nodes from its check of the
+// graph's mapping to the end of its driver call, and exclusively by a trim of the graph pool from
+// its driver call until the graphs it unmapped are marked so (graphs.h). Taken before g_settle. One
+// per device, not one for all: a launch may block in its driver call (a full launch queue) until
+// another device's work runs, and a trim waiting on it would then stop that device's launches too.
+SharedLock g_launching[kMaxOrdinals];
+// The ordinal whose g_launching this thread holds shared, or -1: not taken twice (a writer waiting
+// between would block the second), nor exclusively by the same thread.
+__attribute__((tls_model("initial-exec"))) thread_local int t_launching = -1;
 
-void enter_launch(Ticket *t) {
-    if (t_launching) return;
-    g_launching.lock_shared();
-    t_launching = t->launching = true;
+void enter_launch(int ordinal, Ticket *t) {
+    if (t_launching >= 0) return;
+    g_launching[ordinal].lock_shared();
+    t_launching = t->launching = ordinal;
 }
 void leave_launch(Ticket *t) {
-    if (!t->launching) return;
-    g_launching.unlock_shared();
-    t_launching = t->launching = false;
+    if (t->launching < 0) return;
+    g_launching[t->launching].unlock_shared();
+    t_launching = t->launching = -1;
 }
 
 void settle_locked(const DeviceInfo &d) {
@@ -130,7 +131,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
     if (!d || d->ledger_index < 0) return CUDA_SUCCESS;
     g_ever.store(true);
     t->dev = d;
-    enter_launch(t);
+    enter_launch(d->ordinal, t);
     g_settle[d->ordinal].lock();
     uint64_t need = needed(ordinal, bytes);
     if (!need) return CUDA_SUCCESS;
@@ -146,7 +147,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
     g_settle[d->ordinal].unlock();
     leave_launch(t);
     bool room = make_room(*d);
-    enter_launch(t);
+    enter_launch(d->ordinal, t);
     g_settle[d->ordinal].lock();
     if (room) {
         need = needed(ordinal, bytes);
@@ -165,20 +166,20 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
 
 CUresult admit(Api api, CUgraphExec exec, Ticket *t) {
     if (g_count.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;  // no graph with memory nodes
-    // Whether it is mapped is read with trims held off: one between this reading and the driver call
-    // would unmap it, and the launch map it uncharged.
-    enter_launch(t);
-    Exec found{nullptr, -1, 0, true};
-    {
+    auto find = [exec] {
+        Exec found{nullptr, -1, 0, true};
         std::lock_guard<std::mutex> lock(g_mu);
         for (const Exec &e : execs())
             if (e.exec == exec) found = e;
-    }
-    if (!found.exec) {
-        leave_launch(t);  // no memory nodes: nothing for a trim to unmap
-        return CUDA_SUCCESS;
-    }
-    if (found.mapped) return CUDA_SUCCESS;  // done() lets trims go on
+        return found;
+    };
+    Exec found = find();
+    if (!found.exec || found.ordinal < 0 || found.ordinal >= kMaxOrdinals) return CUDA_SUCCESS;
+    // Whether it is mapped is read again with trims held off: one between this reading and the
+    // driver call would unmap it, and the launch map it uncharged.
+    enter_launch(found.ordinal, t);
+    found = find();
+    if (!found.exec || found.mapped) return CUDA_SUCCESS;  // done() lets trims go on
     t->exec = exec;
     return admit_footprint(api, found.ordinal, found.footprint, t);
 }
@@ -218,8 +219,8 @@ CUresult trim_pool(CUdevice dev) {
     if (!real) return CUDA_ERROR_NOT_FOUND;
     int ordinal = (int)dev;
     // Not from a thread in an upload or launch (it holds the lock shared), nor when nothing is counted.
-    bool hold = on() && !t_launching;
-    if (hold) g_launching.lock();
+    bool hold = on() && ordinal >= 0 && ordinal < kMaxOrdinals && t_launching < 0;
+    if (hold) g_launching[ordinal].lock();
     CUresult r = real(dev);
     bool unmapped = r == CUDA_SUCCESS && g_ever.load();
     if (unmapped) {
@@ -228,7 +229,7 @@ CUresult trim_pool(CUdevice dev) {
         for (Exec &e : execs())
             if (e.ordinal == ordinal) e.mapped = false;
     }
-    if (hold) g_launching.unlock();
+    if (hold) g_launching[ordinal].unlock();
     if (unmapped)
         if (const DeviceInfo *d = device_info(ordinal)) observe(*d);
     return r;
@@ -270,8 +271,8 @@ void reset_after_fork() {
         l.~FutexLock();  // held by a thread of the parent's that the child does not have
         new (&l) FutexLock();
     }
-    g_launching.reset();
-    t_launching = false;  // the forking thread's, in an upload's or launch's fork handler (none known)
+    for (SharedLock &l : g_launching) l.reset();
+    t_launching = -1;  // the forking thread's, in an upload's or launch's fork handler (none known)
     g_count.store(0);
     g_ever.store(false);
     g_capturing.store(0);

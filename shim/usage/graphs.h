@@ -17,12 +17,12 @@
 // the pool then held (both seen as the truth over the limit in the soak). Only first launches take
 // it, and readings, which are rare.
 //
-// Every upload or launch of a graph with memory nodes holds trims of the graph pools off (a second
-// lock, shared, one for all devices; a trim takes it exclusively) from its check of the graph's
-// mapping to the end of its driver call: a trim between the two unmapped the graph, and the launch,
-// taken for one of a mapped graph, mapped its memory uncharged until the pool was read again (the
-// soak: 46 MiB over the limit for a moment). A launch of a mapped graph costs a table lookup and
-// that lock's two atomic instructions; trims are rare.
+// Every upload or launch of a graph with memory nodes holds trims of the graph pool off (a second
+// lock, shared; a trim takes it exclusively) from its check of the graph's mapping to the end of its
+// driver call: a trim between the two unmapped the graph, and the launch, taken for one of a mapped
+// graph, mapped its memory uncharged until the pool was read again (the soak: 46 MiB over the limit
+// for a moment). A launch of a mapped graph costs two table lookups and that lock's two atomic
+// instructions; trims are rare.
 //
 // Allocations made while their stream is captured take no memory then (they become the graph's
 // nodes): the async hooks let them pass uncharged and untracked (capturing()).
@@ -39,7 +39,7 @@ struct Ticket {
     const DeviceInfo *dev = nullptr;
     CUgraphExec exec = nullptr;
     uint64_t charged = 0;
-    bool launching = false;  // holds trims of the graph pools off until done()
+    int launching = -1;  // the ordinal whose trims it holds off until done()
 };
 
 // After a successful instantiation; `uploaded`: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD mapped it already.
