@@ -23,10 +23,14 @@ constexpr uint64_t kNearTickEveryNs = 10000000ull;
 constexpr uint64_t kAgreeAfterNs = 200000000ull;
 constexpr uint64_t kSlack = 2 * kMiB;  // NVML's figures move in pages; a difference below this is none
 
-// Per ordinal: when NVML's view was last read, and the last reading, waiting for one that agrees.
+// Per ordinal: when NVML's view was last read, and the last reading below the kind, waiting for a
+// second one.
 struct View {
     std::atomic<uint64_t> last_ns{0}, tick_ns{0}, near_ns{0};  // near_ns: the last look at the limit
     std::atomic<uint64_t> pending_bytes{0}, pending_ns{0};
+    // One reading at a time: two threads' rises would both add the same bytes (Ledger::set_kind reads
+    // the kind, then adds the difference).
+    std::atomic<bool> reading{false};
 };
 View g_view[kMaxOrdinals];
 
@@ -45,8 +49,10 @@ uint64_t differ(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 // readings 200 ms apart, taken about once a second) counted none of it before the container was
 // 108 MiB over its limit. A module load is charged after its call: a rise read during it is not
 // counted twice, as its measurement subtracts what the container charged meanwhile. A fall moves
-// the kind only when a second reading at least kAgreeAfterNs later agrees with it (within kSlack),
-// to the higher of the two (the lower would be the in-flight error).
+// the kind when a second reading at least kAgreeAfterNs later shows one too, to the higher of the
+// two (the lower holds more of the in-flight error). It used to wait for two readings within kSlack
+// of each other: under steady traffic they rarely agree, and with rises counted at once the kind
+// would have stayed at the highest figure it ever reached.
 void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
     ledger::Ledger &l = *state().ledger;
     int li = d.ledger_index;
@@ -66,18 +72,30 @@ void from_self_view(const DeviceInfo &d, View &v, uint64_t now) {
         return;
     }
     uint64_t since = v.pending_ns.load(), pending = v.pending_bytes.load();
-    if (since && now - since < kAgreeAfterNs && differ(pending, overhead) <= kSlack) return;  // wait for it
+    if (since && now - since < kAgreeAfterNs) return;  // the first of the two stands
     v.pending_bytes.store(overhead);
     v.pending_ns.store(now);
-    if (!since || differ(pending, overhead) > kSlack) return;  // a first reading, or one that disagrees
+    if (!since) return;
     uint64_t target = pending > overhead ? pending : overhead;
     // Never below what this process's contexts measured to cost: a reading taken while an allocation
     // of its was charged and not yet in the driver (or a free the reverse) is low by those bytes, and
-    // two such readings can agree (a large allocation takes long); the kind then fell below the
+    // two such readings can both be (a large allocation takes long); the kind then fell below the
     // contexts themselves and the truth passed the limit by the difference (the soak: 10 MiB).
     uint64_t floor = context::charged_on(d.ordinal);
     if (target < floor) target = floor;
     if (differ(target, ctx) > kSlack) l.set_kind(li, ledger::kContext, target);
+}
+
+// NVML's figure of the process, at most every kSelfViewEveryNs unless `now`, one thread at a time.
+void read_self_view(const DeviceInfo &d, bool now) {
+    if (!self_view::usable()) return;
+    View &v = g_view[d.ordinal];
+    uint64_t t = mono_ns(), last = v.last_ns.load();
+    if (!now && t - last < kSelfViewEveryNs) return;
+    if (!v.last_ns.compare_exchange_strong(last, t) && !now) return;  // another thread reads it
+    if (v.reading.exchange(true)) return;
+    from_self_view(d, v, t);
+    v.reading.store(false);
 }
 
 }  // namespace
@@ -89,12 +107,7 @@ void reconcile(const DeviceInfo &d, bool self, bool now) {
     pools::observe(d);
     graphs::observe(d);
     context::settle_uncounted(d);
-    if (!self || !self_view::usable()) return;
-    View &v = g_view[d.ordinal];
-    uint64_t t = mono_ns(), last = v.last_ns.load();
-    if (!now && t - last < kSelfViewEveryNs) return;
-    if (!v.last_ns.compare_exchange_strong(last, t) && !now) return;  // another thread reads it
-    from_self_view(d, v, t);
+    if (self) read_self_view(d, now);
 }
 
 void tick(const DeviceInfo &d, uint64_t now_ns) {
@@ -110,7 +123,10 @@ void tick(const DeviceInfo &d, uint64_t now_ns) {
         if (!near) return;
     }
     if (!v.tick_ns.compare_exchange_strong(last, now_ns)) return;
-    reconcile(d, true, near);
+    // Near the limit, NVML's figure alone: the pools' and the graph pool's readings take locks that
+    // stall other threads' stream-ordered calls, and their figures are settled after each call anyway.
+    if (near) read_self_view(d, true);
+    else reconcile(d, true);
 }
 
 bool make_room(const DeviceInfo &d) {
@@ -166,7 +182,10 @@ void reset_after_fork() {
     pools::reset_after_fork();
     graphs::reset_after_fork();
     self_view::reset_after_fork();
-    for (View &v : g_view) v.last_ns = v.tick_ns = v.near_ns = v.pending_bytes = v.pending_ns = 0;
+    for (View &v : g_view) {
+        v.last_ns = v.tick_ns = v.near_ns = v.pending_bytes = v.pending_ns = 0;
+        v.reading = false;
+    }
 }
 
 }  // namespace gg::usage

@@ -7,8 +7,9 @@
 // table (live processes holding bytes on the device), as nvidia-smi --query-compute-apps lists them;
 // FAKE_NVML_PIDS makes them look as from inside a container: `hidden` lists none, `host` shows each
 // pid as another PID namespace's (pid + 1000000, which no test process has).
-// FAKE_NVML_SPIKE=N:BYTES adds BYTES to every process's figure in this process's N-th call of the
-// list (counted from 1): memory a driver takes and gives back within a call, caught by one reading.
+// FAKE_NVML_SPIKE=N:BYTES[,N:BYTES...] adds BYTES to every process's figure in this process's N-th
+// call of the list (counted from 1): memory a driver takes and gives back within a call, caught by
+// one reading, or readings that move under traffic.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -152,10 +153,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     const char *mode = std::getenv("FAKE_NVML_PIDS");
     bool hidden = mode && !std::strcmp(mode, "hidden"), host = mode && !std::strcmp(mode, "host");
     static std::atomic<unsigned long> calls{0};
-    unsigned long call = ++calls, spike_call = 0;
+    unsigned long call = ++calls;
     unsigned long long spike = 0;
-    const char *s = std::getenv("FAKE_NVML_SPIKE");
-    if (!s || std::sscanf(s, "%lu:%llu", &spike_call, &spike) != 2 || call != spike_call) spike = 0;
+    for (const char *s = std::getenv("FAKE_NVML_SPIKE"); s && *s;) {
+        unsigned long at = 0;
+        unsigned long long bytes = 0;
+        if (std::sscanf(s, "%lu:%llu", &at, &bytes) != 2) break;
+        if (at == call) spike = bytes;
+        s = std::strchr(s, ',');
+        if (s) s++;
+    }
     unsigned n = 0;
     for (int i = 0; g_truth && !hidden && i < fake::kMaxProcs; i++) {
         const fake::TruthProc &p = g_truth->proc[i];

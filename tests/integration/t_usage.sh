@@ -159,6 +159,22 @@ nvml_spike_not_counted() {
 }
 check "memory NVML's figure shows for one reading only is not counted" nvml_spike_not_counted
 
+# A fall counts when a second reading 200 ms later shows one too, to the higher of the two, though the
+# two differ: under traffic they rarely agree within 2 MiB, and with rises counted at once the kind
+# would stay at the highest figure it reached. Here NVML's figure runs 100 MiB high for two readings
+# (a rise), then reads normal and 10 MiB high in turn.
+nvml_fall_counted() {
+  usage_env
+  local out
+  # NVML's calls: three for the context, then one a reading (and one more straight after for a rise).
+  out=$(FAKE_NVML_SPIKE=4:$((100*MIB)),5:$((100*MIB)),7:$((10*MIB)) shimmed "$U" ctx info sleep 250 \
+    info sleep 250 info sleep 250 info 2>"$TMP/err")
+  expect_eq "$(grep -o 'free=[0-9]*' <<<"$out" | tr '\n' ' ')" \
+    "free=$((624*MIB)) free=$((624*MIB)) free=$((714*MIB)) free=$((714*MIB)) " \
+    "the rise, then the fall to the higher of two readings that differ"
+}
+check "NVML's figure falling counts once two readings 200 ms apart show it, though they differ" nvml_fall_counted
+
 # Near the limit the allocation path reads NVML's view every 10 ms, not once a second: code loaded
 # lazily between two allocations is counted before the next is admitted. PyTorch's DDP loaded 264 MiB
 # of code within a second and allocated on top: the container went 108 MiB over its limit. Here a
