@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/cuda_api.h"
 
 namespace gg::cudnn {
 

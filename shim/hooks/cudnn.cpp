@@ -7,7 +7,7 @@
 #include "shim/cudnn/plans.h"
 #include "shim/cudnn/record.h"
 #include "shim/cudnn/resolve.h"
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/quota/guard.h"
 
 using namespace gg;
@@ -15,7 +15,7 @@ using namespace gg;
 namespace {
 
 #define CUDNN_HOOK(symbol) cudnn::Slot slot_##symbol{#symbol};
-#include "shim/hooks/cudnn_hooks.def"
+#include "shim/api/cudnn_hooks.def"
 #undef CUDNN_HOOK
 
 // Opens a hook: `gate` (depth, outermost) and `real` (the function to call, typed by the header).

@@ -16,7 +16,7 @@ void *real_at(const DriverRow &) {
 const DriverRow kDriverRows[] = {
 #define DRIVER_HOOK(symbol, family, since, pts) \
     {#symbol, #family, since, pts != 0, reinterpret_cast<void *>(&::symbol), real_at<offsetof(RealDriver, symbol)>},
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
 };
 
 // Runtime, NVML and cuDNN hooks: the real function is the next definition after ours (for cuDNN, the
@@ -27,7 +27,7 @@ const OtherRow kOtherRows[] = {
 #define CUDNN_HOOK(symbol) {#symbol, reinterpret_cast<void *>(&::symbol), real_cudnn_fn},
 // TORCH_HOOK rows are not here: libc10_cuda.so reaches c10's functions through its PLT, which the
 // preloaded shim wins; nobody looks them up with dlsym.
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
 };
 
 constexpr HookTable kTable = {kDriverRows, sizeof kDriverRows / sizeof kDriverRows[0], kOtherRows,

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "shim/core/state.h"
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/resolve/real.h"
 
 using namespace gg;

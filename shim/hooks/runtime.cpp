@@ -1,7 +1,7 @@
 // cudart hooks. They count nothing themselves: the bytes are counted once, at the driver, where a
 // statically linked cudart arrives too. They only name the API the program called, so a report
 // says "cudaMalloc" rather than the driver call cudart made for it.
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
 

@@ -5,7 +5,7 @@
 // then tells the tensor view (shim/torch/view.h). Called under the allocator's mutex: nothing
 // here takes the GIL, calls back into PyTorch or allocates device memory.
 #include "shim/base/profile.h"
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
 #include "shim/torch/view.h"

@@ -2,8 +2,8 @@
 // modules and libraries, pools, stream capture and graphs. Thin, as in driver.cpp: the decisions
 // live in shim/usage/. With GPUGUARD_COUNT_CONTEXT=0 each passes straight to the driver.
 #include "shim/usage/usage.h"
-#include "shim/hooks/call.h"
-#include "shim/hooks/export.h"
+#include "shim/api/call.h"
+#include "shim/api/export.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
 #include "shim/usage/context.h"

@@ -4,8 +4,8 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/hooks/api.h"
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/api.h"
+#include "shim/api/cuda_api.h"
 
 namespace gg::episode {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 
 namespace gg::phase {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "shim/hooks/api.h"
+#include "shim/api/api.h"
 #include "shim/stacks/stacks.h"
 
 namespace gg::report {

@@ -10,7 +10,7 @@
 
 #include "common/base/log.h"
 #include "shim/core/state.h"
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/report/report.h"
 
 namespace gg::triggers {

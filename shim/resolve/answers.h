@@ -1,11 +1,11 @@
 // What our dlsym and cuGetProcAddress hand back: the hook, when the library's answer is the real
 // function of one of our rows, else the library's answer unchanged. Pure decisions over a table of
-// rows (shim/hooks/hook_table.cpp makes the one from shim/hooks/hooks.def), so that unit tests can
+// rows (shim/hooks/hook_table.cpp makes the one from shim/api/hooks.def), so that unit tests can
 // check them with a table of their own.
 #pragma once
 #include <cstddef>
 
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/cuda_api.h"
 
 namespace gg {
 

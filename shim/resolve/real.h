@@ -3,19 +3,19 @@
 // The shim never links these libraries: libcuda is dlopen'ed on first use (GPUGUARD_REAL_LIBCUDA
 // or "libcuda.so.1", so LD_LIBRARY_PATH is honoured); cudart and NVML are found where the program
 // loaded them, entry by entry on first use (a program may load cudart long after our first hooked
-// call). Every table is generated from shim/hooks/hooks.def and typed with decltype from the
-// declarations in shim/hooks/cuda_api.h, so a wrong signature does not compile. The shim's own calls
+// call). Every table is generated from shim/api/hooks.def and typed with decltype from the
+// declarations in shim/api/cuda_api.h, so a wrong signature does not compile. The shim's own calls
 // into these libraries always go through these tables, never back through the exported hooks.
 #pragma once
 #include <atomic>
 
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/cuda_api.h"
 
 namespace gg {
 
 struct RealDriver {
 #define DRIVER_HOOK(symbol, family, since, pts) decltype(&::symbol) symbol = nullptr;
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
     // Functions the shim calls but does not hook.
     decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;
     decltype(&::cuDeviceGetUuid_v2) cuDeviceGetUuid_v2 = nullptr;
@@ -73,7 +73,7 @@ private:
 // cudart's functions where the program loaded cudart.
 struct RealRuntime {
 #define RUNTIME_HOOK(symbol) Lazy<decltype(&::symbol)> symbol{#symbol};
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
 };
 extern RealRuntime g_real_runtime;  // constant-initialised (Lazy)
 inline RealRuntime &real_runtime() { return g_real_runtime; }
@@ -81,7 +81,7 @@ inline RealRuntime &real_runtime() { return g_real_runtime; }
 // NVML's functions where the program loaded NVML.
 struct RealNvml {
 #define NVML_HOOK(symbol) Lazy<decltype(&::symbol)> symbol{#symbol};
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
     Lazy<decltype(&::nvmlDeviceGetUUID)> nvmlDeviceGetUUID{"nvmlDeviceGetUUID"};
 };
 extern RealNvml g_real_nvml;
@@ -90,7 +90,7 @@ inline RealNvml &real_nvml() { return g_real_nvml; }
 // c10's functions where the program loaded libc10.so.
 struct RealTorch {
 #define TORCH_HOOK(symbol, name) Lazy<decltype(&::symbol)> symbol{#symbol};
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
 };
 extern RealTorch g_real_torch;
 inline RealTorch &real_torch() { return g_real_torch; }

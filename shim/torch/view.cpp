@@ -12,7 +12,7 @@
 #include "shim/base/futex_lock.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
-#include "shim/hooks/export.h"
+#include "shim/api/export.h"
 #include "shim/quota/device.h"
 #include "shim/quota/episode.h"
 #include "shim/stacks/stacks.h"

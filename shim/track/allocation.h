@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/hooks/api.h"
+#include "shim/api/api.h"
 #include "shim/stacks/stacks.h"
 
 namespace gg {

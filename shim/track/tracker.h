@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "shim/base/futex_lock.h"
-#include "shim/hooks/api.h"
+#include "shim/api/api.h"
 #include "shim/stacks/stacks.h"
 #include "shim/track/allocation.h"
 #include "shim/track/live_table.h"

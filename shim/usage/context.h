@@ -14,8 +14,8 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/hooks/api.h"
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/api.h"
+#include "shim/api/cuda_api.h"
 #include "shim/quota/device.h"
 
 namespace gg::usage::context {

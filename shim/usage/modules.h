@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/cuda_api.h"
 #include "shim/quota/device.h"
 
 namespace gg::usage::modules {

@@ -33,8 +33,8 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/hooks/api.h"
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/api.h"
+#include "shim/api/cuda_api.h"
 #include "shim/quota/device.h"
 #include "shim/usage/chunk.h"
 

@@ -1,6 +1,6 @@
 // Calling a real driver function from a hook.
 #pragma once
-#include "shim/hooks/cuda_api.h"
+#include "shim/api/cuda_api.h"
 
 namespace gg {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime_api.h>
-// cuDNN 9's declarations type the cuDNN hooks (shim/hooks/cudnn_hooks.def); the shim never links cuDNN.
+// cuDNN 9's declarations type the cuDNN hooks (shim/api/cudnn_hooks.def); the shim never links cuDNN.
 #include <cudnn.h>
 
 #include "common/nvidia/nvml_min.h"
@@ -54,7 +54,7 @@ cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStrea
 cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
 cudaError_t CUDARTAPI cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
 
-// c10 (libc10.so), declared under their mangled names (shim/hooks/hooks.def, TORCH_HOOK).
+// c10 (libc10.so), declared under their mangled names (shim/api/hooks.def, TORCH_HOOK).
 void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size, size_t total_allocated,
                                                            size_t total_reserved, C10Device device);
 void _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE(int64_t alloc_size, size_t total_allocated,

@@ -1,4 +1,4 @@
-// The hooked APIs as an enum, generated from shim/hooks/hooks.def, for counters and report names.
+// The hooked APIs as an enum, generated from shim/api/hooks.def, for counters and report names.
 #pragma once
 #include <cstdint>
 
@@ -11,7 +11,7 @@ enum class Api : uint8_t {
 #define NVML_HOOK(symbol) symbol,
 #define CUDNN_HOOK(symbol) symbol,
 #define TORCH_HOOK(symbol, name) symbol,
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
     kCount
 };
 
@@ -24,7 +24,7 @@ inline const char *api_name(Api api) {
 #define NVML_HOOK(symbol) #symbol,
 #define CUDNN_HOOK(symbol) #symbol,
 #define TORCH_HOOK(symbol, name) #name,
-#include "shim/hooks/hooks.def"
+#include "shim/api/hooks.def"
     };
     unsigned i = (unsigned)api;
     return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
