@@ -3,7 +3,7 @@
 #include "shim/core/config.h"
 #include "shim/core/state.h"
 #include "shim/cudnn/record.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/quota/guard.h"
 
 namespace gg::cudnn {

@@ -10,7 +10,7 @@
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
 #include "shim/core/state.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/report/report.h"
 #include "shim/stacks/stacks.h"
 #include "shim/torch/view.h"

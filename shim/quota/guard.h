@@ -7,7 +7,7 @@
 
 #include "shim/api/api.h"
 #include "shim/api/cuda_api.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/track/tracker.h"
 
 namespace gg::guard {

@@ -8,12 +8,12 @@
 #include <map>
 
 #include "common/base/atomic_max.h"
+#include "shim/api/export.h"
 #include "shim/base/clock.h"
 #include "shim/base/futex_lock.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
-#include "shim/api/export.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/quota/episode.h"
 #include "shim/stacks/stacks.h"
 #include "shim/torch/events.h"

@@ -16,7 +16,7 @@
 
 #include "shim/api/api.h"
 #include "shim/api/cuda_api.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 
 namespace gg::usage::context {
 

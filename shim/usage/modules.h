@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "shim/api/cuda_api.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 
 namespace gg::usage::modules {
 

@@ -35,7 +35,7 @@
 
 #include "shim/api/api.h"
 #include "shim/api/cuda_api.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/usage/chunk.h"
 
 namespace gg::usage::pools {

@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 
 namespace gg::usage::self_view {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "common/ledger/layout.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 
 namespace gg::usage {
 

@@ -14,7 +14,7 @@
 #include "common/units/size_spec.h"
 #include "shim/core/config.h"
 #include "shim/core/state.h"
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 #include "shim/quota/episode.h"
 #include "shim/report/report.h"
 #include "shim/resolve/real.h"

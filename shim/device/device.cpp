@@ -1,4 +1,4 @@
-#include "shim/quota/device.h"
+#include "shim/device/device.h"
 
 #include <atomic>
 #include <cstdio>
