@@ -87,7 +87,7 @@ const Config &config() {
     // Never destroyed: the report thread and hooks still read it while exit() runs the static
     // destructors (a destroyed Config was read by a signal report during exit: found by the soak).
     // Not a C++ static: a fork() in another thread while it is made would leave the child waiting on
-    // its guard forever (shim/core/state.cpp builds again in such a child); see shim/base/race_once.h.
+    // its guard forever (shim/start/start.cpp builds again in such a child); see shim/base/race_once.h.
     static std::atomic<const Config *> c{nullptr};
     const Config &made = race_once(c, [] { return parse_config(settings::process_env()); });
     static std::atomic<bool> said{false};

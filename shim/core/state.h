@@ -25,8 +25,14 @@ namespace detail {
 // The state, once it is built and warmed up and no rescued ledger awaits its recharge: what every
 // hook's state() reads, several times a call. Null sends the caller through state_slow().
 extern std::atomic<State *> g_ready;
+// The state once built (null before): what state_slow() and built_state() read.
+extern std::atomic<State *> g_built;
 }  // namespace detail
 
+// Builds the state on a process's first hooked call, or waits for the thread building it; then
+// publishes it to g_ready. Defined by the wiring, shim/start/start.cpp, the one floor that may set
+// up every room: this floor declares it so that every room can reach the state without including
+// the rooms above it.
 State &state_slow();
 
 // Inline, one load and one branch: a hooked call reaches it several times, and each call into the
@@ -41,7 +47,7 @@ inline State &state() {
 // Async-signal-safe.
 void state_recheck();
 
-// The state if it is built, else null: the fork handlers (shim/core/fork.cpp) do nothing before.
+// The state if it is built, else null: the fork handlers (shim/start/fork.cpp) do nothing before.
 State *built_state();
 
 // For unit tests of the core (tests/unit): `s` is the state from now on, as if the first hooked

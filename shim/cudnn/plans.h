@@ -16,7 +16,7 @@ void set_workspace(const void *plan, int64_t bytes);
 // The plan's workspace size, or kUnknown (not a plan we saw created, or not finalized yet).
 int64_t workspace(const void *plan);
 
-// fork(): the lock(s) here are taken before fork and released on both sides (shim/core/state.cpp), so that the
+// fork(): the lock(s) here are taken before fork and released on both sides (shim/start/start.cpp), so that the
 // child never inherits one held by a thread that does not exist there.
 void lock_for_fork();
 void unlock_after_fork();

@@ -33,7 +33,7 @@ private:
     uint64_t bytes_;
 };
 
-// fork(): the lock(s) here are taken before fork and released on both sides (shim/core/state.cpp), so that the
+// fork(): the lock(s) here are taken before fork and released on both sides (shim/start/start.cpp), so that the
 // child never inherits one held by a thread that does not exist there.
 void lock_for_fork();
 void unlock_after_fork();

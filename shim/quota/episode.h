@@ -40,7 +40,7 @@ uint64_t refusals_recovered();
 // Usage crossed GPUGUARD_WARN_AT of the limit going up.
 void warn(int ordinal, uint64_t used, uint64_t limit);
 
-// fork(): the episode lock is taken across it (shim/core/state.cpp); the child starts with no episode.
+// fork(): the episode lock is taken across it (shim/start/start.cpp); the child starts with no episode.
 void lock_for_fork();
 void unlock_after_fork();
 void reset_after_fork();

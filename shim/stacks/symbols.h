@@ -18,7 +18,7 @@ struct Native {
 // a call at the very end of a function would otherwise be named after the next function.
 Native resolve(uintptr_t ip);
 
-// fork(): the lock(s) here are taken before fork and released on both sides (shim/core/state.cpp), so that the
+// fork(): the lock(s) here are taken before fork and released on both sides (shim/start/start.cpp), so that the
 // child never inherits one held by a thread that does not exist there.
 void lock_for_fork();
 void unlock_after_fork();

@@ -21,7 +21,7 @@ size_t count();
 // Longest word sequence intern() accepts.
 constexpr uint32_t kMaxWords = 1024;
 
-// fork(): the lock(s) here are taken before fork and released on both sides (shim/core/state.cpp), so that the
+// fork(): the lock(s) here are taken before fork and released on both sides (shim/start/start.cpp), so that the
 // child never inherits one held by a thread that does not exist there.
 void lock_for_fork();
 void unlock_after_fork();

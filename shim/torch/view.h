@@ -66,7 +66,7 @@ std::vector<std::pair<uint64_t, uint64_t>> mappings();
 // Registers the report's "tensor_view" section (section.cpp); once, when the shim starts.
 void register_section();
 
-// fork(): the locks here are taken before fork and released on both sides (shim/core/fork_locks.def);
+// fork(): the locks here are taken before fork and released on both sides (shim/start/fork_locks.def);
 // the child starts with nothing (its parent's tensors are not its own).
 void lock_for_fork();
 void unlock_after_fork();

@@ -54,7 +54,7 @@ public:
     Snapshot snapshot(size_t top_n) const;
 
     // fork() while another thread holds a lock would leave it held forever in the child: the locks
-    // are taken before fork and released on both sides (pthread_atfork, see shim/core/state.cpp).
+    // are taken before fork and released on both sides (pthread_atfork, see shim/start/start.cpp).
     void lock_for_fork();
     void unlock_after_fork();
     void clear_after_fork();  // in the child, after unlock: device memory does not cross fork

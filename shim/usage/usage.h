@@ -48,7 +48,7 @@ struct Summary {
 };
 Summary summary(const DeviceInfo &d);
 
-// fork(): every lock of the usage modules (shim/core/fork_locks.def), and the child's fresh start (it
+// fork(): every lock of the usage modules (shim/start/fork_locks.def), and the child's fresh start (it
 // has no context, pool or graph of its parent's).
 void lock_for_fork();
 void unlock_after_fork();

@@ -1,6 +1,6 @@
 // The shim across fork(): pthread_atfork handlers, registered when the library is loaded, that take
 // every lock of the shim before fork() and release them on both sides (the list and its order are in
-// shim/core/fork_locks.def), and give the child what it must not share with its parent.
+// shim/start/fork_locks.def), and give the child what it must not share with its parent.
 #include <pthread.h>
 
 #include "shim/base/clock.h"
@@ -28,12 +28,12 @@ struct ForkLock {
 
 const ForkLock kForkLocks[] = {
 #define FORK_LOCK(lock, unlock) {lock, unlock},
-#include "shim/core/fork_locks.def"
+#include "shim/start/fork_locks.def"
 };
 
 void (*const kChildResets[])() = {
 #define FORK_CHILD_RESET(reset) reset,
-#include "shim/core/fork_locks.def"
+#include "shim/start/fork_locks.def"
 };
 
 // Whether this fork's prepare handler took the locks (forks are serialised by glibc's atfork lock).
