@@ -34,10 +34,6 @@ namespace gg::ledger {
 
 std::string uuid_string(const uint8_t uuid[16]);  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 
-// Where the ledger is when GPUGUARD_LEDGER is not set: the container's private /dev/shm, one per
-// user id (outside a container that makes it per user), or /tmp when /dev/shm is missing.
-std::string default_path();
-
 struct OpenOptions {
     std::string path;        // empty: a private, per-process ledger (anonymous memory)
     std::string limit_spec;  // this process's wish; "" for none

@@ -40,13 +40,6 @@ void internal::init_header(Header *h, const std::string &spec) {
     snprintf(h->limit_spec, sizeof h->limit_spec, "%s", spec.c_str());
 }
 
-std::string default_path() {
-    struct stat st;
-    const char *dir =
-        (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) ? "/dev/shm" : "/tmp";
-    return std::string(dir) + "/gpuguard-" + std::to_string(getuid()) + ".ledger";
-}
-
 std::string validate(const void *data, size_t size) {
     if (size < sizeof(kMagic) + 8) return "too short to be a ledger (" + std::to_string(size) + " bytes)";
     const Header *h = static_cast<const Header *>(data);

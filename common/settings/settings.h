@@ -121,6 +121,9 @@ struct LimitSetting {
 };
 LimitSetting read_limit(const Lookup &env);
 
+// Where the ledger is when GPUGUARD_LEDGER is not set: /dev/shm (a container's own, or per user
+// outside one), or /tmp when /dev/shm is missing or not writable.
+std::string default_ledger_path();
 // The ledger: GPUGUARD_LEDGER, else CUDA_DEVICE_MEMORY_SHARED_CACHE, else the default path; "" for a
 // per-process ledger (none, off or process). A relative path is used as given (one ledger per
 // working directory, almost never what was meant): *problem, when given, gets the line that says so.

@@ -3,13 +3,13 @@
 #include <grp.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 
-#include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
 
 namespace gg::settings {
@@ -291,6 +291,15 @@ bool is_per_process_ledger(const std::string &v) {
     return !strcasecmp(v.c_str(), "none") || !strcasecmp(v.c_str(), "off") || !strcasecmp(v.c_str(), "process");
 }
 
+// Where the ledger is when GPUGUARD_LEDGER is not set: the container's private /dev/shm, one per
+// user id (outside a container that makes it per user), or /tmp when /dev/shm is missing.
+std::string default_ledger_path() {
+    struct stat st;
+    const char *dir =
+        (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) ? "/dev/shm" : "/tmp";
+    return std::string(dir) + "/gpuguard-" + std::to_string(getuid()) + ".ledger";
+}
+
 std::string read_ledger_path(const Lookup &env, std::string *problem_out) {
     std::optional<std::string> text = value(env, Id::kLedger);
     const char *name = row(Id::kLedger).name;
@@ -300,7 +309,7 @@ std::string read_ledger_path(const Lookup &env, std::string *problem_out) {
         size_t b = a.find_first_not_of(' '), e = a.find_last_not_of(' ');
         if (b != std::string::npos) text = a.substr(b, e - b + 1), name = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
     }
-    if (!text) return ledger::default_path();
+    if (!text) return default_ledger_path();
     if (is_per_process_ledger(*text)) return "";
     if (problem_out && (*text)[0] != '/') *problem_out = std::string(name) + "=" + *text + " is " + kRelativeLedger;
     return *text;
