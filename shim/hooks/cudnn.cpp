@@ -3,11 +3,11 @@
 // Only the outermost cuDNN hook on a thread does anything but forward: cuDNN calling its own public
 // API passes straight through.
 #include "common/base/log.h"
+#include "shim/api/export.h"
 #include "shim/cudnn/cap.h"
 #include "shim/cudnn/plans.h"
 #include "shim/cudnn/record.h"
 #include "shim/cudnn/resolve.h"
-#include "shim/api/export.h"
 #include "shim/quota/guard.h"
 
 using namespace gg;

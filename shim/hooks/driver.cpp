@@ -1,7 +1,7 @@
 // The driver hooks: thin, a few lines each. The decisions live in shim/quota/guard.cpp.
-#include "shim/base/profile.h"
 #include "shim/api/call.h"
 #include "shim/api/export.h"
+#include "shim/base/profile.h"
 #include "shim/hooks/hook_table.h"
 #include "shim/quota/guard.h"
 #include "shim/quota/sizes.h"

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "shim/core/state.h"
 #include "shim/api/export.h"
+#include "shim/core/state.h"
 #include "shim/resolve/real.h"
 
 using namespace gg;

@@ -4,6 +4,7 @@
 #include "shim/usage/usage.h"
 #include "shim/api/call.h"
 #include "shim/api/export.h"
+#include "shim/quota/episode.h"
 #include "shim/quota/guard.h"
 #include "shim/resolve/real.h"
 #include "shim/usage/context.h"
@@ -18,6 +19,15 @@ namespace {
 
 const RealDriver &R() { return real_driver(); }
 
+// A refusal of a usage room (a context, a graph's memory), reported here as an out-of-memory episode:
+// the usage rooms sit below the episodes (docs/architecture.md, "The floors"). Not inlined: the
+// report's stack leaves out the shim's frames above the program, the capture, this and the hook.
+constexpr int kShimFrames = 3;
+__attribute__((noinline)) CUresult refuse(CUresult result, const Refusal &r) {
+    if (r.result != CUDA_SUCCESS) episode::failed(r, kShimFrames);
+    return result;
+}
+
 template <typename T>
 uint64_t key_of(T handle) {
     return (uint64_t)(uintptr_t)handle;
@@ -29,7 +39,7 @@ CUresult make_context(Api api, CUdevice dev, bool primary, CUcontext *out, Call 
     DriverCall scope;
     if (!scope.outermost()) return call();  // made inside a hooked call, which accounts for it
     usage::context::Ticket t;
-    if (CUresult refused = usage::context::admit(api, (int)dev, primary, &t)) return refused;
+    if (CUresult refused = usage::context::admit(api, (int)dev, primary, &t)) return refuse(refused, t.refused);
     CUresult r = call();
     usage::context::done(t, r, !primary && r == CUDA_SUCCESS && out ? *out : nullptr);
     return r;
@@ -52,7 +62,7 @@ CUresult map_graph(Api api, CUgraphExec exec, Call &&call) {
     DriverCall scope;
     if (!usage::on()) return call();
     usage::graphs::Ticket t;
-    if (CUresult refused = usage::graphs::admit(api, exec, &t)) return refused;
+    if (CUresult refused = usage::graphs::admit(api, exec, &t)) return refuse(refused, t.refused);
     CUresult r = call();
     usage::graphs::done(t, r);
     return r;
@@ -267,7 +277,7 @@ CUresult instantiate_with_params(Api api, CUgraphExec *exec, CUgraph graph, CUDA
         if (bytes && ordinal >= 0)
             if (CUresult refused = usage::graphs::admit_footprint(api, ordinal, bytes, &t)) {
                 params->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
-                return refused;
+                return refuse(refused, t.refused);
             }
     }
     CUresult r = call();

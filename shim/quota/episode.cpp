@@ -50,7 +50,6 @@ struct Pending {
 };
 Pending g_pending;
 std::atomic<bool> g_has_pending{false};
-std::atomic<uint64_t> g_recovered{0};
 
 void write_pending_at_exit();
 
@@ -224,17 +223,15 @@ void allocator_out_of_memory(int ordinal, uint64_t requested) {
     if (!path.empty() && id == g_id) g_written = {id, path, message, report::Reason::kAllocatorOom, f};
 }
 
-void allocator_recovered() {
-    if (!g_has_pending.load(std::memory_order_acquire)) return;  // the common case: one load
+bool allocator_recovered() {
+    if (!g_has_pending.load(std::memory_order_acquire)) return false;  // the common case: one load
     std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_has_pending.load(std::memory_order_relaxed)) return;
+    if (!g_has_pending.load(std::memory_order_relaxed)) return false;
     g_pending = Pending();
     g_has_pending.store(false, std::memory_order_relaxed);
     g_last_failure_ns = 0;  // the episode is over: a refusal after this one is news
-    g_recovered.fetch_add(1, std::memory_order_relaxed);
+    return true;
 }
-
-uint64_t refusals_recovered() { return g_recovered.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -262,15 +259,6 @@ void reset_after_fork() {
     g_written = Written();
     g_pending = Pending();
     g_has_pending = false;
-    g_recovered = 0;
-}
-
-void warn(int ordinal, uint64_t used, uint64_t limit) {
-    std::string message = "device " + std::to_string(ordinal) +
-                          " usage crossed GPUGUARD_WARN_AT: the container holds " + human_bytes(used) + " of its " +
-                          human_bytes(limit) + " limit";
-    std::string path = report::write(report::Reason::kWarnAt, message, nullptr, ordinal);
-    log_error("%s%s%s", message.c_str(), path.empty() ? "" : "; report: ", path.c_str());
 }
 
 }  // namespace gg::episode

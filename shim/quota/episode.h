@@ -4,24 +4,12 @@
 #pragma once
 #include <cstdint>
 
-#include "shim/api/api.h"
-#include "shim/api/cuda_api.h"
+#include "shim/api/refusal.h"
 
 namespace gg::episode {
 
-// kNoSlot: refused by the quota because this process has no slot in the shared ledger to count its
-// bytes in (a forked child that found every slot held by a live process).
-enum class Cause { kQuota, kNoSlot, kDriver };
-
-struct Request {
-    Api api, driver_api;
-    uint64_t bytes;
-    int ordinal;
-    CUresult result;
-    Cause cause;
-    uint64_t container_used;  // the ledger's usage on the device when it failed
-    uint64_t limit;           // UINT64_MAX when none
-};
+using Cause = RefusalCause;
+using Request = Refusal;
 
 // A failed allocation. skip_frames: the shim's own frames above the caller.
 void failed(const Request &r, int skip_frames);
@@ -32,13 +20,9 @@ void failed(const Request &r, int skip_frames);
 void allocator_out_of_memory(int ordinal, uint64_t requested);
 
 // c10 handed out a block: when a refusal inside its allocator waited for PyTorch's verdict, PyTorch
-// recovered from it (it freed its cache and retried), so it was no out-of-memory: no report.
-void allocator_recovered();
-// How many refusals PyTorch recovered from, for the report.
-uint64_t refusals_recovered();
-
-// Usage crossed GPUGUARD_WARN_AT of the limit going up.
-void warn(int ordinal, uint64_t used, uint64_t limit);
+// recovered from it (it freed its cache and retried), so it was no out-of-memory: no report. True
+// when there was such a refusal.
+bool allocator_recovered();
 
 // fork(): the episode lock is taken across it (shim/start/start.cpp); the child starts with no episode.
 void lock_for_fork();

@@ -10,6 +10,7 @@
 #include "shim/base/profile.h"
 #include "shim/core/state.h"
 #include "shim/quota/episode.h"
+#include "shim/report/warn_at.h"
 #include "shim/resolve/real.h"
 #include "shim/torch/view.h"
 #include "shim/usage/pools.h"
@@ -265,7 +266,7 @@ void maybe_warn(const DeviceInfo &dev, uint64_t before, uint64_t after) {
     double f = state().cfg->warn_at;
     if (f <= 0) return;
     uint64_t mark = (uint64_t)((long double)dev.limit * f);
-    if (before < mark && after >= mark) episode::warn(dev.ordinal, after, dev.limit);
+    if (before < mark && after >= mark) report::warn_at_crossed(dev.ordinal, after, dev.limit);
 }
 
 }  // namespace

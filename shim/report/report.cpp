@@ -23,7 +23,6 @@
 #include "shim/report/phase.h"
 #include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
-#include "shim/usage/usage.h"
 
 namespace gg::report {
 
@@ -103,26 +102,6 @@ json device_section(int ordinal) {
     return d;
 }
 
-// {"allocations", "context_and_modules", "graphs", "pool_reserve"} of a total: the kinds as the
-// ledger holds them (common/ledger/layout.h), the allocations the rest.
-json kinds_json(uint64_t total, const uint64_t *kinds) {
-    uint64_t others = kinds[ledger::kContext] + kinds[ledger::kGraphs] + kinds[ledger::kPools];
-    return {{key::allocations, total > others ? total - others : 0},
-            {key::context_and_modules, kinds[ledger::kContext]},
-            {key::graphs, kinds[ledger::kGraphs]},
-            {key::pool_reserve, kinds[ledger::kPools]}};
-}
-
-// What the quota counts, and this process's and the container's usage by kind (shim/usage/usage.h).
-void usage_by_kind(json &u, const DeviceInfo &dev) {
-    usage::Summary s = usage::summary(dev);
-    u[key::quota_counts] = s.mode;
-    u[key::process_by_kind] = kinds_json(s.own_total, s.own);
-    u[key::container_by_kind] = kinds_json(s.container_total, s.container);
-    u[key::context_cost] = {{key::bytes, s.context_cost}, {key::source, s.context_cost_source}};
-    u[key::self_view] = s.self_view;
-}
-
 std::string stack_key(stacks::StackId id) { return "s" + std::to_string(id); }
 json stack_ref(stacks::StackId id) { return id ? json(stack_key(id)) : json(nullptr); }
 
@@ -193,6 +172,21 @@ const char *reason_name(Reason r) {
         case Reason::kAllocatorOom: return "allocator_oom";
     }
     return "unknown";
+}
+
+// {"allocations", "context_and_modules", "graphs", "pool_reserve"} of a total: the kinds as the
+// ledger holds them (common/ledger/layout.h), the allocations the rest.
+json kinds_json(uint64_t total, const uint64_t *kinds) {
+    uint64_t others = kinds[ledger::kContext] + kinds[ledger::kGraphs] + kinds[ledger::kPools];
+    return {{key::allocations, total > others ? total - others : 0},
+            {key::context_and_modules, kinds[ledger::kContext]},
+            {key::graphs, kinds[ledger::kGraphs]},
+            {key::pool_reserve, kinds[ledger::kPools]}};
+}
+
+int ordinal_of(const json &r) {
+    const json *d = r.contains(key::device) && r[key::device].is_object() ? &r[key::device] : nullptr;
+    return d ? d->value(key::ordinal, -1) : -1;
 }
 
 void add_section(SectionFn fn) {
@@ -275,7 +269,6 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
                      {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
                      {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
                      {key::live_allocations, snap.live_count}};
-    if (dev) usage_by_kind(r[key::usage], *dev);
 
     if (failure) {
         r[key::failed_request] = {

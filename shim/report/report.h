@@ -51,6 +51,11 @@ void add_section(SectionFn fn);
 // For a section: the reference to a stack ("s<id>", or null for none), its frames added to the
 // report's "stacks" when they are not there yet.
 nlohmann::json referenced_stack(nlohmann::json &report, stacks::StackId id);
+// For a section: the ordinal of the report's device (-1 when it names none).
+int ordinal_of(const nlohmann::json &report);
+// {"allocations", "context_and_modules", "graphs", "pool_reserve"} of `total`: the ledger's kinds
+// (common/ledger/layout.h), the allocations the rest.
+nlohmann::json kinds_json(uint64_t total, const uint64_t *kinds);
 
 // Builds the report without writing it (tests, benchmarks).
 nlohmann::json build(Reason reason, const std::string &message, const Failure *failure, int ordinal);

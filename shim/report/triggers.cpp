@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "common/base/log.h"
-#include "shim/core/state.h"
 #include "shim/api/export.h"
+#include "shim/core/state.h"
 #include "shim/report/report.h"
 
 namespace gg::triggers {

@@ -14,6 +14,7 @@
 #include "shim/stacks/stacks.h"
 #include "shim/torch/view.h"
 #include "shim/track/tracker.h"
+#include "shim/usage/usage.h"
 
 namespace gg {
 namespace {
@@ -52,6 +53,7 @@ State *build() {
     stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks, s->cfg->stack_reuse);
     torch::configure(s->cfg->tensor_view, s->cfg->tensor_events);
     torch::register_section();
+    usage::register_section();
     if (s->ledger) sigbus::install(s->ledger, s->ledger->path().c_str());
     tracker();  // created before fork handlers can run
     // No leave() at exit: the driver frees a process's memory only when the process is torn down,

@@ -16,7 +16,6 @@
 #include "common/settings/settings.h"
 #include "shim/base/clock.h"
 #include "shim/core/state.h"
-#include "shim/quota/episode.h"
 #include "shim/report/report.h"
 #include "shim/torch/events.h"
 #include "shim/torch/view.h"
@@ -56,9 +55,8 @@ json stack_list(json &r, const std::vector<StackBytes> &v) {
 void section(json &r) {
     bool c10 = active();
     if (!c10 && !c10_cuda_loaded()) return;  // not a PyTorch process: nothing to say
-    int device = 0;
-    if (r.contains(key::device) && r[key::device].is_object() && r[key::device].value(key::ordinal, -1) >= 0)
-        device = r[key::device][key::ordinal].get<int>();
+    int device = report::ordinal_of(r);
+    if (device < 0) device = 0;
     const State &s = state();
     const char *conf = settings::env("PYTORCH_CUDA_ALLOC_CONF");
     std::string conf_text = conf ? conf : "";
@@ -74,7 +72,7 @@ void section(json &r) {
     t[key::reserved_bytes] = tot.reserved;
     t[key::peak_allocated_bytes] = tot.peak_allocated;
     t[key::peak_reserved_bytes] = tot.peak_reserved;
-    t[key::refusals_recovered] = episode::refusals_recovered();  // refusals PyTorch freed its cache for
+    t[key::refusals_recovered] = refusals_recovered();  // refusals PyTorch freed its cache for
 
     // The live blocks, largest first, each with the stack that allocated it.
     uint64_t now = mono_ns();

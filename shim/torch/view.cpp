@@ -14,7 +14,6 @@
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
 #include "shim/device/device.h"
-#include "shim/quota/episode.h"
 #include "shim/stacks/stacks.h"
 #include "shim/torch/events.h"
 
@@ -32,6 +31,7 @@ namespace {
 constexpr int kSkipFrames = 1;
 
 std::atomic<bool> g_enabled{true};
+std::atomic<uint64_t> g_refusals_recovered{0};
 
 struct DeviceTotals {
     std::atomic<uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0};
@@ -88,9 +88,9 @@ Tracker &blocks() {
 }
 
 // noinline: the captured stack is counted from this frame (kSkipFrames).
-__attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
+__attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
     State &s = state();  // the first hooked call of a process may be this one
-    if (!enabled() || ptr == 0 || size == 0) return;
+    if (!enabled() || ptr == 0 || size == 0) return false;
     g_active.store(true, std::memory_order_relaxed);
     uint64_t now = mono_ns();
     if (size > 0) {
@@ -104,7 +104,6 @@ __attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t all
         const Config &c = *s.cfg;
         if (c.stack_depth > 0 && a.bytes >= c.stack_min_bytes) a.stack = stacks::capture(kSkipFrames);
         blocks().insert(KeyKind::kPointer, ptr, a);  // false (no host memory for the table): untracked
-        episode::allocator_recovered();              // a refusal before this block was not the program's OOM
     } else {
         Allocation a;
         blocks().take(KeyKind::kPointer, ptr, &a, now);  // false: a block from before the shim saw c10
@@ -112,11 +111,12 @@ __attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t all
     note_totals(device, allocated, reserved, now);
     events().push({now, ptr, size > 0 ? size : -size, allocated, reserved, int8_t(device),
                    size > 0 ? Action::kAlloc : Action::kFree});
+    return size > 0;
 }
 
-void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device) {
+bool on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device) {
     (void)state();
-    if (!enabled()) return;
+    if (!enabled()) return false;
     uint64_t now = mono_ns();
     {
         std::lock_guard<FutexLock> lock(g_mu);
@@ -124,10 +124,11 @@ void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int d
     }
     note_totals(device, allocated, reserved, now);
     events().push({now, 0, size, allocated, reserved, int8_t(device), Action::kOom});
-    // The report of this out-of-memory: the one its driver failure wrote, rewritten with what c10
-    // knows now, or a first one when c10 refused without asking the driver (a memory fraction).
-    episode::allocator_out_of_memory(device, size > 0 ? uint64_t(size) : 0);
+    return true;
 }
+
+void note_refusal_recovered() { g_refusals_recovered.fetch_add(1, std::memory_order_relaxed); }
+uint64_t refusals_recovered() { return g_refusals_recovered.load(std::memory_order_relaxed); }
 
 void on_segment(bool made, uint64_t address, uint64_t bytes, int device) {
     Totals t = totals(device);
@@ -205,6 +206,7 @@ void unlock_after_fork() {
 
 void reset_after_fork() {
     blocks().clear_after_fork();
+    g_refusals_recovered.store(0, std::memory_order_relaxed);
     totals_timeline().clear();
     events().clear();
     mappings_table().ranges.clear();

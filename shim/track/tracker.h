@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shim/base/futex_lock.h"
 #include "shim/api/api.h"
+#include "shim/base/futex_lock.h"
 #include "shim/stacks/stacks.h"
 #include "shim/track/allocation.h"
 #include "shim/track/live_table.h"

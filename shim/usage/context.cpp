@@ -8,7 +8,7 @@
 #include "common/base/log.h"
 #include "common/units/human.h"
 #include "shim/core/state.h"
-#include "shim/quota/episode.h"
+#include "shim/report/warn_at.h"
 #include "shim/usage/self_view.h"
 #include "shim/usage/usage.h"
 
@@ -16,8 +16,6 @@ namespace gg::usage::context {
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
-// Native frames of the shim above the program in a refusal's stack: capture, admit, the hook.
-constexpr int kShimFrames = 3;
 constexpr int kMaxCreated = 64;
 
 // This process's contexts: the primary one's retains per ordinal, and the contexts it created, each
@@ -107,7 +105,7 @@ void charge_after(const Ticket &t, uint64_t cost) {
             "a CUDA context on device %d costs %s, which the quota had not known: the container now holds %s of "
             "its %s limit",
             t.dev->ordinal, human_bytes(cost).c_str(), human_bytes(used).c_str(), human_bytes(t.dev->limit).c_str());
-        episode::warn(t.dev->ordinal, used, t.dev->limit);
+        report::warn_at_crossed(t.dev->ordinal, used, t.dev->limit);
     }
 }
 
@@ -192,8 +190,7 @@ CUresult admit(Api api, int ordinal, bool primary, Ticket *t) {
     if (!l.try_charge_kind(li, ledger::kContext, cost, &used) &&
         !(l.reclaim_dead(false) > 0 && l.try_charge_kind(li, ledger::kContext, cost, &used)) &&
         !(make_room(*d) && l.try_charge_kind(li, ledger::kContext, cost, &used))) {
-        episode::Request r{api, api, cost, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota, used, d->limit};
-        episode::failed(r, kShimFrames);
+        t->refused = {api, api, cost, ordinal, CUDA_ERROR_OUT_OF_MEMORY, RefusalCause::kQuota, used, d->limit};
         if (primary) {
             std::lock_guard<std::mutex> lock(g_mu);
             g_primary[ordinal].creating = false;

@@ -16,6 +16,7 @@
 
 #include "shim/api/api.h"
 #include "shim/api/cuda_api.h"
+#include "shim/api/refusal.h"
 #include "shim/device/device.h"
 
 namespace gg::usage::context {
@@ -30,10 +31,11 @@ struct Ticket {
     bool measuring = false;  // this process holds the ledger's claim to measure the cost (ledger.h)
     bool own_before_ok = false, device_before_ok = false;
     uint64_t own_before = 0, device_before = 0, container_before = 0;
+    Refusal refused{};  // when admit() refused: what the hook reports (shim/quota/episode.h)
 };
 
-// Before the driver makes (or retains) a context on `ordinal`. CUDA_ERROR_OUT_OF_MEMORY: refused and
-// reported; the hook returns it without calling the driver.
+// Before the driver makes (or retains) a context on `ordinal`. CUDA_ERROR_OUT_OF_MEMORY: refused, as
+// t->refused says; the hook reports it and returns it without calling the driver.
 CUresult admit(Api api, int ordinal, bool primary, Ticket *t);
 // After it: `made` is cuCtxCreate's new context (null for the primary one).
 void done(Ticket &t, CUresult result, CUcontext made);

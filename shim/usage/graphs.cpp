@@ -10,16 +10,12 @@
 #include "shim/base/race_once.h"
 #include "shim/base/shared_lock.h"
 #include "shim/core/state.h"
-#include "shim/quota/episode.h"
 #include "shim/resolve/real.h"
 #include "shim/usage/chunk.h"
 #include "shim/usage/usage.h"
 
 namespace gg::usage::graphs {
 namespace {
-
-// Native frames of the shim above the program in a refusal's stack: capture, admit, the hook.
-constexpr int kShimFrames = 3;
 
 // Executable graphs with memory nodes (the only ones a launch can take memory for), and whether the
 // graph pool has mapped them since their instantiation or the last trim.
@@ -158,8 +154,7 @@ CUresult admit_footprint(Api api, int ordinal, uint64_t bytes, Ticket *t) {
     }
     g_settle[d->ordinal].unlock();
     leave_launch(t);
-    episode::Request r{api, api, need, ordinal, CUDA_ERROR_OUT_OF_MEMORY, episode::Cause::kQuota, used, d->limit};
-    episode::failed(r, kShimFrames);
+    t->refused = {api, api, need, ordinal, CUDA_ERROR_OUT_OF_MEMORY, RefusalCause::kQuota, used, d->limit};
     t->dev = nullptr;
     return CUDA_ERROR_OUT_OF_MEMORY;
 }

@@ -31,6 +31,7 @@
 
 #include "shim/api/api.h"
 #include "shim/api/cuda_api.h"
+#include "shim/api/refusal.h"
 #include "shim/device/device.h"
 
 namespace gg::usage::graphs {
@@ -40,6 +41,7 @@ struct Ticket {
     CUgraphExec exec = nullptr;
     uint64_t charged = 0;
     int launching = -1;  // the ordinal whose trims it holds off until done()
+    Refusal refused{};   // when admitted no room: what the hook reports (shim/quota/episode.h)
 };
 
 // After a successful instantiation; `uploaded`: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD mapped it already.
@@ -47,8 +49,8 @@ void instantiated(CUgraphExec exec, CUgraph graph, bool uploaded);
 // The footprint of a graph not yet instantiated (for an instantiation that uploads).
 uint64_t footprint(CUgraph graph, int *ordinal);
 
-// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused and reported. Admitted, it may hold
-// the pool's readings and its trims until done(), which must follow.
+// Before an upload or launch. CUDA_ERROR_OUT_OF_MEMORY: refused, as t->refused says (the hook reports it). Admitted, it
+// may hold the pool's readings and its trims until done(), which must follow.
 CUresult admit(Api api, CUgraphExec exec, Ticket *t);
 // The same for an instantiation that uploads, from its graph's footprint.
 CUresult admit_footprint(Api api, int ordinal, uint64_t footprint, Ticket *t);

@@ -47,6 +47,8 @@ struct Summary {
     const char *self_view = "off";                // nvml | not_listed | unavailable | off
 };
 Summary summary(const DeviceInfo &d);
+// Adds the summary to every report's "usage" (shim/usage/section.cpp); the wiring registers it once.
+void register_section();
 
 // fork(): every lock of the usage modules (shim/start/fork_locks.def), and the child's fresh start (it
 // has no context, pool or graph of its parent's).
