@@ -44,3 +44,27 @@ runner_fails_on_a_missing_file() {
   expect_contains "$out" "t_no_such_file.sh: no such test file"
 }
 check "the runner fails on a test file that does not exist" runner_fails_on_a_missing_file
+
+# The floors (docs/architecture.md, "The floors"): no include runs up from a folder to one above it,
+# no folders include each other, and every folder of common/ and shim/ has its place in the list.
+floors_hold() {
+  python3 "$ROOT/tests/lint/floors.py" "$ROOT"
+}
+check "no include runs up the floors of docs/architecture.md, and every folder is placed" floors_hold
+
+# The check itself fails on an include that runs up and on a folder left out: a copy of the tree with
+# one of each.
+floors_check_fails() {
+  local copy out
+  copy=$(mktemp -d)
+  (cd "$ROOT" && git ls-files -z shim common docs/architecture.md | xargs -0 cp --parents -t "$copy")
+  git -C "$copy" init -q && git -C "$copy" add -A
+  sed -i '1i #include "shim/hooks/hook_table.h"' "$copy/shim/base/clock.cpp"
+  mkdir "$copy/shim/attic" && echo '#pragma once' > "$copy/shim/attic/old.h" && git -C "$copy" add -A
+  out=$(python3 "$ROOT/tests/lint/floors.py" "$copy") && { echo "floors.py passed a tree that breaks it"; rm -rf "$copy"; return 1; }
+  rm -rf "$copy"
+  expect_contains "$out" "shim/base/clock.cpp:1: includes shim/hooks/hook_table.h, a floor above shim/base" &&
+    expect_contains "$out" "shim/attic: a folder docs/architecture.md does not place" &&
+    expect_contains "$out" "a cycle of includes between folders"
+}
+check "the floors check fails on an include that runs up and on a folder it cannot place" floors_check_fails
