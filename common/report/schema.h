@@ -163,6 +163,15 @@ constexpr const char graphs[] = "graphs";
 constexpr const char pool_reserve[] = "pool_reserve";
 constexpr const char context_cost[] = "context_cost";
 constexpr const char self_view[] = "self_view";
+// The tensor view switched at run time (issue 28): tensor_view.coverage.
+constexpr const char recalled[] = "recalled";  // capture.walker: short walks answered by the walk memo
+constexpr const char coverage[] = "coverage";
+constexpr const char complete[] = "complete";
+constexpr const char unlisted_bytes[] = "unlisted_bytes";
+constexpr const char listed_since_ns[] = "listed_since_ns";
+constexpr const char switched_off[] = "switched_off";
+constexpr const char off[] = "off";
+constexpr const char off_ns[] = "off_ns";
 }  // namespace key
 
 }  // namespace gg::schema

@@ -23,6 +23,11 @@ int gpuguard_phase(const char *name);
  * tensor view): 1 it has, 0 not yet (no tensor allocated, the cudaMallocAsync backend, or a PyTorch
  * without the report), -1 turned off (GPUGUARD_TENSOR_VIEW=0). `gpuguard doctor` asks it. */
 int gpuguard_tensor_view(void);
+/* Exported by libgpuguard.so: switches the tensor view on (1) or off (0) now; returns whether it was
+ * on (1) or off (0). Off, a block PyTorch reports costs what it costs with GPUGUARD_TENSOR_VIEW=0.
+ * Back on, the blocks made while it was off are not listed until they are freed, and reports say how
+ * many bytes are unlisted (tensor_view.coverage). Python: `with gpuguard.tensor_view(False):`. */
+int gpuguard_set_tensor_view(int on);
 
 /* Calls gpuguard_report when the shim is loaded. Returns 0 on success, -1 on failure, 1 when the
  * program is not running under gpuguard. */

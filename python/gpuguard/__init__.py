@@ -10,6 +10,8 @@ reads them, so they are there even in a process that runs without the shim.
     gpuguard.limit()           # the quota per device, in bytes (None: no limit)
     with gpuguard.phase("eval"):
         ...                    # a report written in here names the phase
+    with gpuguard.tensor_view(False):
+        ...                    # PyTorch's blocks are not tracked in here (no cost)
     gpuguard.report("after epoch 3")
 
 In Jupyter: `%load_ext gpuguard`, then `%gpuguard` (gpuguard/jupyter.py).
@@ -24,7 +26,7 @@ import sys
 from gpuguard import _native
 
 __version__ = "0.1.0"
-__all__ = ["loaded", "status", "report", "usage", "limit", "phase", "load_ipython_extension"]
+__all__ = ["loaded", "status", "report", "usage", "limit", "phase", "tensor_view", "load_ipython_extension"]
 
 
 def loaded():
@@ -121,6 +123,37 @@ def phase(name):
 
 
 _phases = []
+
+
+class tensor_view:
+    """Switches the tensor view (every block PyTorch's caching allocator hands out, with its stack) on
+    or off now, as PyTorch's `_record_memory_history(enabled=None)` stops its recorder:
+
+        gpuguard.tensor_view(False)          # off from here on
+        with gpuguard.tensor_view(False):    # off inside the block, as it was after it
+            ...
+
+    Off, a block costs what it costs with GPUGUARD_TENSOR_VIEW=0. Back on, the blocks made while it
+    was off are not listed until they are freed: reports say so (`tensor_view.coverage`, and
+    "partial" in the summary), with the bytes left unlisted. `previous` is whether it was on before
+    (None without the shim, where this does nothing)."""
+
+    def __init__(self, on):
+        fn = _native.function("gpuguard_set_tensor_view")
+        self.previous = None
+        if fn is None:
+            return
+        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+        self._set = fn
+        self.previous = fn(1 if on else 0) == 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            self._set(1 if self.previous else 0)
+        return False
 
 
 def load_ipython_extension(ipython):

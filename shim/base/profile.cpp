@@ -28,6 +28,10 @@ constexpr const char *kNames[kSteps] = {
     "  driver's cuMemFree",
     "  finish (ledger release)",
     "c10 block: the tensor view's share",
+    "  block: stack (capture)",
+    "  block: live-block table",
+    "  block: totals and timeline",
+    "  block: event ring",
 };
 
 // Log-linear buckets: exact below 16 ns, then 8 to each doubling (a value is placed within 6.25%):

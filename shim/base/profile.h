@@ -27,6 +27,10 @@ enum Step {
     kFreeDriver,
     kFreeFinish,
     kTorchBlock,
+    kTorchStack,
+    kTorchTable,
+    kTorchTotals,
+    kTorchRing,
     kSteps
 };
 

@@ -52,6 +52,27 @@ json stack_list(json &r, const std::vector<StackBytes> &v) {
     return out;
 }
 
+// What the listed blocks cover of PyTorch's allocated bytes on `device`: all of them unless the view
+// was switched off at run time (shim/torch/view.h). While it is off, the blocks listed are those live
+// when it was switched off, some maybe freed since; once back on, the blocks made while it was off
+// stay unlisted until freed. Unlisted: PyTorch's total less the listed bytes.
+json coverage_json(const Tracker::Snapshot &b, int device, uint64_t allocated, uint64_t start_mono_ns) {
+    Coverage c = coverage();
+    uint64_t listed = b.live_bytes;  // every device's, where more are live than a snapshot lists
+    if (b.top.size() == b.live_count) {
+        listed = 0;
+        for (const auto &[address, a] : b.top)
+            if (a.ordinal == device) listed += a.bytes;
+    }
+    uint64_t unlisted = allocated > listed ? allocated - listed : 0;
+    return {{key::complete, !c.off && unlisted == 0},
+            {key::unlisted_bytes, unlisted},
+            {key::listed_since_ns, c.listed_since_ns ? c.listed_since_ns - start_mono_ns : 0},
+            {key::switched_off, c.switched_off},
+            {key::off, c.off},
+            {key::off_ns, c.missed_off_ns}};
+}
+
 void section(json &r) {
     bool c10 = active();
     if (!c10 && !c10_cuda_loaded()) return;  // not a PyTorch process: nothing to say
@@ -83,6 +104,7 @@ void section(json &r) {
     t[key::blocks] = {{key::count, b.live_count}, {key::listed, list.size()}, {key::list, list}};
     t[key::by_stack] = stack_list(r, b.by_stack);
     t[key::peak_by_stack] = stack_list(r, b.peak_by_stack);
+    t[key::coverage] = coverage_json(b, device, tot.allocated, s.start_mono_ns);
 
     // The segments the blocks lie in: the device memory this process got from the driver (with the
     // stack that made it grow), and the ranges mapped into expandable segments.

@@ -11,6 +11,7 @@
 #include "shim/api/export.h"
 #include "shim/base/clock.h"
 #include "shim/base/futex_lock.h"
+#include "shim/base/profile.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
 #include "shim/device/device.h"
@@ -32,6 +33,12 @@ constexpr int kSkipFrames = 1;
 
 std::atomic<bool> g_enabled{true};
 std::atomic<uint64_t> g_refusals_recovered{0};
+
+// The run-time switch's history (Coverage), under g_switch_mu: switching is rare and never on the
+// block path, which reads g_enabled alone.
+FutexLock g_switch_mu;
+Coverage g_coverage;
+uint64_t g_off_since_ns = 0;
 
 struct DeviceTotals {
     std::atomic<uint64_t> allocated{0}, reserved{0}, peak_allocated{0}, peak_reserved{0};
@@ -82,6 +89,37 @@ void configure(bool on, size_t events_capacity) {
 
 bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
+bool set_enabled(bool on) {
+    std::lock_guard<FutexLock> lock(g_switch_mu);
+    bool was = g_enabled.load(std::memory_order_relaxed);
+    if (was == on) return was;
+    uint64_t now = mono_ns();
+    if (!on) {
+        g_enabled.store(false, std::memory_order_relaxed);
+        g_off_since_ns = now;
+        g_coverage.switched_off++;
+        return was;
+    }
+    // Emptied before the first event is taken again: a block listed before the switch may have been
+    // freed while the view was off, and would stay listed for ever. What is left unlisted is
+    // PyTorch's allocated total less the listed bytes (the report's "coverage").
+    events().configure(state().cfg->tensor_events);  // started with GPUGUARD_TENSOR_VIEW=0: no ring yet
+    blocks().clear();
+    if (g_off_since_ns) g_coverage.missed_off_ns += now - g_off_since_ns;
+    g_coverage.listed_since_ns = now;
+    g_off_since_ns = 0;
+    g_enabled.store(true, std::memory_order_release);
+    return was;
+}
+
+Coverage coverage() {
+    std::lock_guard<FutexLock> lock(g_switch_mu);
+    Coverage c = g_coverage;
+    c.off = !g_enabled.load(std::memory_order_relaxed);
+    if (c.off && g_off_since_ns) c.missed_off_ns += mono_ns() - g_off_since_ns;
+    return c;
+}
+
 Tracker &blocks() {
     Tracker *t = g_blocks.load(std::memory_order_acquire);
     return t ? *t : never_destroyed(g_blocks);
@@ -91,7 +129,9 @@ Tracker &blocks() {
 __attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
     State &s = state();  // the first hooked call of a process may be this one
     if (!enabled() || ptr == 0 || size == 0) return false;
-    g_active.store(true, std::memory_order_relaxed);
+    // Stored once: the driver hooks read it on every allocation, and a store at every block would take
+    // its cache line from them each time.
+    if (!g_active.load(std::memory_order_relaxed)) g_active.store(true, std::memory_order_relaxed);
     uint64_t now = mono_ns();
     if (size > 0) {
         Allocation a;
@@ -102,13 +142,24 @@ __attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t all
         a.api = Api::_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE;
         a.driver_api = a.api;
         const Config &c = *s.cfg;
-        if (c.stack_depth > 0 && a.bytes >= c.stack_min_bytes) a.stack = stacks::capture(kSkipFrames);
-        blocks().insert(KeyKind::kPointer, ptr, a);  // false (no host memory for the table): untracked
+        if (c.stack_depth > 0 && a.bytes >= c.stack_min_bytes) {
+            GG_PROFILE_STEP(kTorchStack);
+            a.stack = stacks::capture(kSkipFrames);
+        }
+        {
+            GG_PROFILE_STEP(kTorchTable);
+            blocks().insert(KeyKind::kPointer, ptr, a);  // false (no host memory for the table): untracked
+        }
     } else {
+        GG_PROFILE_STEP(kTorchTable);
         Allocation a;
         blocks().take(KeyKind::kPointer, ptr, &a, now);  // false: a block from before the shim saw c10
     }
-    note_totals(device, allocated, reserved, now);
+    {
+        GG_PROFILE_STEP(kTorchTotals);
+        note_totals(device, allocated, reserved, now);
+    }
+    GG_PROFILE_STEP(kTorchRing);
     events().push({now, ptr, size > 0 ? size : -size, allocated, reserved, int8_t(device),
                    size > 0 ? Action::kAlloc : Action::kFree});
     return size > 0;
@@ -131,6 +182,7 @@ void note_refusal_recovered() { g_refusals_recovered.fetch_add(1, std::memory_or
 uint64_t refusals_recovered() { return g_refusals_recovered.load(std::memory_order_relaxed); }
 
 void on_segment(bool made, uint64_t address, uint64_t bytes, int device) {
+    if (!enabled()) return;
     Totals t = totals(device);
     events().push({mono_ns(), address, int64_t(bytes), t.allocated, t.reserved, int8_t(device),
                    made ? Action::kSegmentAlloc : Action::kSegmentFree});
@@ -225,4 +277,9 @@ GG_EXPORT int gpuguard_tensor_view(void) {
     (void)gg::state();
     if (!gg::torch::enabled()) return -1;
     return gg::torch::active() ? 1 : 0;
+}
+
+GG_EXPORT int gpuguard_set_tensor_view(int on) {
+    (void)gg::state();
+    return gg::torch::set_enabled(on != 0) ? 1 : 0;
 }

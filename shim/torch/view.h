@@ -23,6 +23,22 @@ namespace gg::torch {
 void configure(bool on, size_t events);
 bool enabled();
 
+// Switched at run time (gpuguard_set_tensor_view, gpuguard.tensor_view()): off, a block event costs
+// what it costs with GPUGUARD_TENSOR_VIEW=0 (c10's own call, one check). Switched back on, the
+// blocks made while it was off are unknown and frees seen while off were missed: the live-block
+// table is emptied and the view is *partial* until every byte PyTorch says is allocated is listed
+// again (Coverage). Returns whether it was on.
+bool set_enabled(bool on);
+
+// What the live-block table covers of PyTorch's allocated bytes (the report's "coverage").
+struct Coverage {
+    uint64_t switched_off = 0;     // times the view was switched off at run time
+    uint64_t listed_since_ns = 0;  // mono_ns() of the last switch back on (0: listed from the start)
+    uint64_t missed_off_ns = 0;    // how long it was off in all, so far
+    bool off = false;              // off now
+};
+Coverage coverage();
+
 // Whether c10 has reported a block in this process (the tensor view has something to show). Inline:
 // the driver hooks ask it on every allocation.
 namespace detail {

@@ -220,4 +220,10 @@ void Tracker::clear_after_fork() {
     peak_snapshot_bytes_ = 0;
 }
 
+void Tracker::clear() {
+    lock_for_fork();
+    clear_after_fork();
+    unlock_after_fork();
+}
+
 }  // namespace gg

@@ -58,6 +58,8 @@ public:
     void lock_for_fork();
     void unlock_after_fork();
     void clear_after_fork();  // in the child, after unlock: device memory does not cross fork
+    // Forgets everything, under the locks: the tensor view switched back on (shim/torch/view.h).
+    void clear();
 
 private:
     struct Key {

@@ -9,6 +9,9 @@
  *     free-odd         frees every other live block: the 2nd, 4th, ... in the order they were made
  *     free-all         frees every live block
  *     free-last        frees the newest live block
+ *     free-at I        frees the I-th live block (0: the oldest still live)
+ *     view-off, view-on  gpuguard_set_tensor_view(0 / 1), when the shim is loaded; prints "view was=W"
+ *     report MESSAGE   gpuguard_report(MESSAGE), when the shim is loaded
  *     empty-cache      torch.cuda.empty_cache()
  *     print            "allocated=A reserved=R live=N"
  *
@@ -67,6 +70,17 @@ static void print_totals(void) {
     printf("allocated=%" PRIu64 " reserved=%" PRIu64 " live=%zu\n", c10_allocated(), c10_reserved(), g_count);
 }
 
+/* The shim's API, found as a program that need not run under it finds it (include/gpuguard/gpuguard.h). */
+static int set_view(int on) {
+    int (*fn)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gpuguard_set_tensor_view");
+    return fn ? fn(on) : -2;
+}
+
+static int report(const char *message) {
+    int (*fn)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "gpuguard_report");
+    return fn ? fn(message) : -2;
+}
+
 static void alloc(uint64_t size) {
     void *p = c10_malloc(size);
     if (!p) {
@@ -118,6 +132,19 @@ int main(int argc, char **argv) {
             g_count = 0;
         } else if (!strcmp(step, "free-last")) {
             if (g_count) c10_free(g_live[--g_count]);
+        } else if (!strcmp(step, "free-at") && i + 1 < argc) {
+            size_t at = strtoull(argv[++i], NULL, 10);
+            if (at >= g_count) {
+                fprintf(stderr, "c10_app: free-at %zu: only %zu live\n", at, g_count);
+                return 2;
+            }
+            c10_free(g_live[at]);
+            memmove(g_live + at, g_live + at + 1, (g_count - at - 1) * sizeof *g_live);
+            g_count--;
+        } else if (!strcmp(step, "view-off") || !strcmp(step, "view-on")) {
+            printf("view was=%d\n", set_view(!strcmp(step, "view-on")));
+        } else if (!strcmp(step, "report") && i + 1 < argc) {
+            if (report(argv[++i]) != 0) fprintf(stderr, "c10_app: no report written\n");
         } else if (!strcmp(step, "empty-cache")) {
             c10_empty_cache();
         } else if (!strcmp(step, "print")) {

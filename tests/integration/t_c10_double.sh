@@ -130,3 +130,37 @@ shim_recovered() {
     "(1, $((1536 * MiB)))" "the exit report counts the recovered refusal"
 }
 check "under the shim: a refusal PyTorch recovers from (it frees its cache and retries) writes no report" shim_recovered
+
+# The tensor view switched at run time (gpuguard_set_tensor_view): off, nothing is recorded (the view
+# stays as it was, PyTorch's totals too, until the next event once back on); back
+# on, the list starts empty, so that a block freed while it was off is never listed again, and the
+# blocks made before stay unlisted until freed (tensor_view.coverage says how many bytes).
+report_named() {  # the request report whose message is $1
+  local f
+  for f in gpuguard-request-*.json; do [[ $(json "$f" 'd["message"]') == "$1" ]] && echo "$f"; done
+}
+view_report() {  # the request report whose message is $1: its totals, listed blocks' sizes and coverage
+  local f; f=$(report_named "$1")
+  [[ -n $f ]] || { echo "no report '$1'"; return; }
+  json "$f" '(d["tensor_view"]["allocated_bytes"], sorted(b[1] for b in d["tensor_view"]["blocks"]["list"]), *(d["tensor_view"]["coverage"][k] for k in ("complete", "unlisted_bytes", "off", "switched_off")))'
+}
+shim_view_switched() {
+  fresh
+  local out
+  # 2 MiB on; off: 4 MiB made; on: 8 MiB made, the 4 MiB (made while off) freed -> r1.
+  # off: the 8 MiB (made while on) freed; still off -> r2; on, 1 MiB made -> r3; all freed -> r4.
+  out=$(GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" alloc 2M view-off alloc 4M view-on alloc 8M free-at 1 \
+          report r1 view-off free-at 1 report r2 view-on alloc 1M report r3 free-all report r4 2>err.txt) || { cat err.txt; return 1; }
+  expect_eq "$(grep -c '^view was=' <<< "$out") $(grep '^view was=' <<< "$out" | tr -d '\n')" \
+    "4 view was=1view was=0view was=1view was=0" "what each switch returns (whether it was on)" &&
+  expect_eq "$(view_report r1)" "($((10 * MiB)), [$((8 * MiB))], False, $((2 * MiB)), False, 1)" \
+    "made while off, freed while on: never listed; the 2 MiB from before the switch unlisted" &&
+  expect_eq "$(view_report r2)" "($((10 * MiB)), [$((8 * MiB))], False, $((2 * MiB)), True, 2)" \
+    "off: the view as it was when switched off, totals too" &&
+  expect_eq "$(view_report r3)" "($((3 * MiB)), [$((1 * MiB))], False, $((2 * MiB)), False, 2)" \
+    "made while on, freed while off: not listed once back on; the totals right from the first event" &&
+  expect_eq "$(view_report r4)" "(0, [], True, 0, False, 2)" "complete again once the unlisted blocks are freed" || return 1
+  GPUGUARD_LEDGER=none "$CLI" report "$(report_named r3)" > text.txt 2>&1 &&
+    expect_contains "$(cat text.txt)" "tensors made while the tensor view was switched off" "the summary says the view is partial"
+}
+check "the tensor view switched off and on at run time: no block freed while off is listed, and the report says what is unlisted" shim_view_switched

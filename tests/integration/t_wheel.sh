@@ -62,11 +62,16 @@ with gpuguard.phase("eval"):
     with gpuguard.phase("inner"):
         pass
     print("report:", gpuguard.report("asked in eval"))
+with gpuguard.tensor_view(False) as v:
+    inner = gpuguard.tensor_view(True).previous  # off inside the block: False; on from here
+    gpuguard.tensor_view(False)
+print("tensor_view:", v.previous, inner, gpuguard.tensor_view(True).previous, gpuguard.tensor_view(True).previous)
 PY
   LD_LIBRARY_PATH=$FAKE "$TMP/venv/bin/python" -m gpuguard run --limit 512MiB --ledger "$TMP/l_api" --report-dir api \
     -- "$TMP/venv/bin/python" api.py > api.out 2> api.err || { cat api.out api.err; return 1; }
   expect_contains api.out '{"limit": {"0": 536870912}, "process": 67108864, "shim": true, "used": 67108864}' "usage() and limit()" &&
     expect_contains api.out "report: True" "report()'s answer" &&
+    expect_contains api.out "tensor_view: True False True True" "tensor_view(): whether it was on; the block's exit puts it back" &&
     expect_eq "$(json api/gpuguard-request-*.json 'd["phase"]')" "eval" "the report's phase (the outer one, once the inner ended)" &&
     expect_eq "$(json api/gpuguard-request-*.json 'd["message"]')" "asked in eval" "the report's message" &&
     "$TMP/venv/bin/gpuguard" report --no-color api > api_summary.txt && expect_contains api_summary.txt "in the program's phase eval" "the summary"
@@ -75,11 +80,11 @@ PY
 api_without_the_shim() {
   "$TMP/venv/bin/python" -c '
 import gpuguard, sys
-print(gpuguard.loaded(), gpuguard.report("x"))
-with gpuguard.phase("p"):
+print(gpuguard.loaded(), gpuguard.report("x"), gpuguard.tensor_view(False).previous)
+with gpuguard.phase("p"), gpuguard.tensor_view(False):
     pass
 print(sorted(gpuguard.usage()))' > plain.out 2> plain.err || { cat plain.out plain.err; return 1; }
-  expect_eq "$(cat plain.out)" $'False None\n[\'devices\', \'ledger\', \'note\', \'shim\']' "the answers without the shim" &&
+  expect_eq "$(cat plain.out)" $'False None None\n[\'devices\', \'ledger\', \'note\', \'shim\']' "the answers without the shim" &&
     expect_contains plain.err "the shim is not loaded in this process" "what report() says"
 }
 

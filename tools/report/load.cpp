@@ -219,6 +219,11 @@ TensorView read_tensor_view(const json &t) {
     }
     std::stable_sort(v.timeline.begin(), v.timeline.end(),
                      [](const auto &x, const auto &y) { return x.t_ns < y.t_ns; });
+    const json &cov = obj(t, key::coverage);
+    if (const json *c = field(cov, key::complete); c && c->is_boolean()) v.coverage_complete = c->get<bool>();
+    if (const json *o = field(cov, key::off); o && o->is_boolean()) v.off = o->get<bool>();
+    v.unlisted_bytes = u64(cov, key::unlisted_bytes).value_or(0);
+    v.switched_off = u64(cov, key::switched_off).value_or(0);
     const json &ev = obj(t, key::events);
     v.events_capacity = u64(ev, key::capacity).value_or(0);
     v.events_recorded = u64(ev, key::recorded).value_or(0);

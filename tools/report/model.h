@@ -123,6 +123,10 @@ struct TensorView {
     std::vector<Point> timeline;  // by time
     uint64_t events_capacity = 0, events_recorded = 0, events_dropped = 0;
     std::vector<TensorEvent> events;  // oldest first
+    // tensor_view.coverage: the view switched off at run time (gpuguard.tensor_view) leaves the blocks
+    // made meanwhile unlisted; absent in older reports, which listed everything.
+    bool coverage_complete = true, off = false;
+    uint64_t unlisted_bytes = 0, switched_off = 0;
 
     bool from_blocks() const { return source == "c10"; }
     // The option as the allocator parses it: "expandable_segments:True" anywhere in the conf.

@@ -40,7 +40,8 @@ TensorFacts tensor_facts(const Report &r) {
     const TensorView &t = *r.tensor;
     f.present = true;
     f.expandable = !t.mappings.empty() || t.expandable_segments();
-    f.complete = t.blocks.size() >= t.block_count;
+    f.complete = t.blocks.size() >= t.block_count && t.coverage_complete;
+    f.unlisted = t.coverage_complete ? 0 : t.unlisted_bytes;
     if (t.oom) {
         f.at_oom = true;
         f.request = t.oom->requested;

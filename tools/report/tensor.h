@@ -43,6 +43,7 @@ struct TensorFacts {
     bool at_oom = false;
     bool expandable = false;           // the blocks lie in expandable segments (mapped pages)
     bool complete = true;              // every live block was listed (a huge report lists the largest only)
+    uint64_t unlisted = 0;             // allocated bytes in no listed block: made while the view was off
     uint64_t largest_free = 0;         // the largest free range in a segment of the request's pool
     size_t holes = 0;                  // free ranges inside segments holding live blocks
     uint64_t hole_bytes = 0;           // and their bytes

@@ -156,6 +156,12 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
         out << "  " << st.dim() << pad_right("request", 11) << st.reset() << st.bold()
             << pad_left(human_bytes(t.request), 11) << st.reset() << "  " << st.dim()
             << "what PyTorch asked for when it raised OutOfMemoryError" << st.reset() << "\n";
+    if (!v.coverage_complete)
+        out << "  " << st.dim() << pad_right("unlisted", 11) << st.reset() << st.bold()
+            << pad_left(human_bytes(v.unlisted_bytes), 11) << st.reset() << "  " << st.dim()
+            << (v.off ? "partial: the tensor view is switched off (gpuguard.tensor_view); all of this is as it was then"
+                      : "partial: tensors made while the tensor view was switched off, not listed until freed")
+            << st.reset() << "\n";
     if (v.peak_allocated && v.peak_reserved)
         out << "  " << st.dim() << pad_right("peak", 11) << st.reset() << pad_left(human_bytes(*v.peak_allocated), 11)
             << "  " << st.dim() << "allocated, " << human_bytes(*v.peak_reserved) << " reserved" << st.reset() << "\n";
