@@ -13,6 +13,8 @@ class PerThread {
 public:
     // nullptr when the object or its thread-exit key cannot be made: the caller goes without.
     T *get() { return mine_ ? mine_ : make(); }
+    // This thread's object if it was made, else nullptr (nothing is made).
+    T *peek() const { return mine_; }
 
 private:
     T *make() {

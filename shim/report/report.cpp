@@ -241,7 +241,10 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::capture] = {
         {key::unwinder, stacks::unwinder()},
         {key::walker,
-         {{key::walks, walker.walks}, {key::rules_learned, walker.rules_learned}, {key::fallbacks, walker.fallbacks}}},
+         {{key::walks, walker.walks},
+          {key::rules_learned, walker.rules_learned},
+          {key::fallbacks, walker.fallbacks},
+          {key::recalled, walker.recalled}}},
         {key::python, py::version()},
         {key::stack_depth, c.stack_depth},
         {key::stack_reuse,

@@ -14,6 +14,7 @@
 #include "shim/base/per_thread.h"
 #include "shim/base/profile.h"
 #include "shim/python/frames.h"
+#include "shim/stacks/census.h"
 #include "shim/stacks/cfi_walker.h"
 #include "shim/stacks/reuse.h"
 #include "shim/stacks/table.h"
@@ -87,18 +88,15 @@ int locate_caller(void *const *raw, int n, void *return_address) {
     return at;
 }
 
-// The site's key before any native frame: the skip, and for a site without Python frames the native
-// depth (stack pointer). Not for a Python site: the depth of the C stack below its eval loop changes
-// as CPython specialises and despecialises the calls further out (a specialised call runs in the
-// same eval loop, an unspecialised one enters a new one), which would make the same site a new key
-// at every few steps; what lies between the allocation and the innermost eval loop does not change.
-uint64_t site_seed(const void *stack_pointer, int skip) {
-    return reuse::mix(reinterpret_cast<uintptr_t>(stack_pointer), uint64_t(skip));
-}
+// A Python site's key before any frame: the skip. Not the native depth (stack pointer): the depth of
+// the C stack below its eval loop changes as CPython specialises and despecialises the calls further
+// out (a specialised call runs in the same eval loop, an unspecialised one enters a new one), which
+// would make the same site a new key at every few steps; what lies between the allocation and the
+// innermost eval loop does not change.
+uint64_t site_seed(int skip) { return reuse::mix(0, uint64_t(skip)); }
 
 // `key` extended with the innermost kNativeKeyFrames return addresses above the caller, from a short
-// walk: a site without Python frames (PyTorch's autograd threads, C++ programs), or an unstable
-// Python site whose native paths must be told apart (shim/stacks/reuse.h).
+// walk: an unstable Python site whose native paths must be told apart (shim/stacks/reuse.h).
 uint64_t with_native_frames(uint64_t key, int skip, void *return_address) {
     GG_PROFILE_STEP(kCaptureNativeKey);
     void *raw[kSlack + kMaxDepth];
@@ -110,7 +108,36 @@ uint64_t with_native_frames(uint64_t key, int skip, void *return_address) {
     return key ? key : 1;  // 0 marks an empty slot
 }
 
-StackId capture_unguarded(int skip, void *return_address, const void *stack_pointer) {
+// A site without Python frames (PyTorch's autograd threads, C++ programs): its native stack, walked
+// by the caching walker, is recalled from the stack words the walk read before (shim/stacks/walk_memo.h),
+// and the stack id attached to that walk is the answer. Exact: the memo answers only when every word
+// the walk would read is the same, so no check is ever due, and nothing is interned again. Before the
+// memo these sites were keyed by their innermost return addresses, which the autograd thread's
+// backward functions share: such a site's stack changed under its key, it was marked unstable and
+// unwound at every allocation (BENCHMARKS.md).
+StackId capture_native(int skip, int depth, void *return_address) {
+    GG_PROFILE_STEP(kCaptureNative);
+    void *raw[kSlack + 2 * kMaxDepth];
+    int want = frames_above_caller() + skip + depth;
+    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
+    uint16_t salt = uint16_t(skip);  // the id depends on the frames skipped, beside the walk
+    if (StackId id = unwind::last_walk_tag(salt)) {
+        census::note(census::Kind::kNative, census::Outcome::kReuse);
+        reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+        return id;
+    }
+    census::note(census::Kind::kNative, census::Outcome::kMiss);
+    reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
+    uintptr_t words[kMaxDepth];
+    int n_native = 0;
+    for (int i = locate_caller(raw, n, return_address) + skip; i < n && n_native < depth; ++i)
+        words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
+    StackId id = table::intern(words, uint32_t(n_native), uint32_t(n_native));
+    if (id) unwind::tag_last_walk(id, salt);
+    return id;
+}
+
+StackId capture_unguarded(int skip, void *return_address) {
     int depth = g_depth.load(std::memory_order_relaxed);
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
     bool python = g_python.load(std::memory_order_relaxed) && py::available();
@@ -124,15 +151,19 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
     if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
         if (python) {
             GG_PROFILE_STEP(kCapturePythonKey);
-            key = py::site_key(site_seed(nullptr, skip));
+            key = py::site_key(site_seed(skip));
         }
         bool keyed_by_python = key != 0;
-        if (!keyed_by_python) key = with_native_frames(site_seed(stack_pointer, skip), skip, return_address);
+        if (!keyed_by_python) return capture_native(skip, depth, return_address);
         verdict = sites->lookup(key, &cached);
-        if (verdict == reuse::SiteCache::Verdict::kUnstable && keyed_by_python) {
+        auto kind = census::Kind::kPython;
+        if (verdict == reuse::SiteCache::Verdict::kUnstable) {
+            census::note(kind, census::Outcome::kUnstable);
             key = with_native_frames(key, skip, return_address);
             verdict = sites->lookup(key, &cached);
+            kind = census::Kind::kPythonExtended;
         }
+        census::note(kind, census::Outcome(int(verdict)));
         if (verdict == reuse::SiteCache::Verdict::kReuse) {
             reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
             return cached;
@@ -188,6 +219,7 @@ StackId capture_unguarded(int skip, void *return_address, const void *stack_poin
         GG_PROFILE_STEP(kCaptureIntern);
         id = table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
     }
+    census::unwound(key, id);
     if (sites && id) {
         if (verdict == reuse::SiteCache::Verdict::kMiss) {
             sites->store(key, id);
@@ -220,7 +252,7 @@ void warm_up() {
 __attribute__((noinline)) StackId capture(int skip) {
     if (t_busy) return 0;
     t_busy = true;
-    StackId id = capture_unguarded(skip, __builtin_return_address(0), __builtin_frame_address(0));
+    StackId id = capture_unguarded(skip, __builtin_return_address(0));
     t_busy = false;
     return id;
 }
@@ -237,7 +269,7 @@ ReuseCounts reuse_counts() {
 
 WalkerCounts walker_counts() {
     cfi::Counts c = cfi::counts();
-    return {c.walks, c.rule_misses, c.fallbacks};
+    return {c.walks, c.rule_misses, c.fallbacks, c.recalled};
 }
 
 const char *unwinder() { return unwind::name(); }

@@ -8,6 +8,7 @@
 
 #include "shim/base/per_thread.h"
 #include "shim/stacks/cfi_rule_table.h"
+#include "shim/stacks/walk_memo.h"
 
 // libgcc's lookup of the .eh_frame entry (FDE) covering an address, through _dl_find_object or
 // dl_iterate_phdr: linked statically into the shim, exported by libgcc_s.so.1 elsewhere. It is in no
@@ -58,6 +59,8 @@ struct LoaderCounts {
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
     RuleTable<Rule> rules;                    // 192 KiB (shim/stacks/cfi_rule_table.h)
+    WalkMemo memo;                            // 128 KiB (shim/stacks/walk_memo.h)
+    uint32_t generation = 0;                  // raised whenever rules are forgotten: memos go with them
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
     LoaderCounts loader;  // as of the last check
@@ -65,7 +68,7 @@ struct ThreadTable {
 };
 
 PerThread<ThreadTable> g_tables;
-std::atomic<uint64_t> g_walks{0}, g_rule_misses{0}, g_fallbacks{0};
+std::atomic<uint64_t> g_walks{0}, g_rule_misses{0}, g_fallbacks{0}, g_recalled{0};
 
 // ---- Reading .eh_frame: bounded little-endian reads; a read past the entry's end sets `bad`.
 struct Bytes {
@@ -430,6 +433,7 @@ void refresh(ThreadTable *t) {
         dl_iterate_phdr(loader_counts, &now);
         if (now.unloads != t->loader.unloads) t->rules.forget_all();
         else if (now.loads != t->loader.loads) t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
+        if (now.unloads != t->loader.unloads || now.loads != t->loader.loads) t->generation++;
         t->loader = now;
     }
     if (!t->bounds_tried) {
@@ -453,7 +457,59 @@ __attribute__((no_sanitize_address, no_sanitize_thread)) uintptr_t load_word(uin
     return *reinterpret_cast<const uintptr_t *>(at);
 }
 
-// The walk, from its own frame outward (see walk()).
+// The walk proper, from (pc, sp, fp), each word it depends on told to `rec` (null: not recorded). A
+// saved rbp is told only once a rule reads it: code built without frame pointers keeps data in rbp,
+// which differs from call to call and would make no two walks alike, and a walk through such frames
+// never reads it.
+int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void **ips, int max, StopFn stop,
+                WalkMemo::Recording *rec) {
+    const uintptr_t sp0 = sp, high = t->stack_high;
+    // Every slot read lies in the part of this thread's stack that is in use, and frames rise towards
+    // the stack's base: a wrong rule cannot make the walk fault or loop.
+    auto in_use = [&](uintptr_t at) { return at >= sp && at <= high - sizeof(uintptr_t); };
+    bool fp_loaded = false, fp_told = false;  // fp came from the stack (at fp_at), and rec was told so
+    uintptr_t fp_at = 0;
+    auto read_fp = [&] {  // a rule reads fp: the walk depends on where it came from
+        if (!rec) return fp;
+        if (!fp_loaded) rec->read_fp = true;
+        else if (!fp_told) rec->load(sp0, fp_at, fp, false), fp_told = true;
+        return fp;
+    };
+    int n = 0;
+    for (bool first = true; n < max; first = false) {
+        const Rule &r = rule_for(t, first ? pc : pc - 1);
+        if (r.kind == Rule::kEnd) return n;
+        uintptr_t cfa = 0;
+        switch (r.kind) {
+            case Rule::kFromRsp: cfa = sp + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kFromRbp: cfa = read_fp() + uintptr_t(intptr_t(r.cfa_offset)); break;
+            case Rule::kLoadedAtRbp: {
+                uintptr_t at = read_fp() + uintptr_t(intptr_t(r.cfa_offset));
+                if (!in_use(at)) return -1;
+                cfa = load_word(at);
+                if (rec) rec->load(sp0, at, cfa, false);
+                break;
+            }
+            default: return -1;  // kUnsupported
+        }
+        uintptr_t ra_at = cfa + uintptr_t(intptr_t(r.return_address_offset));
+        uintptr_t rbp_at = (r.rbp == Rule::kRbpAtRbp ? read_fp() : cfa) + uintptr_t(intptr_t(r.rbp_offset));
+        if (cfa <= sp || cfa > high || !in_use(ra_at)) return -1;
+        if (r.rbp != Rule::kRbpKept && !in_use(rbp_at)) return -1;
+        uintptr_t ra = load_word(ra_at);
+        if (rec) rec->load(sp0, ra_at, ra, true);
+        if (r.rbp != Rule::kRbpKept) fp = load_word(rbp_at), fp_at = rbp_at, fp_loaded = true, fp_told = false;
+        sp = cfa;
+        pc = ra;
+        if (!pc) return n;  // some thread starts end with a zero return address instead of a rule
+        ips[n++] = reinterpret_cast<void *>(pc);
+        if (stop && stop(pc)) return n;
+    }
+    return n;
+}
+
+// The walk, from its own frame outward (see walk()): remembered by the words it read, and recalled
+// from them (shim/stacks/walk_memo.h).
 __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
     if (!available()) return -1;
     ThreadTable *t = g_tables.get();
@@ -468,37 +524,19 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
 #endif
     const uintptr_t low = t->stack_low, high = t->stack_high;
     if (!high || sp < low || sp >= high) return -1;  // an alternate signal stack, a coroutine's stack
-    // Every slot read lies in the part of this thread's stack that is in use, and frames rise towards
-    // the stack's base: a wrong rule cannot make the walk fault or loop.
-    auto in_use = [&](uintptr_t at) { return at >= sp && at <= high - sizeof(uintptr_t); };
-    int n = 0;
-    for (bool first = true; n < max; first = false) {
-        const Rule &r = rule_for(t, first ? pc : pc - 1);
-        if (r.kind == Rule::kEnd) return n;
-        uintptr_t cfa = 0;
-        switch (r.kind) {
-            case Rule::kFromRsp: cfa = sp + uintptr_t(intptr_t(r.cfa_offset)); break;
-            case Rule::kFromRbp: cfa = fp + uintptr_t(intptr_t(r.cfa_offset)); break;
-            case Rule::kLoadedAtRbp: {
-                uintptr_t at = fp + uintptr_t(intptr_t(r.cfa_offset));
-                if (!in_use(at)) return -1;
-                cfa = load_word(at);
-                break;
-            }
-            default: return -1;  // kUnsupported
-        }
-        uintptr_t ra_at = cfa + uintptr_t(intptr_t(r.return_address_offset));
-        uintptr_t rbp_at = (r.rbp == Rule::kRbpAtRbp ? fp : cfa) + uintptr_t(intptr_t(r.rbp_offset));
-        if (cfa <= sp || cfa > high || !in_use(ra_at)) return -1;
-        if (r.rbp != Rule::kRbpKept && !in_use(rbp_at)) return -1;
-        uintptr_t ra = load_word(ra_at);
-        if (r.rbp != Rule::kRbpKept) fp = load_word(rbp_at);
-        sp = cfa;
-        pc = ra;
-        if (!pc) return n;  // some thread starts end with a zero return address instead of a rule
-        ips[n++] = reinterpret_cast<void *>(pc);
-        if (stop && stop(pc)) return n;
+    WalkMemo::Start at{sp, fp, uint32_t(high - sp), max, reinterpret_cast<const void *>(stop)};
+    if (max > WalkMemo::kMaxLoads) {
+        t->memo.clear_last();
+        return walk_frames(t, pc, sp, fp, ips, max, stop, nullptr);
     }
+    int n = t->memo.recall(at, t->generation, ips, [](uintptr_t a) { return load_word(a); });
+    if (n >= 0) {
+        g_recalled.fetch_add(1, std::memory_order_relaxed);
+        return n;
+    }
+    WalkMemo::Recording rec;
+    n = walk_frames(t, pc, sp, fp, ips, max, stop, &rec);
+    if (n >= 0) t->memo.remember(at, t->generation, rec);
     return n;
 }
 
@@ -522,9 +560,20 @@ int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     }
 }
 
+uint32_t last_walk_tag(uint16_t salt) {
+    ThreadTable *t = g_tables.peek();
+    WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
+    return tag && tag->salt == salt ? tag->value : 0;
+}
+
+void tag_last_walk(uint32_t value, uint16_t salt) {
+    ThreadTable *t = g_tables.peek();
+    if (WalkMemo::Tag *tag = t ? t->memo.last() : nullptr) *tag = {value, salt};
+}
+
 Counts counts() {
     return {g_walks.load(std::memory_order_relaxed), g_rule_misses.load(std::memory_order_relaxed),
-            g_fallbacks.load(std::memory_order_relaxed)};
+            g_fallbacks.load(std::memory_order_relaxed), g_recalled.load(std::memory_order_relaxed)};
 }
 
 }  // namespace gg::stacks::cfi

@@ -32,17 +32,27 @@ using StopFn = bool (*)(uintptr_t ip);
 // Whether this build can walk at all (x86-64 with libgcc's _Unwind_Find_FDE).
 bool available();
 
-// Fills ips with return addresses, innermost first, starting with one inside walk() itself;
+// Fills ips with return addresses, innermost first, starting with one inside walk() itself; a short
+// walk (max at most WalkMemo::kMaxLoads) from a depth walked before is recalled from the stack words
+// it read then, when they are all the same (shim/stacks/walk_memo.h);
 // stops after max, at the end of the stack, or after the first frame for which stop() answers
 // true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
 // above): the caller then unwinds with a general unwinder.
 int walk(void **ips, int max, StopFn stop);
+
+// The value a caller attached to this thread's last walk (the capture's stack id: shim/stacks/capture.cpp),
+// if that walk was recalled from the memo or remembered in it, and the value was attached with the same
+// salt; 0 otherwise. A recalled walk's value stands for the same walk: the memo answers only for the
+// same stack words (shim/stacks/walk_memo.h).
+uint32_t last_walk_tag(uint16_t salt);
+void tag_last_walk(uint32_t value, uint16_t salt);
 
 // Per-process counters, for tests and the profile.
 struct Counts {
     uint64_t walks;        // calls of walk()
     uint64_t rule_misses;  // rules worked out from .eh_frame (the rest came from the table)
     uint64_t fallbacks;    // walks that met a rule they do not implement: the stack went to the fallback
+    uint64_t recalled;     // short walks answered from the memo of the words they read (walk_memo.h)
 };
 Counts counts();
 

@@ -24,9 +24,10 @@ struct ReuseCounts {
 };
 ReuseCounts reuse_counts();
 // What the caching walker (shim/stacks/cfi_walker.h) did, for the report: walks, rules it had to work out from
-// .eh_frame (the other frames came from its table), walks handed to the fallback unwinder.
+// .eh_frame (the other frames came from its table), walks handed to the fallback unwinder, short walks
+// answered from the stack words they read before (shim/stacks/walk_memo.h).
 struct WalkerCounts {
-    uint64_t walks, rules_learned, fallbacks;
+    uint64_t walks, rules_learned, fallbacks, recalled;  // recalled: short walks answered by the walk memo
 };
 WalkerCounts walker_counts();
 // Loads the unwinder and looks for Python once, after configure(), outside any lock or C++ static

@@ -92,6 +92,8 @@ struct GccWalk {
 
 // backtrace()'s stop predicate, for gcc_step (the backends share one signature, which has no room).
 __attribute__((tls_model("initial-exec"))) thread_local StopFn t_stop = nullptr;
+// Whether this thread's last backtrace() was the caching walker's (last_walk_tag).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_by_walker = false;
 
 _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
     auto *w = static_cast<GccWalk *>(arg);
@@ -147,7 +149,7 @@ std::atomic<BacktraceFn> g_cfi_fallback{nullptr};
 
 int cfi_backtrace(void **ips, int max) {
     int n = cfi::walk(ips, max, t_stop);
-    if (n >= 0) return n;
+    if (n >= 0) return n;  // a fallback's walk below is no walk of the memo: its tag stays 0
     BacktraceFn fallback = g_cfi_fallback.load(std::memory_order_relaxed);
     return fallback ? fallback(ips, max) : 0;
 }
@@ -254,13 +256,22 @@ int backtrace(void **ips, int max, StopFn stop) {
     Stripe &s = my_stripe();
     s.inside.fetch_add(1, std::memory_order_seq_cst);
     int n = 0;
+    t_by_walker = false;
     if (!g_fork_pending.load(std::memory_order_seq_cst) && !g_off_after_fork.load(std::memory_order_relaxed)) {
         t_stop = stop;
         n = b->fn(ips, max);
         t_stop = nullptr;
+        t_by_walker = b->fn == cfi_backtrace;
     }
     s.inside.fetch_sub(1, std::memory_order_release);
     return n;
+}
+
+// Only a backtrace() the caching walker made has a tag: one skipped for a fork, or made by another
+// unwinder, leaves the walker's last walk as it was, which is not this one.
+uint32_t last_walk_tag(uint16_t salt) { return t_by_walker ? cfi::last_walk_tag(salt) : 0; }
+void tag_last_walk(uint32_t value, uint16_t salt) {
+    if (t_by_walker) cfi::tag_last_walk(value, salt);
 }
 
 void before_fork() {

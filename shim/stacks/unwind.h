@@ -21,6 +21,11 @@ namespace gg::stacks::unwind {
 using StopFn = bool (*)(uintptr_t ip);
 int backtrace(void **ips, int max, StopFn stop = nullptr);
 
+// The caching walker's tag of this thread's last backtrace() (shim/stacks/cfi_walker.h): 0 when that
+// walk was not the walker's own, or not remembered.
+uint32_t last_walk_tag(uint16_t salt);
+void tag_last_walk(uint32_t value, uint16_t salt);
+
 // "cfi", "libunwind", "libgcc" or "none"; loads the unwinder on first use.
 const char *name();
 

@@ -72,6 +72,29 @@ TEST_SUITE("stacks") {
         CHECK(gg::stacks::count() >= 2);
     }
 
+    TEST_CASE("a site without Python frames is recalled from the walk memo, and told from another of the same depth") {
+        gg::stacks::configure(48, false);
+        // alpha and beta have one shape, so their walks start at one depth: the memo must tell them apart
+        // by the return addresses it compares. Taking turns, each recalls its own stack.
+        StackId id[6];
+        static gg::stacks::ReuseCounts before;  // once both were walked
+        gg_test_repeat(
+            [](int i) {
+                if (i == 2) before = gg::stacks::reuse_counts();
+                return i % 2 ? gg_test_beta(i) : gg_test_alpha(i);
+            },
+            id, 6);
+        auto after = gg::stacks::reuse_counts();
+        CHECK(after.reused - before.reused == 4);
+        CHECK(after.unwound == before.unwound);
+        REQUIRE(id[0] != 0);
+        CHECK(id[0] != id[1]);
+        for (int i = 2; i < 6; i++) CHECK(id[i] == id[i % 2]);
+        // The frames are those of a fresh walk: alpha's innermost is alpha.
+        CHECK(gg::stacks::frames_json(id[4])[0].value("symbol", "").find("gg_test_alpha") != std::string::npos);
+        CHECK(gg::stacks::frames_json(id[5])[0].value("symbol", "").find("gg_test_beta") != std::string::npos);
+    }
+
     TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
         StackId id[3];
         gg_test_repeat([](int i) { return gg_test_recurse(i == 1 ? 5 : 3); }, id, 3);

@@ -284,3 +284,85 @@ TEST_SUITE("stacks: caching walker") {
     }
 
 }  // TEST_SUITE
+
+namespace {
+
+constexpr int kShort = 16;  // at most WalkMemo::kMaxLoads: a walk the memo keeps
+
+struct ShortWalk {
+    void *ips[kShort];
+    int n = 0;
+};
+
+// Two leaves of one shape, so that a walk from either starts at the same depth: the memo must tell
+// them apart by the words it compares (their return addresses), not by where the walk starts.
+__attribute__((noinline)) void short_walk_a(ShortWalk *w) {
+    w->n = cfi::walk(w->ips, kShort, nullptr);
+    asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void short_walk_b(ShortWalk *w) {
+    w->n = cfi::walk(w->ips, kShort, nullptr);
+    asm volatile("" ::: "memory");
+}
+using ShortLeaf = void (*)(ShortWalk *);
+__attribute__((noinline)) void short_from(int n, ShortLeaf leaf, ShortWalk *w) {
+    if (n == 0) leaf(w);
+    else short_from(n - 1, leaf, w);
+    asm volatile("" ::: "memory");
+}
+
+std::vector<void *> ips_of(const ShortWalk &w) { return std::vector<void *>(w.ips, w.ips + (w.n < 0 ? 0 : w.n)); }
+
+}  // namespace
+
+TEST_SUITE("stacks: walk memo") {
+    // Each case walks from one call site in a loop: the same site, so the same stack (a call from
+    // another line would put another return address in it).
+    TEST_CASE("a short walk from a depth walked before is recalled, with the same return addresses") {
+        ShortWalk w[2];
+        uint64_t recalled[2];
+        for (int i = 0; i < 2; i++) {
+            short_from(20, short_walk_a, &w[i]);
+            recalled[i] = cfi::counts().recalled;
+        }
+        CHECK(recalled[1] == recalled[0] + 1);
+        REQUIRE(w[0].n == kShort);
+        CHECK(ips_of(w[1]) == ips_of(w[0]));
+    }
+
+    TEST_CASE("a stack of the same depth whose return addresses differ is walked anew, and right") {
+        ShortWalk w[3];
+        uint64_t recalled[3];
+        ShortLeaf leaves[3] = {short_walk_a, short_walk_b, short_walk_b};
+        for (int i = 0; i < 3; i++) {
+            short_from(20, leaves[i], &w[i]);  // the same depth: the leaves are of one shape
+            recalled[i] = cfi::counts().recalled;
+        }
+        REQUIRE(w[0].n == kShort);
+        REQUIRE(w[1].n == kShort);
+        CHECK(recalled[1] == recalled[0]);  // b's stack is not answered from a's words
+        CHECK(ips_of(w[1]) != ips_of(w[0]));
+        CHECK(std::vector<void *>(w[1].ips + 2, w[1].ips + kShort) ==
+              std::vector<void *>(w[0].ips + 2, w[0].ips + kShort));  // only the leaves' frames differ
+        CHECK(recalled[2] == recalled[1] + 1);  // b's own walk is remembered, and recalled
+        CHECK(ips_of(w[2]) == ips_of(w[1]));
+    }
+
+    TEST_CASE("a library unloaded empties the memo with the rules") {
+        constexpr int kWalks = 2 * cfi::kLoaderCheckEvery;
+        static ShortWalk w[kWalks + 1];
+        uint64_t recalled_before = 0;
+        for (int i = 0; i <= kWalks; i++) {
+            if (i == 1) {  // w[0] is remembered (a loader check between the two is one more walk anew)
+                void *lib = load_a_new_library();
+                if (!lib) return;  // nothing left to load here: nothing to check
+                dlclose(lib);
+                recalled_before = cfi::counts().recalled;
+            }
+            short_from(20, short_walk_a, &w[i]);
+        }
+        // The loader check that saw the unload forgot the memo, and its walk was walked anew.
+        CHECK(cfi::counts().recalled - recalled_before == uint64_t(kWalks - 1));
+        for (const ShortWalk &x : w) CHECK(ips_of(x) == ips_of(w[0]));
+    }
+}

@@ -1,0 +1,151 @@
+// Walks remembered by what they read: the caching walker's per-thread memo (shim/stacks/cfi_walker.cpp).
+// Internal to the stacks module (and its tests).
+//
+// Why: a walk is a chain of dependent lookups, each frame's rule found by the return address the frame
+// before gave, so a 19-frame walk costs 19 lookups of the rule table one after another. On the GPU
+// machine, between two of PyTorch's block events the table drops out of the nearer caches and each
+// lookup waits for memory: 600 to 700 ns a walk of the autograd thread's allocation sites
+// (BENCHMARKS.md). Yet the walk is a pure function of where it starts (the stack pointer, which for one
+// thread is the depth of the call path), the frame pointer when a rule reads it before any frame
+// restores it, and the stack words it loads: the same start and the same words give the same walk,
+// return addresses and end included, as long as the rules are the same (the memo is emptied whenever
+// the walker forgets rules). So a walk is remembered as the list of (offset from its start, word) it
+// loaded, and a later walk from the same depth first compares those words: they can all be loaded at
+// once, from the thread's own stack, where the walk would have waited on each in turn. A word that
+// differs makes it walk anew and remember that walk. Exact: a memo answers only for stacks whose
+// every word the walk would read is the one it read.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace gg::stacks::cfi {
+
+class WalkMemo {
+public:
+    // A whole capture's walk: the default 48 frames and the shim's own above them, and the saved frame
+    // pointers that rules read (few: most code keeps no frame pointer).
+    static constexpr int kMaxLoads = 72;
+    static constexpr int kSets = 128;  // 512 walks of 640 bytes: 320 KiB a thread that walks
+    static constexpr int kWays = 4;
+
+    // What a walk read, recorded as it goes (a walk that reads more than kMaxLoads words is not kept).
+    struct Recording {
+        int loads = 0;
+        bool overflow = false;
+        bool read_fp = false;  // a rule read the frame pointer the walk started with
+        uint16_t offset[kMaxLoads];
+        uintptr_t word[kMaxLoads];
+        uint64_t is_return_address[2] = {};  // bit i: load i was a return address (an output of the walk)
+        void load(uintptr_t sp0, uintptr_t at, uintptr_t value, bool return_address) {
+            uintptr_t words = (at - sp0) / sizeof(uintptr_t);
+            if (loads == kMaxLoads || words > UINT16_MAX || (at - sp0) % sizeof(uintptr_t)) {
+                overflow = true;
+                return;
+            }
+            offset[loads] = uint16_t(words);
+            word[loads] = value;
+            if (return_address) is_return_address[loads / 64] |= uint64_t(1) << (loads % 64);
+            loads++;
+        }
+    };
+
+    // The walk's start: the thread's stack depth at it, its frame pointer, and what the walk was asked.
+    struct Start {
+        uintptr_t sp, fp;
+        uint32_t depth;  // stack high - sp
+        int max;
+        const void *stop;
+    };
+
+    // The walk a caller may attach a value to (its tag: the capture's stack id): the one recalled or
+    // remembered last; null after a walk that was neither.
+    struct Tag {
+        uint32_t value = 0;  // 0: none yet
+        uint16_t salt = 0;   // what else the value depends on (the frames the capture skipped)
+    };
+    Tag *last() { return last_; }
+    void clear_last() { last_ = nullptr; }
+
+    // The return addresses of a remembered walk from `s` whose every word is as it was, into ips;
+    // -1 when none is. `load(at)` reads a stack word.
+    template <class Load>
+    int recall(const Start &s, uint32_t generation, void **ips, Load load) {
+        last_ = nullptr;
+        if (generation != generation_) return forget(generation), -1;
+        Entry *set = set_of(s);
+        for (int w = 0; w < kWays; w++) {
+            Entry &e = set[w];
+            if (!e.loads || e.depth != s.depth || e.max != s.max || e.stop != s.stop) continue;
+            if (e.read_fp && e.fp != s.fp) continue;
+            if (!same_words(e, s.sp, load)) continue;
+            e.used = ++clock_;
+            last_ = &e.tag;
+            int n = 0;
+            for (int i = 0; i < e.loads; i++)  // a zero return address ended the walk without being one of its
+                if ((e.is_return_address[i / 64] >> (i % 64) & 1) && e.word[i])
+                    ips[n++] = reinterpret_cast<void *>(e.word[i]);
+            return n;
+        }
+        return -1;
+    }
+
+    // Keeps a walk from `s` that returned n >= 0 addresses, in place of the least recent of its set.
+    void remember(const Start &s, uint32_t generation, const Recording &r) {
+        last_ = nullptr;
+        if (r.overflow || r.loads == 0 || generation != generation_) return;
+        Entry *set = set_of(s), *victim = &set[0];
+        for (int w = 1; w < kWays; w++)
+            if (set[w].used < victim->used) victim = &set[w];
+        victim->depth = s.depth;
+        victim->max = s.max;
+        victim->stop = s.stop;
+        victim->read_fp = r.read_fp;
+        victim->fp = s.fp;
+        victim->loads = uint8_t(r.loads);
+        memcpy(victim->is_return_address, r.is_return_address, sizeof r.is_return_address);
+        memcpy(victim->offset, r.offset, sizeof(uint16_t) * r.loads);
+        memcpy(victim->word, r.word, sizeof(uintptr_t) * r.loads);
+        victim->used = ++clock_;
+        victim->tag = Tag();
+        last_ = &victim->tag;
+    }
+
+private:
+    struct Entry {
+        uint32_t depth = 0;
+        int16_t max = 0;
+        uint8_t loads = 0;  // 0: empty
+        bool read_fp = false;
+        const void *stop = nullptr;
+        uintptr_t fp = 0;
+        uint64_t is_return_address[2] = {};
+        uint32_t used = 0;
+        Tag tag;
+        uint16_t offset[kMaxLoads];  // in words from the start (a walk within 512 KiB of stack)
+        uintptr_t word[kMaxLoads];
+    };
+    Entry entries_[kSets * kWays];
+    Tag *last_ = nullptr;
+    uint32_t generation_ = 0, clock_ = 0;
+
+    Entry *set_of(const Start &s) {
+        uint64_t h = (uint64_t(s.depth) * 0x9E3779B97F4A7C15ull) ^ uint64_t(s.max) ^ reinterpret_cast<uintptr_t>(s.stop);
+        return &entries_[(h >> 40) % kSets * kWays];
+    }
+    // Every word compared, with no early exit between the loads: they are independent, so the processor
+    // has them all in flight at once.
+    template <class Load>
+    static bool same_words(const Entry &e, uintptr_t sp, Load load) {
+        uintptr_t differ = 0;
+        for (int i = 0; i < e.loads; i++) differ |= load(sp + sizeof(uintptr_t) * e.offset[i]) ^ e.word[i];
+        return differ == 0;
+    }
+    int forget(uint32_t generation) {
+        for (Entry &e : entries_) e.loads = 0;
+        last_ = nullptr;
+        generation_ = generation;
+        return -1;
+    }
+};
+
+}  // namespace gg::stacks::cfi
