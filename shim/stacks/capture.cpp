@@ -29,9 +29,6 @@ constexpr int kMaxPython = 128;
 // Frames between the unwinder and capture()'s caller (capture, its helpers, the unwinder's own
 // entry); they are found by return address, this only sizes the buffer.
 constexpr int kSlack = 16;
-// Return addresses in the key of a site without Python frames: enough to reach the operator that
-// allocates in PyTorch's C++ (c10's allocator, at::empty and its dispatch lie in between).
-constexpr int kNativeKeyFrames = 12;
 static_assert(kMaxDepth + kPyWords * kMaxPython <= int(table::kMaxWords), "a stack must fit the table");
 
 std::atomic<int> g_depth{48};
@@ -95,16 +92,25 @@ int locate_caller(void *const *raw, int n, void *return_address) {
 // innermost eval loop does not change.
 uint64_t site_seed(int skip) { return reuse::mix(0, uint64_t(skip)); }
 
-// `key` extended with the innermost kNativeKeyFrames return addresses above the caller, from a short
-// walk: an unstable Python site whose native paths must be told apart (shim/stacks/reuse.h).
-uint64_t with_native_frames(uint64_t key, int skip, void *return_address) {
+// `key` extended with every native return address between the caller and the innermost eval loop
+// (that frame itself left out: where inside the eval loop it stood moves as CPython specialises), at
+// most `depth`: an unstable Python site, whose native paths differ somewhere below its Python frames.
+// That part is all that can differ under one Python key (which covers every Python frame), so each
+// path becomes a site of its own. A fixed few innermost frames were not enough: in PyTorch they all
+// lie in c10's allocator, and two operators' paths part 15 to 25 frames out (at::empty against
+// at::empty_strided). The walk stops at the eval loop, and the caching walker recalls it from the stack
+// words it read before (shim/stacks/walk_memo.h) when they are the same.
+uint64_t with_native_frames(uint64_t key, int skip, int depth, void *return_address) {
     GG_PROFILE_STEP(kCaptureNativeKey);
-    void *raw[kSlack + kMaxDepth];
-    int want = frames_above_caller() + skip + kNativeKeyFrames;
-    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
+    void *raw[kSlack + 2 * kMaxDepth];
+    int want = frames_above_caller() + skip + depth;
+    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop_at_eval_loop);
     int start = locate_caller(raw, n, return_address) + skip;
-    for (int i = start; i < n && i < start + kNativeKeyFrames; ++i)
-        key = reuse::mix(key, reinterpret_cast<uintptr_t>(raw[i]));
+    for (int i = start; i < n && i < start + depth; ++i) {
+        uintptr_t ip = reinterpret_cast<uintptr_t>(raw[i]);
+        if (py::is_eval_loop(ip)) break;
+        key = reuse::mix(key, ip);
+    }
     return key ? key : 1;  // 0 marks an empty slot
 }
 
@@ -159,7 +165,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         auto kind = census::Kind::kPython;
         if (verdict == reuse::SiteCache::Verdict::kUnstable) {
             census::note(kind, census::Outcome::kUnstable);
-            key = with_native_frames(key, skip, return_address);
+            key = with_native_frames(key, skip, depth, return_address);
             verdict = sites->lookup(key, &cached);
             kind = census::Kind::kPythonExtended;
         }

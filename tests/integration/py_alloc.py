@@ -3,7 +3,8 @@ operators) against whichever libcuda.so.1 is found: the report must name this fi
 and the line of the call. Usage: py_alloc.py [with-gil-holder NATIVE.so | paths NATIVE.so N PATTERN]
 
 paths: N allocations from one Python line, through two_paths.so's path_a (1 MiB each) or path_b
-(2 MiB each), all kept live; PATTERN "ab" alternates, "a" takes path_a only."""
+(2 MiB each), all kept live; PATTERN "ab" alternates, "a" takes path_a only; "ab-deep" alternates
+deep_path_a and deep_path_b, whose common part below them is 20 frames deep."""
 import ctypes
 import sys
 import threading
@@ -31,9 +32,10 @@ def train_step(model):
 
 def paths(native, n, pattern):
     ptr = ctypes.c_uint64()
+    via = native.alloc_via_deep if pattern.endswith("-deep") else native.alloc_via
     for i in range(n):
-        which = 1 if pattern == "ab" and i % 2 else 0
-        r = native.alloc_via(which, ctypes.byref(ptr), ctypes.c_size_t((which + 1) << 20))  # LINE-OF-PATHS
+        which = 1 if pattern.startswith("ab") and i % 2 else 0
+        r = via(which, ctypes.byref(ptr), ctypes.c_size_t((which + 1) << 20))  # LINE-OF-PATHS
         assert r == 0, r
     print("paths ->", n)
 

@@ -104,6 +104,20 @@ stack_reuse_two_paths_extended() {
 }
 check "an unstable Python site is told apart by its native frames: each path reused with its own stack" stack_reuse_two_paths_extended
 
+stack_reuse_two_paths_deep() {
+  fresh
+  local r; r=$(paths_report 200 ab-deep) || { cat "$TMP/err"; return 1; }
+  # The two paths part 21 frames above the allocation: the extended key takes in every native frame up
+  # to the innermost eval loop, not a fixed few, so each path is still a site of its own (with the 12
+  # innermost frames they were one key, unstable too, and every allocation was unwound).
+  local by_path="${BY_PATH//path_a/deep_path_a}"; by_path="${by_path//path_b/deep_path_b}"
+  expect_eq "$(json "$r" "$by_path")" "[('deep_path_a', $((100 * MIB)), 100), ('deep_path_b', $((200 * MIB)), 100)]" \
+    "bytes by native path, exact" &&
+  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
+    "the Python site unstable, its two native paths reused"
+}
+check "an unstable Python site whose native paths part far from the allocation: each path still reused" stack_reuse_two_paths_deep
+
 signal_report() {
   fresh
   # env execs the program, so $! is its pid.

@@ -23,3 +23,28 @@ __attribute__((noinline)) CUresult path_b(CUdeviceptr *p, size_t n) {
 }
 
 CUresult alloc_via(int which, CUdeviceptr *p, size_t n) { return which ? path_b(p, n) : path_a(p, n); }
+
+/* The same two paths with a deep common part between them and the allocation (kDeep frames, as c10's
+ * allocator, at::empty and the dispatcher lie between a PyTorch operator and the driver): paths that
+ * differ only further out than a fixed number of innermost frames. */
+enum { kDeep = 20 };
+
+__attribute__((noinline)) static CUresult deep_common(CUdeviceptr *p, size_t n, int levels) {
+    CUresult r = levels ? deep_common(p, n, levels - 1) : cuMemAlloc(p, n);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+    return r;
+}
+
+__attribute__((noinline)) CUresult deep_path_a(CUdeviceptr *p, size_t n) {
+    CUresult r = deep_common(p, n, kDeep);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
+__attribute__((noinline)) CUresult deep_path_b(CUdeviceptr *p, size_t n) {
+    CUresult r = deep_common(p, n, kDeep);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
+CUresult alloc_via_deep(int which, CUdeviceptr *p, size_t n) { return which ? deep_path_b(p, n) : deep_path_a(p, n); }
