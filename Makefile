@@ -271,6 +271,7 @@ gpu-test: all
 gpu-bench: all
 	@$(MAKE) --no-print-directory PROFILE=1 BUILD=build-profile all
 	@BUILD=$(BUILD) PROFILED=build-profile tests/bench/gpu_run.sh
+	@BUILD=$(BUILD) PROFILED=build-profile tests/bench/gpu_tensor_inproc.sh
 
 # Fuzzing: tests/fuzz/fuzz_<name>.cpp -> build-fuzz/fuzz_<name>, built with clang's libFuzzer under
 # ASan and UBSan (any undefined behaviour stops the run, as a crash does), each run for FUZZ_SECONDS
