@@ -72,6 +72,9 @@ uint64_t percentile(const Histogram &h, uint64_t n, int pct) {
 }
 
 __attribute__((destructor)) void print_profile() {
+    bool any = false;
+    for (const Histogram &h : g_hist) any |= h.count.load() != 0;
+    if (!any) return;  // a process that ran no hook (a shell the program ran through)
     fprintf(stderr, "gpuguard: profile (ns)           %10s %10s %10s %10s\n", "count", "mean", "median", "p90");
     for (int s = 0; s < kSteps; s++) {
         const Histogram &h = g_hist[s];

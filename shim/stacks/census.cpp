@@ -46,6 +46,10 @@ std::string where(uint32_t stack) {
 }
 
 __attribute__((destructor)) void print_census() {
+    uint64_t any = 0;
+    for (auto &kind : g_counts)
+        for (auto &n : kind) any += n.load();
+    if (!any) return;  // a process that captured nothing (a shell the program ran through)
     fprintf(stderr, "gpuguard: census %-18s %10s %10s %10s %10s\n", "key", "miss", "reuse", "check", "unstable");
     for (int k = 0; k < 3; k++)
         fprintf(stderr, "gpuguard: census %-18s %10llu %10llu %10llu %10llu\n", kind_name(k),
