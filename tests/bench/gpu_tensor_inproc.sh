@@ -8,7 +8,7 @@
 # unwinding, the live-block table, totals and timeline, the event ring) and whose census says which
 # stacks were unwound and under how many keys. Prints a markdown table last (also $OUT/tensor_inproc.md).
 #
-#   INPROC_ROUNDS=20 INPROC_BLOCK=5 INPROC_WARMUP=5 INPROC_LOOPS=llama,conv,decode PROFILE_STEPS=30
+#   INPROC_ROUNDS=150 INPROC_BLOCK=1 INPROC_WARMUP=5 INPROC_LOOPS=llama,conv,decode PROFILE_STEPS=30
 #   INPROC_HISTORY=0 leaves PyTorch's recorder out (comparing two builds of the shim)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,7 +16,7 @@ root=$(cd "$here/../.." && pwd)
 BUILD=${BUILD:-build}; [[ $BUILD = /* ]] || BUILD=$root/$BUILD
 PROFILED=${PROFILED:-$root/build-profile}; [[ $PROFILED = /* ]] || PROFILED=$root/$PROFILED
 OUT=${OUT:-$BUILD/gpu-bench}; mkdir -p "$OUT"
-ROUNDS=${INPROC_ROUNDS:-20} BLOCK=${INPROC_BLOCK:-5} WARMUP=${INPROC_WARMUP:-5} LOOPS=${INPROC_LOOPS:-llama,conv,decode}
+ROUNDS=${INPROC_ROUNDS:-150} BLOCK=${INPROC_BLOCK:-1} WARMUP=${INPROC_WARMUP:-5} LOOPS=${INPROC_LOOPS:-llama,conv,decode}
 PROFILE_STEPS=${PROFILE_STEPS:-30}
 source "$here/gpu_lib.sh"
 clean_bench_env
@@ -53,20 +53,22 @@ for line in open(sys.argv[1]):
     if not line.startswith("inproc "): continue
     f = dict(kv.split("=", 1) for kv in line.split()[1:])
     rows[(f["loop"], f["mode"])] = f
-print("| loop | blocks a step | step, view off | view on | on / off: median (p25 to p75) | recorder on / off | recorder's cost / the view's |")
+print("| loop | blocks a step | step, view off | view on | on / off: median [95% interval] (p25 to p75) | recorder on / off | recorder's cost / the view's |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for loop in ("llama", "conv", "decode"):
     s, h = rows.get((loop, "shim")), rows.get((loop, "history"))
     if not s: continue
     view = float(s["ratio"]) - 1
-    rec = f"{float(h['ratio']):.4f} ({h['p25']} to {h['p75']})" if h else "not run"
+    ci = lambda f: f" [{f['ci_lo']} to {f['ci_hi']}]" if "ci_lo" in f else ""
+    rec = f"{float(h['ratio']):.4f}{ci(h)} ({h['p25']} to {h['p75']})" if h else "not run"
     times = f"{(float(h['ratio']) - 1) / view:.0f}x" if h and view > 0 else "the view within the noise" if h else ""
     print(f"| {loop} | {float(s['blocks_per_step']):.0f} | {s['off_ms']} ms | {s['on_ms']} ms | "
-          f"{s['ratio']} ({s['p25']} to {s['p75']}) | {rec} | {times} |")
+          f"{s['ratio']}{ci(s)} ({s['p25']} to {s['p75']}) | {rec} | {times} |")
 any_row = next(iter(rows.values()), None)
 if any_row:
-    print(f"\n{any_row['rounds']} rounds a loop, each a block of {any_row['block']} steps with the view on and one with it off, "
-          "the order alternating; the ratio is on / off within a round, its median and quartiles over rounds.")
+    print(f"\n{any_row['rounds']} rounds a loop, each a block of {any_row['block']} step(s) with the view on and one with it off, "
+          "the order alternating; the ratio is on / off within a round: its median over rounds, a distribution-free 95% "
+          "interval for that median (sign test), and the quartiles.")
 names = {"c10 block: the tensor view's share": "whole", "block: stack (capture)": "stack", "stack: Python site key": "python key",
          "stack: Python frames": "python frames", "stack: native site key": "native key", "stack: native unwind": "native unwind",
          "stack: intern": "intern", "block: live-block table": "table", "block: totals and timeline": "totals",
