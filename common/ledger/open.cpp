@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -173,12 +174,29 @@ int open_existing(const OpenOptions &o, int *fd_out, void **map_out, std::string
     return 1;
 }
 
+// 64 bits for names and delays that must differ between processes: getrandom, else the clock mixed
+// with an address of this process (which ASLR moves).
+uint64_t random_bits() {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    return (now_ns(CLOCK_MONOTONIC) ^ reinterpret_cast<uintptr_t>(&r)) * 0x9E3779B97F4A7C15ull;
+}
+
 // A complete new ledger under a temporary name next to the path: created exclusively, sized, mapped
 // and initialised. Nobody can see it until it is linked or renamed into place.
 bool create_temp(const OpenOptions &o, std::string *tmp, int *fd_out, void **map_out, std::string *error) {
-    *tmp = o.path + ".tmp." + std::to_string(getpid());
     mode_t mode = o.group >= 0 ? 0660 : 0600;
-    int fd = ::open(tmp->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    // Named by the pid and 64 random bits: processes in PID namespaces of their own share pids (every
+    // container's first process is pid 1), and a name taken by another (or left by one killed while it
+    // created) is no reason to give up the shared quota: another name is tried.
+    int fd = -1;
+    for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
+        char suffix[48];
+        snprintf(suffix, sizeof suffix, ".tmp.%d.%016llx", (int)getpid(), (unsigned long long)random_bits());
+        *tmp = o.path + suffix;
+        fd = ::open(tmp->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
         *error = "cannot create ledger " + o.path + ": " + errno_text(errno);
         return false;
@@ -221,8 +239,9 @@ bool clear_stale_retirement(int fd, Header *h, const std::string &path) {
 }
 
 // A little wait before trying again while another process replaces the ledger (microseconds of
-// work); spread so that racing processes do not retry in step.
-void pause_briefly(int attempt) { usleep((useconds_t)(500 + (getpid() * 7919 + attempt * 104729) % 1500)); }
+// work); spread at random so that racing processes do not retry in step (by pid they did, where each
+// is pid 1 of its own namespace).
+void pause_briefly(int) { usleep((useconds_t)(500 + random_bits() % 1500)); }
 
 }  // namespace
 

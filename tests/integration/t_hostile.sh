@@ -61,6 +61,47 @@ else
   skip "defect 4: clients in two PID namespaces on one ledger" "unshare --pid is not allowed here (needs root or user namespaces)"
 fi
 
+# Issue 29, 1: processes that are pid 1 of their own PID namespaces, starting on a new ledger. Its
+# temporary file was named by pid, so a second pid 1 found the first one's (EEXIST) and went on with a
+# quota of its own: two quotas, twice the limit held. A temporary file left by a pid 1 killed while
+# creating the ledger made every later pid 1 do so, every time.
+one_admitted() {  # how many of the outputs $TMP/out.* say their 200 MiB were admitted
+  grep -l "alloc $((200*MIB)) -> CUDA_SUCCESS" "$TMP"/out.* 2>/dev/null | wc -l
+}
+namespaces_stale_temp() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=300MiB
+  : > "$TMP/ledger.tmp.1"  # left by a pid 1 killed while it created the ledger
+  local out; out=$(shimmed timeout 30 unshare --pid --fork --mount-proc "$BIN/drv_linked" linked alloc $((200*MIB)) 2>err)
+  expect_not_contains "$(cat err)" "the quota applies to this process alone" "a private quota" &&
+    expect_contains "$out" "alloc $((200*MIB)) -> CUDA_SUCCESS" "admitted under the shared ledger" &&
+    expect_eq "$(ls "$TMP"/ledger 2>&1)" "$TMP/ledger" "the shared ledger made"
+}
+namespaces_create_race() {
+  fresh
+  export GPUGUARD_LEDGER=$TMP/ledger GPUGUARD_MEM_LIMIT=300MiB GPUGUARD_MAX_REPORTS=0
+  local trial p bad=0
+  for trial in 1 2 3 4 5 6; do
+    rm -f "$TMP"/ledger* "$TMP"/out.* "$TMP"/err.*
+    for p in 1 2 3 4 5 6 7 8; do  # each pid 1 in a namespace of its own, all started at once
+      shimmed timeout 30 unshare --pid --fork --mount-proc "$BIN/drv_linked" linked alloc $((200*MIB)) sleep 1500 \
+        > "$TMP/out.$p" 2> "$TMP/err.$p" &
+    done
+    wait
+    if grep -q "the quota applies to this process alone" "$TMP"/err.* || (($(one_admitted) != 1)); then
+      bad=$((bad + 1)); echo "trial $trial: $(one_admitted) of 8 admitted 200 MiB under 300 MiB"; grep -h gpuguard "$TMP"/err.* | sort | uniq -c
+    fi
+  done
+  expect_eq "$bad" 0 "trials in which a namespace had a quota of its own" &&
+    expect_eq "$(ls "$TMP"/ledger.tmp* 2>/dev/null)" "" "temporary files left"
+}
+if can_unshare_pid; then
+  check "issue 29: a temporary file left by a pid 1 does not give the next pid 1 a quota of its own" namespaces_stale_temp
+  check "issue 29: 8 processes, each pid 1 of its own PID namespace, start on a new ledger: one quota (6 trials)" namespaces_create_race
+else
+  skip "issue 29: pid-1 processes creating one ledger" "unshare --pid is not allowed here (needs root or user namespaces)"
+fi
+
 # 5: 512 claimers SIGKILLed while claiming a slot (taken, not yet live) leave every slot in that state:
 # what each such kill leaves, written at once. The slots are seen (gpuguard top), reclaimed, and an
 # allocation succeeds, with a limit or without.
