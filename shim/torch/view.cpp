@@ -160,8 +160,10 @@ __attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t all
         note_totals(device, allocated, reserved, now);
     }
     GG_PROFILE_STEP(kTorchRing);
-    events().push({now, ptr, size > 0 ? size : -size, allocated, reserved, int8_t(device),
-                   size > 0 ? Action::kAlloc : Action::kFree});
+    // The size taken back, as a magnitude: INT64_MIN (from no real caller) has none in an int64.
+    int64_t magnitude = size > 0 ? size : size == INT64_MIN ? INT64_MAX : -size;
+    events().push(
+        {now, ptr, magnitude, allocated, reserved, int8_t(device), size > 0 ? Action::kAlloc : Action::kFree});
     return size > 0;
 }
 

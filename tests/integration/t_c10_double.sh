@@ -164,3 +164,17 @@ shim_view_switched() {
     expect_contains "$(cat text.txt)" "tensors made while the tensor view was switched off" "the summary says the view is partial"
 }
 check "the tensor view switched off and on at run time: no block freed while off is listed, and the report says what is unlisted" shim_view_switched
+
+# A hostile caller of c10's profiler function: a block of INT64_MIN bytes taken back (its negation does
+# not fit in an int64: UBSan reported it, and the event's size came out negative). The event says the
+# largest size instead, and the report is written.
+shim_hostile_size() {
+  fresh
+  GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" alloc 1M raw 0x7f0000001000 min report hostile >/dev/null 2>err.txt ||
+    { cat err.txt; return 1; }
+  local r; r=$(report_named hostile)
+  [[ -n $r ]] || { echo "no report"; cat err.txt; return 1; }
+  expect_eq "$(json "$r" '[e[3] for e in d["tensor_view"]["events"]["rows"] if e[2] == 0x7f0000001000]')" \
+    "[9223372036854775807]" "the hostile free's size in the event ring"
+}
+check "a block of INT64_MIN bytes from a hostile c10 caller: recorded with the largest size, no overflow" shim_hostile_size
