@@ -50,6 +50,24 @@ enforces_through_run() {
 }
 check "the quota is enforced in the command and the OOM report lands in --report-dir" enforces_through_run
 
+# Issue 29, 6: GPUGUARD_LIBRARY naming a file that is not the shim (another library, or no library at
+# all): the program ran with no quota, 64 MiB given under --limit 1MiB, exit 0 and no message. It is
+# not started now: exit 127 and one line.
+fails_closed_on_a_foreign_library() {
+  fresh
+  local zlib err rc
+  zlib=$(ldconfig -p | sed -n 's/.*libz\.so\.1 (libc6,x86-64) => //p' | head -1)
+  [[ -n $zlib ]] || zlib=/lib/x86_64-linux-gnu/libz.so.1
+  for lib in "$zlib" /etc/passwd; do
+    err=$(GPUGUARD_LIBRARY=$lib LD_LIBRARY_PATH=$FAKE "$CLI" run --limit 1MiB -- "$BIN/drv_linked" linked alloc 67108864 2>&1); rc=$?
+    expect_eq "$rc" 127 "the exit status under $lib" &&
+      expect_not_contains "$err" "CUDA_SUCCESS" "the program not run under $lib" &&
+      expect_contains "$err" "the program was not started (it would run with no quota)" "the message for $lib" || return 1
+  done
+  expect_contains "$(GPUGUARD_LIBRARY=$zlib "$CLI" run -- true 2>&1)" "$zlib is not gpuguard's library" "what is wrong with libz"
+}
+check "GPUGUARD_LIBRARY naming another library or no library: the program is not started (fails closed)" fails_closed_on_a_foreign_library
+
 bad_limit() {
   local err rc
   err=$("$CLI" run --limit 12parsecs -- true 2>&1); rc=$?
@@ -176,7 +194,9 @@ as_pid1() {
     sh -c 'echo "$$ $PPID" > '"$TMP"'/pid1; exec sleep 30' &
   local outer=$! inner
   wait_for_file "$TMP/pid1" || { kill -KILL $outer; return 1; }
-  expect_eq "$(cat "$TMP/pid1")" "2 1" "the command's pid and parent inside the namespace" || { kill -KILL $outer; return 1; }
+  # Its parent is run, pid 1 (its own pid is 3: run's check of the library was pid 2).
+  expect_eq "$(awk '{print ($1 > 1 ? "child" : "pid 1"), $2}' "$TMP/pid1")" "child 1" \
+    "the command's place and parent inside the namespace" || { kill -KILL $outer; return 1; }
   inner=$(cat "/proc/$outer/task/$outer/children")  # run, as seen from outside the namespace
   sleep 0.1
   kill -TERM $inner

@@ -18,6 +18,7 @@
 #include "common/units/size_spec.h"
 #include "tools/cli/args.h"
 #include "tools/cli/files.h"
+#include "tools/cli/library_probe.h"
 #include "tools/cli/preload.h"
 #include "tools/cli/process.h"
 #include "tools/cli/text.h"
@@ -156,6 +157,12 @@ int cmd_run(int argc, char **argv) {
     if (lib.empty()) return fail(127, why);
     if (lib.find_first_of(" :\t") != std::string::npos)
         return fail(2, "the library path " + lib + " holds a space or a colon, which LD_PRELOAD cannot carry");
+    // The program would run with no quota at all under a library that is not the shim or does not
+    // preload (GPUGUARD_LIBRARY pointing at another library, or at no library): refused, as a
+    // malformed limit is (fail closed), after one start of this command with it preloaded.
+    gg::tool::LibraryProbe probe;
+    if (!gg::tool::probe_library_as_preload(lib, &probe, &why))
+        return fail(127, why + "; the program was not started (it would run with no quota)");
 
     // The limit, checked here so that a typo stops the container at once with one clear line instead
     // of every process refusing every allocation (what the shim does with a malformed limit).

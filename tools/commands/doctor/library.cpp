@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/settings/settings.h"
+#include "tools/cli/library_probe.h"
 #include "tools/cli/preload.h"
 #include "tools/cli/process.h"
 #include "tools/commands/doctor/checks.h"
@@ -49,6 +50,7 @@ int probe_library(const std::string &lib) {
     printf("preloaded %d\n", maps_hold(0, real_path(lib), &settled) ? 1 : 0);
     void *h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     printf("dlopen %s\n", h ? "ok" : dlerror());
+    printf("shim %d\n", h && dlsym(h, "gpuguard_report") && dlsym(h, "gpuguard_tensor_view") ? 1 : 0);
     std::string beside = lib.substr(0, lib.rfind('/') + 1) + "libunwind.so.8";
     if (access(beside.c_str(), F_OK) == 0) {
         void *u = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -61,18 +63,6 @@ int probe_library(const std::string &lib) {
     _exit(0);  // no destructors: the shim is in this process
 }
 
-namespace {
-
-std::string field(const std::string &out, const std::string &key) {
-    std::istringstream in(out);
-    std::string line;
-    while (std::getline(in, line))
-        if (line.compare(0, key.size() + 1, key + " ") == 0) return line.substr(key.size() + 1);
-    return "";
-}
-
-}  // namespace
-
 // Returns the library's path when it loads, else "".
 std::string check_library(Checks &c) {
     std::string why, lib = gg::tool::find_library(&why);
@@ -80,33 +70,18 @@ std::string check_library(Checks &c) {
         c.line(kFail, "library", why, "install gpuguard (make install) or set GPUGUARD_LIBRARY");
         return "";
     }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        c.line(kWarn, "library", lib + ": cannot check that it loads (/proc/self/exe unreadable)");
-        return lib;
-    }
-    self[n] = '\0';
-    std::vector<std::string> env =
-        gg::tool::environment_with("LD_PRELOAD", gg::tool::preload_with(lib, settings::env("LD_PRELOAD")));
-    gg::tool::Finished f;
-    if (!gg::tool::run_captured({self, "doctor", "--probe-library", lib}, &env, 30, true, &f, &why)) {
-        c.line(kFail, "library", lib + ": " + why, "check the system's process limits");
-        return "";
-    }
-    if (!WIFEXITED(f.status) || WEXITSTATUS(f.status) != 0) {
-        c.line(kFail, "library", lib + ": a program preloading it " + gg::tool::describe_status(f.status),
-               "rebuild gpuguard for this system and report the crash");
-        return "";
-    }
-    std::string dl = field(f.out, "dlopen");
-    if (field(f.out, "preloaded") != "1" || dl != "ok") {
-        c.line(kFail, "library", lib + " does not load: " + (dl.empty() || dl == "ok" ? trim(f.out) : dl),
-               "install what it names, or rebuild gpuguard against this system's C library");
+    gg::tool::LibraryProbe probe;
+    if (!gg::tool::probe_library_as_preload(lib, &probe, &why)) {
+        const char *fix = probe.out.empty()                             ? "check the system's process limits"
+                          : probe.shim == "0" && probe.preloaded == "1" ? "point GPUGUARD_LIBRARY at libgpuguard.so"
+                          : probe.dlopen.empty()
+                              ? "rebuild gpuguard for this system and report the crash"
+                              : "install what it names, or rebuild gpuguard against this system's C library";
+        c.line(kFail, "library", why, fix);
         return "";
     }
     c.line(kOk, "library", lib + " loads as a preload");
-    std::string beside = field(f.out, "unwind beside"), system = field(f.out, "unwind system");
+    const std::string &beside = probe.unwind_beside, &system = probe.unwind_system;
     if (beside == "ok") c.line(kOk, "libunwind", "libunwind.so.8 beside the library loads");
     else if (!beside.empty())
         c.line(kWarn, "libunwind",
