@@ -238,24 +238,23 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::process] = process_section();
     stacks::ReuseCounts reuse = stacks::reuse_counts();
     stacks::WalkerCounts walker = stacks::walker_counts();
-    r[key::capture] = {
-        {key::unwinder, stacks::unwinder()},
-        {key::walker,
-         {{key::walks, walker.walks},
-          {key::rules_learned, walker.rules_learned},
-          {key::fallbacks, walker.fallbacks},
-          {key::recalled, walker.recalled}}},
-        {key::python, py::version()},
-        {key::stack_depth, c.stack_depth},
-        {key::stack_reuse,
-         {{key::on, c.stack_reuse},
-          {key::reused, reuse.reused},
-          {key::unwound, reuse.unwound},
-          {key::checks, reuse.checks},
-          {key::changes, reuse.changes},
-          {key::unstable_sites, reuse.unstable_sites},
-          {key::evicted, reuse.evicted},
-          {key::threads, reuse.threads}}}};
+    r[key::capture] = {{key::unwinder, stacks::unwinder()},
+                       {key::walker,
+                        {{key::walks, walker.walks},
+                         {key::rules_learned, walker.rules_learned},
+                         {key::fallbacks, walker.fallbacks},
+                         {key::recalled, walker.recalled}}},
+                       {key::python, py::version()},
+                       {key::stack_depth, c.stack_depth},
+                       {key::stack_reuse,
+                        {{key::on, c.stack_reuse},
+                         {key::reused, reuse.reused},
+                         {key::unwound, reuse.unwound},
+                         {key::checks, reuse.checks},
+                         {key::changes, reuse.changes},
+                         {key::unstable_sites, reuse.unstable_sites},
+                         {key::evicted, reuse.evicted},
+                         {key::threads, reuse.threads}}}};
     r[key::device] = device_section(ordinal);
 
     const DeviceInfo *dev = device_info(ordinal);

@@ -35,9 +35,10 @@ std::string where(uint32_t stack) {
     std::string out;
     int shown = 0;
     for (const auto &f : frames_json(stack)) {
-        std::string text = f.value("kind", "") == "python"
-                               ? f.value("file", "") + ":" + std::to_string(f.value("line", 0)) + " " + f.value("function", "")
-                               : f.value("symbol", "") + " (" + f.value("module", "") + ")";
+        std::string text =
+            f.value("kind", "") == "python"
+                ? f.value("file", "") + ":" + std::to_string(f.value("line", 0)) + " " + f.value("function", "")
+                : f.value("symbol", "") + " (" + f.value("module", "") + ")";
         if (text.find("libgpuguard") != std::string::npos) continue;
         out += (shown ? " < " : "") + text.substr(0, 90);
         if (++shown == 6) break;

@@ -18,10 +18,11 @@
 // is then extended with the native return addresses between the allocation and the innermost eval
 // loop (a walk that stops there, recalled from the stack words it read before where they are the
 // same: shim/stacks/walk_memo.h), which is all that can differ under one Python key; only a site
-// unstable under that key too unwinds every time. (Stacks that differ only in where inside the interpreter's eval loop a frame stood are the
-// same site: CPython specialises its instructions as a program warms up, which moves those return
+// unstable under that key too unwinds every time. (Stacks that differ only in where inside the interpreter's eval loop
+// a frame stood are the same site: CPython specialises its instructions as a program warms up, which moves those return
 // addresses.) Threads without Python frames (PyTorch's autograd threads, C++ programs) need no key:
-// their walk itself is recalled, with the stack it gave (capture_native in shim/stacks/capture.cpp). GPUGUARD_STACK_REUSE=0 turns reuse off.
+// their walk itself is recalled, with the stack it gave (capture_native in shim/stacks/capture.cpp).
+// GPUGUARD_STACK_REUSE=0 turns reuse off.
 //
 // The cache is per thread (no lock), kWays-way set-associative (a training step's few hundred sites
 // would collide in a direct-mapped table: two sites sharing a slot evict each other at every step and

@@ -129,7 +129,8 @@ private:
     uint32_t generation_ = 0, clock_ = 0;
 
     Entry *set_of(const Start &s) {
-        uint64_t h = (uint64_t(s.depth) * 0x9E3779B97F4A7C15ull) ^ uint64_t(s.max) ^ reinterpret_cast<uintptr_t>(s.stop);
+        uint64_t h =
+            (uint64_t(s.depth) * 0x9E3779B97F4A7C15ull) ^ uint64_t(s.max) ^ reinterpret_cast<uintptr_t>(s.stop);
         return &entries_[(h >> 40) % kSets * kWays];
     }
     // Every word compared, with no early exit between the loads: they are independent, so the processor

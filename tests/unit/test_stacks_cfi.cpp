@@ -344,7 +344,7 @@ TEST_SUITE("stacks: walk memo") {
         CHECK(ips_of(w[1]) != ips_of(w[0]));
         CHECK(std::vector<void *>(w[1].ips + 2, w[1].ips + kShort) ==
               std::vector<void *>(w[0].ips + 2, w[0].ips + kShort));  // only the leaves' frames differ
-        CHECK(recalled[2] == recalled[1] + 1);  // b's own walk is remembered, and recalled
+        CHECK(recalled[2] == recalled[1] + 1);                        // b's own walk is remembered, and recalled
         CHECK(ips_of(w[2]) == ips_of(w[1]));
     }
 
