@@ -1,6 +1,15 @@
-# Shared by the GPU benchmark scripts (gpu_run.sh, gpu_profile.sh): finding this machine's driver
+# Shared by the GPU benchmark scripts (gpu_run.sh, gpu_profile.sh, gpu_tensor_cost.sh, gpu_tensor_inproc.sh): finding this machine's driver
 # and CUDA headers, and building the raw allocation benchmark against them. Sourced; needs $here
 # (tests/bench) and $BUILD.
+
+# bench_folders: the repository root, and BUILD, PROFILED and OUT (build, build-profile and
+# $BUILD/gpu-bench unless set) as absolute paths, OUT made.
+bench_folders() {
+  root=$(cd "$here/../.." && pwd)
+  BUILD=${BUILD:-build}; [[ $BUILD = /* ]] || BUILD=$root/$BUILD
+  PROFILED=${PROFILED:-$root/build-profile}; [[ $PROFILED = /* ]] || PROFILED=$root/$PROFILED
+  OUT=${OUT:-$BUILD/gpu-bench}; mkdir -p "$OUT"
+}
 
 # build_raw_bench DIR: builds bench_alloc into DIR and sets BA to it (or to the carried
 # $BUILD/bench/bench_alloc when it cannot be built here); sets LIBCUDA and CUDA_INC. Status 2 when

@@ -12,13 +12,10 @@
 #   TENSOR_ROUNDS=3 TENSOR_STEPS=60 TENSOR_WARMUP=10
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-BUILD=${BUILD:-build}; [[ $BUILD = /* ]] || BUILD=$root/$BUILD
-PROFILED=${PROFILED:-$root/build-profile}; [[ $PROFILED = /* ]] || PROFILED=$root/$PROFILED
-OUT=${OUT:-$BUILD/gpu-bench}; mkdir -p "$OUT"
+source "$here/gpu_lib.sh"
+bench_folders  # BUILD, PROFILED, OUT (absolute), root
 ROUNDS=${TENSOR_ROUNDS:-3} STEPS=${TENSOR_STEPS:-60} WARMUP=${TENSOR_WARMUP:-10}
 RES=$OUT/tensor_results.txt; : > "$RES"
-source "$here/gpu_lib.sh"
 clean_bench_env
 W=$(mktemp -d /tmp/gpuguard-tcost.XXXXXX)
 export PYTHONUNBUFFERED=1 GPUGUARD_REPORT_DIR=$W

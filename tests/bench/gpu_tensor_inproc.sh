@@ -12,13 +12,10 @@
 #   INPROC_HISTORY=0 leaves PyTorch's recorder out (comparing two builds of the shim)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-BUILD=${BUILD:-build}; [[ $BUILD = /* ]] || BUILD=$root/$BUILD
-PROFILED=${PROFILED:-$root/build-profile}; [[ $PROFILED = /* ]] || PROFILED=$root/$PROFILED
-OUT=${OUT:-$BUILD/gpu-bench}; mkdir -p "$OUT"
+source "$here/gpu_lib.sh"
+bench_folders  # BUILD, PROFILED, OUT (absolute), root
 ROUNDS=${INPROC_ROUNDS:-150} BLOCK=${INPROC_BLOCK:-1} WARMUP=${INPROC_WARMUP:-5} LOOPS=${INPROC_LOOPS:-llama,conv,decode}
 PROFILE_STEPS=${PROFILE_STEPS:-30}
-source "$here/gpu_lib.sh"
 clean_bench_env
 W=$(mktemp -d /tmp/gpuguard-inproc.XXXXXX)
 trap 'rm -rf "$W"' EXIT
