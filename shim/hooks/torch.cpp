@@ -22,10 +22,11 @@ GG_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
     guard::DriverCall scope;  // the shim's own driver calls meanwhile are not the program's
     if (!scope.outermost()) return;
     GG_PROFILE_STEP(kTorchBlock);
-    // A block handed out: a refusal before it, inside c10's allocator, was not the program's OOM.
-    if (torch::on_block(reinterpret_cast<uintptr_t>(ptr), alloc_size, total_allocated, total_reserved, device.index) &&
-        episode::allocator_recovered())
-        torch::note_refusal_recovered();
+    torch::on_block(reinterpret_cast<uintptr_t>(ptr), alloc_size, total_allocated, total_reserved, device.index);
+    // A block handed out: a refusal before it, inside c10's allocator, was not the program's OOM. Once
+    // c10 was seen (torch::active(), which makes the episodes hold such refusals pending), whether or
+    // not the view is switched on: switched off, it still settles them.
+    if (alloc_size > 0 && torch::active() && episode::allocator_recovered()) torch::note_refusal_recovered();
 }
 
 GG_EXPORT void _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE(int64_t alloc_size, size_t total_allocated,
@@ -36,6 +37,7 @@ GG_EXPORT void _ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE(int64_t alloc
     guard::DriverCall scope;
     // The report of this out-of-memory: the one its driver failure wrote, rewritten with what c10
     // knows now, or a first one when c10 refused without asking the driver (a memory fraction).
-    if (scope.outermost() && torch::on_out_of_memory(alloc_size, total_allocated, total_reserved, device.index))
-        episode::allocator_out_of_memory(device.index, alloc_size > 0 ? uint64_t(alloc_size) : 0);
+    if (!scope.outermost()) return;
+    torch::on_out_of_memory(alloc_size, total_allocated, total_reserved, device.index);
+    if (torch::active()) episode::allocator_out_of_memory(device.index, alloc_size > 0 ? uint64_t(alloc_size) : 0);
 }

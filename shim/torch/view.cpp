@@ -126,9 +126,9 @@ Tracker &blocks() {
 }
 
 // noinline: the captured stack is counted from this frame (kSkipFrames).
-__attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
+__attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
     State &s = state();  // the first hooked call of a process may be this one
-    if (!enabled() || ptr == 0 || size == 0) return false;
+    if (!enabled() || ptr == 0 || size == 0) return;
     // Stored once: the driver hooks read it on every allocation, and a store at every block would take
     // its cache line from them each time.
     if (!g_active.load(std::memory_order_relaxed)) g_active.store(true, std::memory_order_relaxed);
@@ -164,12 +164,11 @@ __attribute__((noinline)) bool on_block(uint64_t ptr, int64_t size, uint64_t all
     int64_t magnitude = size > 0 ? size : size == INT64_MIN ? INT64_MAX : -size;
     events().push(
         {now, ptr, magnitude, allocated, reserved, int8_t(device), size > 0 ? Action::kAlloc : Action::kFree});
-    return size > 0;
 }
 
-bool on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device) {
+void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device) {
     (void)state();
-    if (!enabled()) return false;
+    if (!enabled()) return;
     uint64_t now = mono_ns();
     {
         std::lock_guard<FutexLock> lock(g_mu);
@@ -177,7 +176,6 @@ bool on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int d
     }
     note_totals(device, allocated, reserved, now);
     events().push({now, 0, size, allocated, reserved, int8_t(device), Action::kOom});
-    return true;
 }
 
 void note_refusal_recovered() { g_refusals_recovered.fetch_add(1, std::memory_order_relaxed); }

@@ -47,10 +47,10 @@ extern std::atomic<bool> g_active;
 inline bool active() { return detail::g_active.load(std::memory_order_relaxed); }
 
 // c10's reports. `size` > 0: a block handed out; < 0: taken back. Totals as c10 gives them.
-// Each returns whether the view took the event (it is on, and a block was handed out or c10 gave
-// up): the c10 hooks then tell the out-of-memory episodes (shim/quota/episode.h), a floor above.
-bool on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device);
-bool on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device);
+// The c10 hooks tell the out-of-memory episodes (shim/quota/episode.h, a floor above) themselves,
+// once active(), whether the view is switched on or not.
+void on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device);
+void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device);
 // A refusal inside c10's allocator that PyTorch recovered from (the episodes drop its report):
 // counted for the report's tensor section.
 void note_refusal_recovered();

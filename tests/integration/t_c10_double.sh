@@ -131,6 +131,19 @@ shim_recovered() {
 }
 check "under the shim: a refusal PyTorch recovers from (it frees its cache and retries) writes no report" shim_recovered
 
+# The same with the view switched off at run time first: c10 still reports its blocks, and the refusal
+# it recovered from is settled by them (held pending, it was written at exit as an out-of-memory).
+shim_recovered_view_off() {
+  fresh
+  local out
+  out=$(GPUGUARD_MEM_LIMIT=2GiB GPUGUARD_LEDGER=none GPUGUARD_REPORT_ON_EXIT=1 \
+        shimmed "$BIN/c10_app" alloc 1M view-off alloc 256Mx4 free-all alloc 1536M print 2>err.txt) || { cat err.txt; return 1; }
+  expect_contains "$out" "allocated=$((1536 * MiB)) reserved=$((1536 * MiB)) live=1 ooms=0" "the retry after the cache was freed fits" &&
+  expect_eq "$(ls gpuguard-quota-*.json gpuguard-allocator_oom-*.json 2>/dev/null | wc -l)" "0" "no out-of-memory report" &&
+  expect_eq "$(grep -c 'refused\|out of memory' err.txt)" "0" "no refusal line on stderr"
+}
+check "the view switched off at run time: a refusal PyTorch recovers from still writes no report" shim_recovered_view_off
+
 # The tensor view switched at run time (gpuguard_set_tensor_view): off, nothing is recorded (the view
 # stays as it was, PyTorch's totals too, until the next event once back on); back
 # on, the list starts empty, so that a block freed while it was off is never listed again, and the
