@@ -514,6 +514,10 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
     if (!available()) return -1;
     ThreadTable *t = g_tables.get();
     if (!t) return -1;
+    // No walk is this one's until recall() or remember() says so: a walk declined below (another stack:
+    // a fiber's, a signal stack) must not leave the walk before it as the last, whose tag a capture
+    // would take for this stack's.
+    t->memo.clear_last();
     g_walks.fetch_add(1, std::memory_order_relaxed);
     refresh(t);
     uintptr_t pc = 0, sp = 0, fp = 0;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unwind.h>
 
 #include <algorithm>
@@ -346,6 +347,33 @@ TEST_SUITE("stacks: walk memo") {
               std::vector<void *>(w[0].ips + 2, w[0].ips + kShort));  // only the leaves' frames differ
         CHECK(recalled[2] == recalled[1] + 1);                        // b's own walk is remembered, and recalled
         CHECK(ips_of(w[2]) == ips_of(w[1]));
+    }
+
+    TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
+        void *ips[kMax];
+        REQUIRE(cfi::walk(ips, 8, nullptr) >= 0);
+        cfi::tag_last_walk(42, 7);
+        REQUIRE(cfi::last_walk_tag(7) == 42);
+        // The same thread on a stack of its own making: not the thread's stack, so the walker declines it.
+        static ucontext_t main_ctx, fiber_ctx;
+        static int fiber_n;
+        static uint32_t fiber_tag;
+        std::vector<char> stack(256 * 1024);
+        REQUIRE(getcontext(&fiber_ctx) == 0);
+        fiber_ctx.uc_stack.ss_sp = stack.data();
+        fiber_ctx.uc_stack.ss_size = stack.size();
+        fiber_ctx.uc_link = &main_ctx;
+        makecontext(
+            &fiber_ctx,
+            [] {
+                void *fips[kMax];
+                fiber_n = cfi::walk(fips, 8, nullptr);
+                fiber_tag = cfi::last_walk_tag(7);  // a capture asks this next: it must not be the walk before's
+            },
+            0);
+        REQUIRE(swapcontext(&main_ctx, &fiber_ctx) == 0);
+        CHECK(fiber_n == -1);
+        CHECK(fiber_tag == 0);
     }
 
     TEST_CASE("a library unloaded empties the memo with the rules") {
