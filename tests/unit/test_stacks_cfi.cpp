@@ -350,6 +350,11 @@ TEST_SUITE("stacks: walk memo") {
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        // ASan warns on swapcontext (a report, which fails the run) and TSan needs fibers announced:
+        // the plain build's `make test` runs this.
+        return;
+#endif
         void *ips[kMax];
         REQUIRE(cfi::walk(ips, 8, nullptr) >= 0);
         cfi::tag_last_walk(42, 7);
