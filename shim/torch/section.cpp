@@ -58,6 +58,11 @@ json stack_list(json &r, const std::vector<StackBytes> &v) {
 // stay unlisted until freed. Unlisted: PyTorch's total less the listed bytes.
 json coverage_json(const Tracker::Snapshot &b, int device, uint64_t allocated, uint64_t start_mono_ns) {
     Coverage c = coverage();
+    // Never switched off: every block was seen. PyTorch's total and the table are read a moment apart
+    // while other threads allocate and free, so their difference says nothing about the switch then.
+    if (c.switched_off == 0 && !c.off)
+        return {{key::complete, true},  {key::unlisted_bytes, 0}, {key::listed_since_ns, 0},
+                {key::switched_off, 0}, {key::off, false},        {key::off_ns, 0}};
     uint64_t listed = b.live_bytes;  // every device's, where more are live than a snapshot lists
     if (b.top.size() == b.live_count) {
         listed = 0;

@@ -12,8 +12,9 @@
  *     free-at I        frees the I-th live block (0: the oldest still live)
  *     view-off, view-on  gpuguard_set_tensor_view(0 / 1), when the shim is loaded; prints "view was=W"
  *     report MESSAGE   gpuguard_report(MESSAGE), when the shim is loaded
- *     raw PTR SIZE     one call of c10's reportMemoryUsageToProfiler as a hostile caller makes it:
- *                      PTR and SIZE as given (SIZE "min": INT64_MIN), totals 0, device cuda:0
+ *     raw PTR SIZE ALLOCATED  one call of c10's reportMemoryUsageToProfiler as a hostile caller makes
+ *                      it: PTR, SIZE ("min": INT64_MIN) and the allocated total as given, reserved the
+ *                      same, device cuda:0
  *     empty-cache      torch.cuda.empty_cache()
  *     print            "allocated=A reserved=R live=N"
  *
@@ -88,11 +89,12 @@ struct c10_device {
 };
 typedef void (*c10_usage_fn)(void *, int64_t, size_t, size_t, struct c10_device);
 
-static void raw_report(const char *ptr, const char *size) {
+static void raw_report(const char *ptr, const char *size, const char *allocated) {
     c10_usage_fn fn = (c10_usage_fn)dlsym(RTLD_DEFAULT, "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE");
     int64_t bytes = !strcmp(size, "min") ? INT64_MIN : strtoll(size, NULL, 0);
     struct c10_device cuda0 = {1, 0};
-    if (fn) fn((void *)(uintptr_t)strtoull(ptr, NULL, 0), bytes, 0, 0, cuda0);
+    size_t total = strtoull(allocated, NULL, 0);
+    if (fn) fn((void *)(uintptr_t)strtoull(ptr, NULL, 0), bytes, total, total, cuda0);
 }
 
 static void alloc(uint64_t size) {
@@ -159,9 +161,9 @@ int main(int argc, char **argv) {
             printf("view was=%d\n", set_view(!strcmp(step, "view-on")));
         } else if (!strcmp(step, "report") && i + 1 < argc) {
             if (report(argv[++i]) != 0) fprintf(stderr, "c10_app: no report written\n");
-        } else if (!strcmp(step, "raw") && i + 2 < argc) {
-            raw_report(argv[i + 1], argv[i + 2]);
-            i += 2;
+        } else if (!strcmp(step, "raw") && i + 3 < argc) {
+            raw_report(argv[i + 1], argv[i + 2], argv[i + 3]);
+            i += 3;
         } else if (!strcmp(step, "empty-cache")) {
             c10_empty_cache();
         } else if (!strcmp(step, "print")) {
