@@ -269,6 +269,10 @@ void reset_after_fork() {
     }
     g_sum_allocated = g_sum_reserved = 0;
     g_active = false;
+    // The child's coverage is its own: it starts with nothing listed and nothing missed, off if the
+    // parent was.
+    g_coverage = Coverage();
+    g_off_since_ns = enabled() ? 0 : mono_ns();
 }
 
 }  // namespace gg::torch

@@ -12,6 +12,7 @@
  *     free-at I        frees the I-th live block (0: the oldest still live)
  *     view-off, view-on  gpuguard_set_tensor_view(0 / 1), when the shim is loaded; prints "view was=W"
  *     report MESSAGE   gpuguard_report(MESSAGE), when the shim is loaded
+ *     fork-report MESSAGE  a forked child writes gpuguard_report(MESSAGE) and exits; the parent waits
  *     raw PTR SIZE ALLOCATED  one call of c10's reportMemoryUsageToProfiler as a hostile caller makes
  *                      it: PTR, SIZE ("min": INT64_MIN) and the allocated total as given, reserved the
  *                      same, device cuda:0
@@ -29,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/fake/fake_c10.h"
 
@@ -164,6 +167,13 @@ int main(int argc, char **argv) {
         } else if (!strcmp(step, "raw") && i + 3 < argc) {
             raw_report(argv[i + 1], argv[i + 2], argv[i + 3]);
             i += 3;
+        } else if (!strcmp(step, "fork-report") && i + 1 < argc) {
+            const char *message = argv[++i];
+            pid_t child = fork();
+            if (child == 0) _exit(report(message) == 0 ? 0 : 1);
+            int status = 0;
+            if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
+                fprintf(stderr, "c10_app: the forked child wrote no report\n");
         } else if (!strcmp(step, "empty-cache")) {
             c10_empty_cache();
         } else if (!strcmp(step, "print")) {

@@ -206,3 +206,15 @@ shim_never_switched_complete() {
     "(True, 0, 0)" "the coverage of a view never switched off"
 }
 check "a view never switched off is complete, whatever PyTorch's total reads beside the blocks listed" shim_never_switched_complete
+
+# A forked child's coverage is its own: the parent's switching (off and on again) is not its history.
+shim_child_coverage() {
+  fresh
+  GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" view-off view-on fork-report child report parent >/dev/null 2>err.txt ||
+    { cat err.txt; return 1; }
+  local c p; c=$(report_named child); p=$(report_named parent)
+  [[ -n $c && -n $p ]] || { echo "reports: child '$c', parent '$p'"; cat err.txt; return 1; }
+  expect_eq "$(json "$c" 'd["tensor_view"]["coverage"]["switched_off"]')" "0" "the child's switches" &&
+    expect_eq "$(json "$p" 'd["tensor_view"]["coverage"]["switched_off"]')" "1" "the parent's"
+}
+check "a forked child's tensor view coverage starts afresh (the parent's switches are not its own)" shim_child_coverage
