@@ -68,6 +68,18 @@ fails_closed_on_a_foreign_library() {
 }
 check "GPUGUARD_LIBRARY naming another library or no library: the program is not started (fails closed)" fails_closed_on_a_foreign_library
 
+# What makes a library gpuguard's is gpuguard_report, which every version of the shim exports: one
+# without the newer calls (gpuguard_tensor_view) is still the shim. It was refused as not gpuguard's.
+accepts_a_library_with_gpuguard_report() {
+  fresh
+  printf 'int gpuguard_report(const char *m) { (void)m; return 0; }\n' > old.c
+  cc -shared -fPIC -o "$TMP/libold.so" old.c || return 1
+  local err rc
+  err=$(GPUGUARD_LIBRARY=$TMP/libold.so "$CLI" run -- sh -c 'echo ran' 2>&1); rc=$?
+  expect_eq "$rc" 0 "the exit status" && expect_contains "$err" "ran" "the program run"
+}
+check "a library exporting gpuguard_report (an older shim) is taken for gpuguard's" accepts_a_library_with_gpuguard_report
+
 bad_limit() {
   local err rc
   err=$("$CLI" run --limit 12parsecs -- true 2>&1); rc=$?

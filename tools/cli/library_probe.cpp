@@ -27,20 +27,20 @@ std::string trim(const std::string &s) {
 
 }  // namespace
 
-bool probe_library_as_preload(const std::string &lib, LibraryProbe *probe, std::string *why) {
+ProbeVerdict probe_library_as_preload(const std::string &lib, LibraryProbe *probe, std::string *why) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
         *why = lib + ": cannot check that it loads (/proc/self/exe unreadable)";
-        return false;
+        return ProbeVerdict::kUnchecked;
     }
     self[n] = '\0';
     std::vector<std::string> env = environment_with("LD_PRELOAD", preload_with(lib, settings::env("LD_PRELOAD")));
     Finished f;
     std::string started;
     if (!run_captured({self, "doctor", "--probe-library", lib}, &env, 30, true, &f, &started)) {
-        *why = lib + ": " + started;
-        return false;
+        *why = lib + ": cannot check that it loads: " + started;
+        return ProbeVerdict::kUnchecked;
     }
     probe->out = f.out;
     probe->preloaded = field(f.out, "preloaded");
@@ -50,18 +50,18 @@ bool probe_library_as_preload(const std::string &lib, LibraryProbe *probe, std::
     probe->unwind_system = field(f.out, "unwind system");
     if (!WIFEXITED(f.status) || WEXITSTATUS(f.status) != 0) {
         *why = lib + ": a program preloading it " + describe_status(f.status);
-        return false;
+        return ProbeVerdict::kNotShim;
     }
     if (probe->preloaded != "1" || probe->dlopen != "ok") {
         std::string dl = probe->dlopen;
         *why = lib + " does not load: " + (dl.empty() || dl == "ok" ? trim(f.out) : dl);
-        return false;
+        return ProbeVerdict::kNotShim;
     }
     if (probe->shim != "1") {
         *why = lib + " is not gpuguard's library (it does not export gpuguard_report)";
-        return false;
+        return ProbeVerdict::kNotShim;
     }
-    return true;
+    return ProbeVerdict::kShim;
 }
 
 }  // namespace gg::tool

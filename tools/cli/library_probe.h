@@ -10,14 +10,16 @@ namespace gg::tool {
 struct LibraryProbe {
     std::string preloaded;      // "1" when the loader mapped it as a preload
     std::string dlopen;         // "ok", or dlopen's reason
-    std::string shim;           // "1" when it exports gpuguard's API (it is the shim, not another library)
+    std::string shim;           // "1" when it exports gpuguard_report (it is the shim, not another library)
     std::string unwind_beside;  // libunwind.so.8 beside it: "ok" or dlopen's reason; "" when none is there
     std::string unwind_system;  // else the system's: where it is, or "none"
     std::string out;            // all the probe printed
 };
 
-// Runs the probe. False with *why (one line naming `lib`) when the probe could not run, crashed, or
-// found `lib` not preloading as the shim; *probe has what it said in any case.
-bool probe_library_as_preload(const std::string &lib, LibraryProbe *probe, std::string *why);
+// Runs the probe: kShim, or with *why (one line naming `lib`) kNotShim when the probe saw `lib` fail
+// to preload as the shim (it crashed, or did not load, or is another library), kUnchecked when it
+// could not run at all (no /proc/self/exe, no process to start); *probe has what it said.
+enum class ProbeVerdict { kShim, kNotShim, kUnchecked };
+ProbeVerdict probe_library_as_preload(const std::string &lib, LibraryProbe *probe, std::string *why);
 
 }  // namespace gg::tool

@@ -160,9 +160,12 @@ int cmd_run(int argc, char **argv) {
     // The program would run with no quota at all under a library that is not the shim or does not
     // preload (GPUGUARD_LIBRARY pointing at another library, or at no library): refused, as a
     // malformed limit is (fail closed), after one start of this command with it preloaded.
+    // A library the check could not even try (no /proc/self/exe, no process to start) is used as found.
     gg::tool::LibraryProbe probe;
-    if (!gg::tool::probe_library_as_preload(lib, &probe, &why))
+    gg::tool::ProbeVerdict verdict = gg::tool::probe_library_as_preload(lib, &probe, &why);
+    if (verdict == gg::tool::ProbeVerdict::kNotShim)
         return fail(127, why + "; the program was not started (it would run with no quota)");
+    if (verdict == gg::tool::ProbeVerdict::kUnchecked) fprintf(stderr, "gpuguard: %s\n", why.c_str());
 
     // The limit, checked here so that a typo stops the container at once with one clear line instead
     // of every process refusing every allocation (what the shim does with a malformed limit).

@@ -50,7 +50,7 @@ int probe_library(const std::string &lib) {
     printf("preloaded %d\n", maps_hold(0, real_path(lib), &settled) ? 1 : 0);
     void *h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     printf("dlopen %s\n", h ? "ok" : dlerror());
-    printf("shim %d\n", h && dlsym(h, "gpuguard_report") && dlsym(h, "gpuguard_tensor_view") ? 1 : 0);
+    printf("shim %d\n", h && dlsym(h, "gpuguard_report") ? 1 : 0);
     std::string beside = lib.substr(0, lib.rfind('/') + 1) + "libunwind.so.8";
     if (access(beside.c_str(), F_OK) == 0) {
         void *u = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -71,12 +71,17 @@ std::string check_library(Checks &c) {
         return "";
     }
     gg::tool::LibraryProbe probe;
-    if (!gg::tool::probe_library_as_preload(lib, &probe, &why)) {
-        const char *fix = probe.out.empty()                             ? "check the system's process limits"
-                          : probe.shim == "0" && probe.preloaded == "1" ? "point GPUGUARD_LIBRARY at libgpuguard.so"
-                          : probe.dlopen.empty()
-                              ? "rebuild gpuguard for this system and report the crash"
-                              : "install what it names, or rebuild gpuguard against this system's C library";
+    gg::tool::ProbeVerdict verdict = gg::tool::probe_library_as_preload(lib, &probe, &why);
+    if (verdict == gg::tool::ProbeVerdict::kUnchecked) {
+        c.line(kWarn, "library", why, "check the system's process limits and /proc");
+        return lib;
+    }
+    if (verdict == gg::tool::ProbeVerdict::kNotShim) {
+        const char *fix = probe.dlopen.empty() ? "rebuild gpuguard for this system and report the crash"
+                          : probe.dlopen == "ok" && probe.shim != "1"
+                              ? "point GPUGUARD_LIBRARY at libgpuguard.so"
+                              : "install what it names, or rebuild gpuguard against "
+                                "this system's C library";
         c.line(kFail, "library", why, fix);
         return "";
     }
