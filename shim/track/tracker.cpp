@@ -24,7 +24,7 @@ GG_HOT Tracker &tracker() {
 GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
     Key k{key, kind};
     Shard &s = shard_of(k);
-    uint64_t replaced = 0;
+    uint64_t replaced = 0, live = 0;
     bool had_stale = false;
     {
         std::lock_guard<FutexLock> lock(s.mu);
@@ -48,19 +48,23 @@ GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
         c.allocs++;
         c.live_bytes += a.bytes;
         c.live_count++;
+        // The totals move under the shard's lock with the table, so that clear() (which holds every
+        // shard's) never falls between the two: after it, a decrement would wrap them past 2^64.
+        if (had_stale) {
+            live_bytes_.fetch_sub(replaced, std::memory_order_relaxed);
+            live_count_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        live_count_.fetch_add(1, std::memory_order_relaxed);
+        live = live_bytes_.fetch_add(a.bytes, std::memory_order_relaxed) + a.bytes;
     }
-    if (had_stale) {
-        live_bytes_.fetch_sub(replaced, std::memory_order_relaxed);
-        live_count_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    live_count_.fetch_add(1, std::memory_order_relaxed);
-    after_change(live_bytes_.fetch_add(a.bytes, std::memory_order_relaxed) + a.bytes, a.t_ns);
+    after_change(live, a.t_ns);
     return true;
 }
 
 GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t now_ns) {
     Key k{key, kind};
     Shard &s = shard_of(k);
+    uint64_t live = 0;
     {
         std::lock_guard<FutexLock> lock(s.mu);
         if (!s.live.take(key, kind, out)) return false;
@@ -71,9 +75,10 @@ GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t 
         c.frees++;
         c.live_bytes -= std::min(c.live_bytes, out->bytes);
         c.live_count -= c.live_count ? 1 : 0;
+        live_count_.fetch_sub(1, std::memory_order_relaxed);  // under the lock, as in insert()
+        live = live_bytes_.fetch_sub(out->bytes, std::memory_order_relaxed) - out->bytes;
     }
-    live_count_.fetch_sub(1, std::memory_order_relaxed);
-    after_change(live_bytes_.fetch_sub(out->bytes, std::memory_order_relaxed) - out->bytes, now_ns);
+    after_change(live, now_ns);
     return true;
 }
 
