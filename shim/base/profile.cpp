@@ -29,9 +29,8 @@ constexpr const char *kNames[kSteps] = {
     "  finish (ledger release)",
     "c10 block: the tensor view's share",
     "  block: stack (capture)",
-    "  block: live-block table",
-    "  block: totals and timeline",
-    "  block: event ring",
+    "  block: pending log (append)",
+    "  block: apply a batch (table, totals, ring)",
 };
 
 // Log-linear buckets: exact below 16 ns, then 8 to each doubling (a value is placed within 6.25%):

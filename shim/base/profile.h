@@ -28,9 +28,8 @@ enum Step {
     kFreeFinish,
     kTorchBlock,
     kTorchStack,
-    kTorchTable,
-    kTorchTotals,
-    kTorchRing,
+    kTorchLog,    // appended to the pending log (shim/torch/pending.h)
+    kTorchApply,  // a batch of pending events applied
     kSteps
 };
 

@@ -17,6 +17,7 @@
 #include "shim/device/device.h"
 #include "shim/stacks/stacks.h"
 #include "shim/torch/events.h"
+#include "shim/torch/pending.h"
 
 namespace gg::torch {
 
@@ -80,6 +81,73 @@ void note_totals(int device, uint64_t allocated, uint64_t reserved, uint64_t now
     totals_timeline().note(now, {sum_a, sum_r});
 }
 
+Totals totals_as_applied(int device) {
+    Totals t;
+    if (device < 0 || device >= kMaxOrdinals) return t;
+    const DeviceTotals &d = g_totals[device];
+    t.seen = d.seen.load(std::memory_order_relaxed);
+    t.allocated = d.allocated.load(std::memory_order_relaxed);
+    t.reserved = d.reserved.load(std::memory_order_relaxed);
+    t.peak_allocated = d.peak_allocated.load(std::memory_order_relaxed);
+    t.peak_reserved = d.peak_reserved.load(std::memory_order_relaxed);
+    return t;
+}
+
+Tracker &table() {
+    Tracker *t = g_blocks.load(std::memory_order_acquire);
+    return t ? *t : never_destroyed(g_blocks);
+}
+
+// One event's changes to the tables, in the order c10 reported it (shim/torch/pending.h).
+void apply_one(const BlockEvent &e) {
+    Event history{e.t_ns, e.address, e.bytes, e.allocated, e.reserved, e.device, e.action};
+    switch (e.action) {
+        case Action::kAlloc: {
+            Allocation a;
+            a.bytes = uint64_t(e.bytes);
+            a.t_ns = e.t_ns;
+            a.thread = e.thread;
+            a.ordinal = int16_t(e.device);
+            a.api = Api::_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE;
+            a.driver_api = a.api;
+            a.stack = e.stack;
+            table().insert(KeyKind::kPointer, e.address, a);  // false (no host memory for the table): untracked
+            note_totals(e.device, e.allocated, e.reserved, e.t_ns);
+            break;
+        }
+        case Action::kFree: {
+            Allocation a;
+            table().take(KeyKind::kPointer, e.address, &a, e.t_ns);  // false: a block from before the shim saw c10
+            note_totals(e.device, e.allocated, e.reserved, e.t_ns);
+            break;
+        }
+        case Action::kOom: note_totals(e.device, e.allocated, e.reserved, e.t_ns); break;
+        case Action::kSegmentAlloc:
+        case Action::kSegmentFree: {
+            // The totals c10 last reported before this segment, as the events before it left them.
+            Totals t = totals_as_applied(e.device);
+            history.allocated = t.allocated;
+            history.reserved = t.reserved;
+            break;
+        }
+    }
+    events().push(history);
+}
+
+void apply(const BlockEvent *events, int n) {
+    GG_PROFILE_STEP(kTorchApply);
+    for (int i = 0; i < n; i++) apply_one(events[i]);
+}
+
+PendingLog g_pending;
+
+void append(const BlockEvent &e) {
+    GG_PROFILE_STEP(kTorchLog);
+    g_pending.append(e, apply);
+}
+
+void settle() { g_pending.settle(apply); }
+
 }  // namespace
 
 void configure(bool on, size_t events_capacity) {
@@ -103,8 +171,8 @@ bool set_enabled(bool on) {
     // Emptied before the first event is taken again: a block listed before the switch may have been
     // freed while the view was off, and would stay listed for ever. What is left unlisted is
     // PyTorch's allocated total less the listed bytes (the report's "coverage").
-    events().configure(state().cfg->tensor_events);  // started with GPUGUARD_TENSOR_VIEW=0: no ring yet
-    blocks().clear();
+    events().configure(state().cfg->tensor_events);     // started with GPUGUARD_TENSOR_VIEW=0: no ring yet
+    g_pending.settled(apply, [] { table().clear(); });  // what was pending happened before the switch
     if (g_off_since_ns) g_coverage.missed_off_ns += now - g_off_since_ns;
     g_coverage.listed_since_ns = now;
     g_off_since_ns = 0;
@@ -121,8 +189,8 @@ Coverage coverage() {
 }
 
 Tracker &blocks() {
-    Tracker *t = g_blocks.load(std::memory_order_acquire);
-    return t ? *t : never_destroyed(g_blocks);
+    settle();
+    return table();
 }
 
 // noinline: the captured stack is counted from this frame (kSkipFrames).
@@ -132,38 +200,24 @@ __attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t all
     // Stored once: the driver hooks read it on every allocation, and a store at every block would take
     // its cache line from them each time.
     if (!g_active.load(std::memory_order_relaxed)) g_active.store(true, std::memory_order_relaxed);
-    uint64_t now = mono_ns();
-    if (size > 0) {
-        Allocation a;
-        a.bytes = uint64_t(size);
-        a.t_ns = now;
-        a.thread = thread_id();
-        a.ordinal = int16_t(device);
-        a.api = Api::_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE;
-        a.driver_api = a.api;
-        const Config &c = *s.cfg;
-        if (c.stack_depth > 0 && a.bytes >= c.stack_min_bytes) {
-            GG_PROFILE_STEP(kTorchStack);
-            a.stack = stacks::capture(kSkipFrames);
-        }
-        {
-            GG_PROFILE_STEP(kTorchTable);
-            blocks().insert(KeyKind::kPointer, ptr, a);  // false (no host memory for the table): untracked
-        }
-    } else {
-        GG_PROFILE_STEP(kTorchTable);
-        Allocation a;
-        blocks().take(KeyKind::kPointer, ptr, &a, now);  // false: a block from before the shim saw c10
-    }
-    {
-        GG_PROFILE_STEP(kTorchTotals);
-        note_totals(device, allocated, reserved, now);
-    }
-    GG_PROFILE_STEP(kTorchRing);
+    BlockEvent e{};
+    e.t_ns = mono_ns();
+    e.address = ptr;
     // The size taken back, as a magnitude: INT64_MIN (from no real caller) has none in an int64.
-    int64_t magnitude = size > 0 ? size : size == INT64_MIN ? INT64_MAX : -size;
-    events().push(
-        {now, ptr, magnitude, allocated, reserved, int8_t(device), size > 0 ? Action::kAlloc : Action::kFree});
+    e.bytes = size > 0 ? size : size == INT64_MIN ? INT64_MAX : -size;
+    e.allocated = allocated;
+    e.reserved = reserved;
+    e.device = int8_t(device);
+    e.action = size > 0 ? Action::kAlloc : Action::kFree;
+    if (size > 0) {
+        e.thread = thread_id();
+        const Config &c = *s.cfg;
+        if (c.stack_depth > 0 && uint64_t(size) >= c.stack_min_bytes) {
+            GG_PROFILE_STEP(kTorchStack);
+            e.stack = stacks::capture(kSkipFrames);
+        }
+    }
+    append(e);
 }
 
 void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int device) {
@@ -174,8 +228,14 @@ void on_out_of_memory(int64_t size, uint64_t allocated, uint64_t reserved, int d
         std::lock_guard<FutexLock> lock(g_mu);
         g_oom = {true, size > 0 ? uint64_t(size) : 0, allocated, reserved, device, now};
     }
-    note_totals(device, allocated, reserved, now);
-    events().push({now, 0, size, allocated, reserved, int8_t(device), Action::kOom});
+    BlockEvent e{};
+    e.t_ns = now;
+    e.bytes = size;
+    e.allocated = allocated;
+    e.reserved = reserved;
+    e.device = int8_t(device);
+    e.action = Action::kOom;
+    append(e);
 }
 
 void note_refusal_recovered() { g_refusals_recovered.fetch_add(1, std::memory_order_relaxed); }
@@ -183,9 +243,13 @@ uint64_t refusals_recovered() { return g_refusals_recovered.load(std::memory_ord
 
 void on_segment(bool made, uint64_t address, uint64_t bytes, int device) {
     if (!enabled()) return;
-    Totals t = totals(device);
-    events().push({mono_ns(), address, int64_t(bytes), t.allocated, t.reserved, int8_t(device),
-                   made ? Action::kSegmentAlloc : Action::kSegmentFree});
+    BlockEvent e{};
+    e.t_ns = mono_ns();
+    e.address = address;
+    e.bytes = int64_t(bytes);
+    e.device = int8_t(device);
+    e.action = made ? Action::kSegmentAlloc : Action::kSegmentFree;
+    append(e);
 }
 
 void on_mapping(bool mapped, uint64_t address, uint64_t bytes) {
@@ -220,15 +284,8 @@ bool inside_allocator(stacks::StackId stack) {
 }
 
 Totals totals(int device) {
-    Totals t;
-    if (device < 0 || device >= kMaxOrdinals) return t;
-    const DeviceTotals &d = g_totals[device];
-    t.seen = d.seen.load(std::memory_order_relaxed);
-    t.allocated = d.allocated.load(std::memory_order_relaxed);
-    t.reserved = d.reserved.load(std::memory_order_relaxed);
-    t.peak_allocated = d.peak_allocated.load(std::memory_order_relaxed);
-    t.peak_reserved = d.peak_reserved.load(std::memory_order_relaxed);
-    return t;
+    settle();
+    return totals_as_applied(device);
 }
 
 OutOfMemory last_out_of_memory() {
@@ -236,7 +293,10 @@ OutOfMemory last_out_of_memory() {
     return g_oom;
 }
 
-std::vector<Timeline<2>::Point> timeline() { return totals_timeline().points(); }
+std::vector<Timeline<2>::Point> timeline() {
+    settle();
+    return totals_timeline().points();
+}
 
 std::vector<std::pair<uint64_t, uint64_t>> mappings() {
     std::lock_guard<FutexLock> lock(g_mu);
@@ -245,19 +305,22 @@ std::vector<std::pair<uint64_t, uint64_t>> mappings() {
 }
 
 void lock_for_fork() {
+    g_pending.lock_for_fork();  // first: an append may apply, and so take the locks below
     g_mu.lock();
     totals_timeline().lock_for_fork();
-    blocks().lock_for_fork();
+    table().lock_for_fork();
 }
 
 void unlock_after_fork() {
-    blocks().unlock_after_fork();
+    table().unlock_after_fork();
     totals_timeline().unlock_after_fork();
     g_mu.unlock();
+    g_pending.unlock_after_fork();
 }
 
 void reset_after_fork() {
-    blocks().clear_after_fork();
+    g_pending.clear_after_fork();
+    table().clear_after_fork();
     g_refusals_recovered.store(0, std::memory_order_relaxed);
     totals_timeline().clear();
     events().clear();

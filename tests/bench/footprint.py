@@ -13,10 +13,14 @@ shim's cuMemAlloc_v2; in each, an instruction counts when it is the shim's, or a
 the loader, ...) called by the shim: libraries are charged to the module that last ran outside
 them, so what the test driver and the program do (and the libc calls they make) is left out.
 
-    footprint.py LOG SHIM [--detail]    prints one line: instructions=.. code_lines=.. code_pages=..
+    footprint.py LOG SHIM [--detail] [--entry NAME]
+                                        prints one line: instructions=.. code_lines=.. code_pages=..
                                         data_lines=.. data_pages=.. pairs=.. (medians over the pairs
                                         after the first quarter); --detail adds the last pair's
-                                        functions and the data pages each touched.
+                                        functions and the data pages each touched. --entry cuts the
+                                        trace at another of the shim's functions (default
+                                        cuMemAlloc_v2): c10::reportMemoryUsageToProfiler counts one
+                                        tensor-view block event (`bench_alloc blocks`) a "pair".
 """
 import bisect
 import collections
@@ -104,7 +108,7 @@ class Pair:
         self.trace = [] if keep_trace else None  # (ip, [data addresses]), for --detail only
 
 
-def read(log, shim, keep_trace):
+def read(log, shim, keep_trace, entry_name="cuMemAlloc_v2"):
     mods, pairs = Modules(), []
     entry = None
     pending = None
@@ -123,7 +127,7 @@ def read(log, shim, keep_trace):
                     mods.add(pending, int(m.group(1), 16), int(m.group(2), 16))
                     if pending == shim and entry is None and mods.ranges and mods.ranges[-1][2] == shim:
                         for s in symbol_table(shim, mods.base(shim)):
-                            if s[1] == "cuMemAlloc_v2":
+                            if s[1].split("(")[0] == entry_name:
                                 entry = s[0]
                 continue
             if line.startswith("=="):
@@ -151,15 +155,17 @@ def read(log, shim, keep_trace):
                 if keep_trace:
                     pair.trace[-1][1].append(addr)
     if entry is None:
-        sys.exit("footprint: no cuMemAlloc_v2 of %s in %s (run under the shim, with --trace-redir=yes)" % (shim, log))
+        sys.exit("footprint: no %s of %s in %s (run under the shim, with --trace-redir=yes)" % (entry_name, shim, log))
     return mods, pairs
 
 
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    log, shim, detail = sys.argv[1], sys.argv[2], "--detail" in sys.argv[3:]
-    mods, pairs = read(log, shim, detail)
+    log, shim, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    detail = "--detail" in rest
+    entry_name = rest[rest.index("--entry") + 1] if "--entry" in rest[:-1] else "cuMemAlloc_v2"
+    mods, pairs = read(log, shim, detail, entry_name)
     steady = pairs[len(pairs) // 4:-1]  # past the warm-up; the last is cut by the program's exit
     if not steady:
         sys.exit("footprint: fewer than 2 pairs in %s" % log)

@@ -68,8 +68,8 @@ if any_row:
           "interval for that median (sign test), and the quartiles.")
 names = {"c10 block: the tensor view's share": "whole", "block: stack (capture)": "stack", "stack: Python site key": "python key",
          "stack: Python frames": "python frames", "stack: native site key": "native key", "stack: native unwind": "native unwind",
-         "stack: intern": "intern", "block: live-block table": "table", "block: totals and timeline": "totals",
-         "block: event ring": "ring"}
+         "stack: intern": "intern", "block: pending log (append)": "log",
+         "block: apply a batch (table, totals, ring)": "apply (a batch)"}
 prof = sorted(glob.glob(os.path.join(sys.argv[2], "inproc_profile_*.txt")))
 if prof:
     print("\nWhere a block event's time goes (the profiling build, one process a loop; mean ns a call, calls a step in brackets):\n")

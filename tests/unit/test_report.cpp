@@ -4,12 +4,16 @@
 // than the reader expects fails here.
 #include <doctest/doctest.h>
 
+#include <mutex>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "common/report/environment.h"
 #include "core_fixture.h"
 #include "shim/quota/guard.h"
 #include "shim/report/report.h"
+#include "shim/torch/events.h"
 #include "shim/torch/view.h"
 #include "tools/report/model.h"
 
@@ -157,6 +161,49 @@ TEST_CASE("the tensor view: c10's blocks, totals and events read back in the com
     CHECK(t.events[3].bytes == 2 * kMiB);
     CHECK(t.events_recorded == 4);
     CHECK_FALSE(t.timeline.empty());
+    torch::reset_after_fork();
+}
+
+// The view's events wait in a pending log and are applied in batches (shim/torch/pending.h): blocks
+// made on one thread and freed on another, as PyTorch's forward and autograd threads do, under one
+// lock as c10's allocator mutex; a report read between batches sees every event so far.
+TEST_CASE("the tensor view: blocks freed on another thread, across batches, leave the table and totals exact") {
+    Core core("1GiB", /*stack_depth=*/0);
+    torch::reset_after_fork();
+    torch::configure(true, 4096);
+    guard::DriverCall scope;
+    std::mutex c10_mutex;
+    const int kBlocks = 1000;  // about four batches
+    uint64_t allocated = 0;
+    std::vector<uint64_t> made;
+    for (int i = 0; i < kBlocks; i++) {
+        std::lock_guard<std::mutex> lock(c10_mutex);
+        allocated += kMiB;
+        torch::on_block(0x7f0000000000 + uint64_t(i) * kMiB, int64_t(kMiB), allocated, 2048 * kMiB, 0);
+        made.push_back(0x7f0000000000 + uint64_t(i) * kMiB);
+    }
+    // Read now, with the last events still pending: the report's reader sees them all.
+    CHECK(torch::blocks().snapshot(0).live_count == uint64_t(kBlocks));
+    CHECK(torch::totals(0).allocated == kBlocks * kMiB);
+    // The other thread frees all but the last.
+    std::thread autograd([&] {
+        guard::DriverCall inner;
+        for (int i = 0; i + 1 < kBlocks; i++) {
+            std::lock_guard<std::mutex> lock(c10_mutex);
+            allocated -= kMiB;
+            torch::on_block(made[size_t(i)], -int64_t(kMiB), allocated, 2048 * kMiB, 0);
+        }
+    });
+    autograd.join();
+    Tracker::Snapshot b = torch::blocks().snapshot(10);
+    CHECK(b.live_count == 1);
+    CHECK(b.live_bytes == kMiB);
+    REQUIRE(b.top.size() == 1);
+    CHECK(b.top[0].first == made.back());
+    torch::Totals t = torch::totals(0);
+    CHECK(t.allocated == kMiB);
+    CHECK(t.peak_allocated == kBlocks * kMiB);
+    CHECK(torch::events().copy().recorded == uint64_t(2 * kBlocks - 1));
     torch::reset_after_fork();
 }
 
