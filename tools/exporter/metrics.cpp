@@ -106,7 +106,12 @@ const char *content_type(Format f) {
                                      : "text/plain; version=0.0.4; charset=utf-8";
 }
 
-std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f) {
+namespace {
+
+using LabelList = std::vector<std::pair<const char *, std::string>>;
+
+// Every family of the exposition, in the order it is written.
+struct Families {
     Family up{"gpuguard_ledger_up", "gauge", "1 when the ledger was read, 0 when there is none yet or it is unreadable",
               false, ""};
     Family limit{"gpuguard_device_limit_bytes", "gauge", "the quota on the device (absent: no limit)", true, ""};
@@ -137,76 +142,90 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
     Family reports{"gpuguard_reports", "counter", "reports written by the ledger's processes", false, ""};
     Family reclaimed{"gpuguard_reclaimed_processes", "counter", "dead processes whose bytes were given back", false,
                      ""};
-    auto add = [](Family &fam, const std::string &lbl, const std::string &value) {
-        std::string name = fam.name;
-        if (!strcmp(fam.type, "counter")) name += "_total";
-        fam.samples += name + lbl + " " + value + "\n";
-    };
-    // One series per kind, allocations first, with `kind` added to the labels.
-    auto add_kinds = [&add](Family &fam, const std::vector<std::pair<const char *, std::string>> &lbl, uint64_t total,
-                            const std::array<uint64_t, ledger::kKinds> &k) {
-        std::array<uint64_t, ledger::kKinds + 1> parts = split_by_kind(total, k);
-        auto kl = lbl;
-        kl.push_back({"kind", kAllocationsLabel});
-        add(fam, labels(kl), number(parts[ledger::kKinds]));
-        for (int j = 0; j < ledger::kKinds; j++) {
-            kl.back().second = kKindLabel[j];
-            add(fam, labels(kl), number(parts[(size_t)j]));
-        }
-    };
-    for (const LedgerSample &s : ledgers) {
-        std::vector<std::pair<const char *, std::string>> base;
-        if (!container.empty()) base.push_back({"container", container});
-        base.push_back({"ledger", s.path});
-        add(up, labels(base), s.up ? "1" : "0");
-        if (!s.up) continue;
-        add(reports, labels(base), number(s.counters.reports_written));
-        add(reclaimed, labels(base), number(s.counters.reclaimed_processes));
-        for (const auto &d : s.devices) {
-            auto dl = base;
-            dl.push_back({"gpu", std::to_string(d.index)});
-            dl.push_back({"UUID", d.uuid});
-            dl.push_back({"modelName", d.name});
-            std::string l = labels(dl);
-            if (d.limit != ledger::kNoLimit) add(limit, l, number(d.limit));
-            add(used, l, number(d.used));
-            // The same labels and one more, kind: the sum of a device's series is its used figure.
-            add_kinds(kinds, dl, d.used, d.kinds);
-            add(peak, l, number(d.peak));
-            add(total, l, number(d.physical_total));
-            auto cl = dl;
-            cl.push_back({"source", cost_source_label(d.context_source)});
-            add(cost, labels(cl), number(d.context_cost));
-            add(refusals, l, number(d.refusals));
-        }
-        for (const auto &p : s.processes) {
-            const char *state = p.alive ? "alive" : p.reclaimed ? "reclaimed" : "dead";
-            for (const char *st : {"alive", "dead", "reclaimed"}) {
-                auto pl = base;
-                pl.push_back({"pid", std::to_string(p.pid)});
-                pl.push_back({"command", p.command});
-                // A stateset's label is the family's name (OpenMetrics).
-                pl.push_back({"gpuguard_process_state", st});
-                add(pstate, labels(pl), strcmp(st, state) ? "0" : "1");
-            }
-            for (const auto &d : s.devices) {
-                size_t i = (size_t)d.index;
-                if (i >= p.bytes.size() || (!p.bytes[i] && !p.peak[i])) continue;
-                auto pl = base;
-                pl.push_back({"gpu", std::to_string(d.index)});
-                pl.push_back({"UUID", d.uuid});
-                pl.push_back({"pid", std::to_string(p.pid)});
-                pl.push_back({"command", p.command});
-                std::string l = labels(pl);
-                add(pbytes, l, number(p.bytes[i]));
-                add_kinds(pkinds, pl, p.bytes[i], p.kinds[i]);
-                add(ppeak, l, number(p.peak[i]));
-            }
-        }
+
+    std::vector<Family *> in_order() {
+        return {&up,       &limit,  &used,   &kinds, &peak,   &total,   &cost,
+                &refusals, &pbytes, &pkinds, &ppeak, &pstate, &reports, &reclaimed};
     }
+};
+
+void add(Family &fam, const std::string &lbl, const std::string &value) {
+    std::string name = fam.name;
+    if (!strcmp(fam.type, "counter")) name += "_total";
+    fam.samples += name + lbl + " " + value + "\n";
+}
+
+// One series per kind, allocations first, with `kind` added to the labels.
+void add_kinds(Family &fam, const LabelList &lbl, uint64_t total, const std::array<uint64_t, ledger::kKinds> &k) {
+    std::array<uint64_t, ledger::kKinds + 1> parts = split_by_kind(total, k);
+    auto kl = lbl;
+    kl.push_back({"kind", kAllocationsLabel});
+    add(fam, labels(kl), number(parts[ledger::kKinds]));
+    for (int j = 0; j < ledger::kKinds; j++) {
+        kl.back().second = kKindLabel[j];
+        add(fam, labels(kl), number(parts[(size_t)j]));
+    }
+}
+
+void add_device(Families &fams, const LabelList &base, const Ledger::DeviceView &d) {
+    auto dl = base;
+    dl.push_back({"gpu", std::to_string(d.index)});
+    dl.push_back({"UUID", d.uuid});
+    dl.push_back({"modelName", d.name});
+    std::string l = labels(dl);
+    if (d.limit != ledger::kNoLimit) add(fams.limit, l, number(d.limit));
+    add(fams.used, l, number(d.used));
+    // The same labels and one more, kind: the sum of a device's series is its used figure.
+    add_kinds(fams.kinds, dl, d.used, d.kinds);
+    add(fams.peak, l, number(d.peak));
+    add(fams.total, l, number(d.physical_total));
+    auto cl = dl;
+    cl.push_back({"source", cost_source_label(d.context_source)});
+    add(fams.cost, labels(cl), number(d.context_cost));
+    add(fams.refusals, l, number(d.refusals));
+}
+
+void add_process(Families &fams, const LabelList &base, const Ledger::ProcessView &p,
+                 const std::vector<Ledger::DeviceView> &devices) {
+    const char *state = p.alive ? "alive" : p.reclaimed ? "reclaimed" : "dead";
+    for (const char *st : {"alive", "dead", "reclaimed"}) {
+        auto pl = base;
+        pl.push_back({"pid", std::to_string(p.pid)});
+        pl.push_back({"command", p.command});
+        // A stateset's label is the family's name (OpenMetrics).
+        pl.push_back({"gpuguard_process_state", st});
+        add(fams.pstate, labels(pl), strcmp(st, state) ? "0" : "1");
+    }
+    for (const auto &d : devices) {
+        size_t i = (size_t)d.index;
+        if (i >= p.bytes.size() || (!p.bytes[i] && !p.peak[i])) continue;
+        auto pl = base;
+        pl.push_back({"gpu", std::to_string(d.index)});
+        pl.push_back({"UUID", d.uuid});
+        pl.push_back({"pid", std::to_string(p.pid)});
+        pl.push_back({"command", p.command});
+        std::string l = labels(pl);
+        add(fams.pbytes, l, number(p.bytes[i]));
+        add_kinds(fams.pkinds, pl, p.bytes[i], p.kinds[i]);
+        add(fams.ppeak, l, number(p.peak[i]));
+    }
+}
+
+void add_ledger(Families &fams, const LedgerSample &s, const std::string &container) {
+    LabelList base;
+    if (!container.empty()) base.push_back({"container", container});
+    base.push_back({"ledger", s.path});
+    add(fams.up, labels(base), s.up ? "1" : "0");
+    if (!s.up) return;
+    add(fams.reports, labels(base), number(s.counters.reports_written));
+    add(fams.reclaimed, labels(base), number(s.counters.reclaimed_processes));
+    for (const auto &d : s.devices) add_device(fams, base, d);
+    for (const auto &p : s.processes) add_process(fams, base, p, s.devices);
+}
+
+std::string exposition(Families &fams, Format f) {
     std::string out;
-    for (Family *fam : {&up, &limit, &used, &kinds, &peak, &total, &cost, &refusals, &pbytes, &pkinds, &ppeak, &pstate,
-                        &reports, &reclaimed}) {
+    for (Family *fam : fams.in_order()) {
         // The text format knows no stateset (a gauge there) and names a counter with its _total.
         std::string name = fam->name;
         const char *type = fam->type;
@@ -221,6 +240,14 @@ std::string render(const std::vector<LedgerSample> &ledgers, const std::string &
     }
     if (f == Format::kOpenMetrics) out += "# EOF\n";
     return out;
+}
+
+}  // namespace
+
+std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f) {
+    Families fams;
+    for (const LedgerSample &s : ledgers) add_ledger(fams, s, container);
+    return exposition(fams, f);
 }
 
 }  // namespace gg::exporter
