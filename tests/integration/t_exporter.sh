@@ -164,6 +164,116 @@ http_both_formats() {
 check "over HTTP: the text format, OpenMetrics when asked (as Prometheus asks), 404 elsewhere, exit 0 on SIGTERM" \
   http_both_formats
 
+# Three clients that each stopped the server of one connection at a time (issue 29, item 2): a
+# request that trickles in a byte every 0.1 s (each byte well within the old per-byte wait), 40
+# connections that say nothing (more than --max-connections), and one that asks for a body larger
+# than the sockets can buffer (12 MB, as 400 processes x 16 GPUs make; here a long container label
+# on the up series of 100 ledgers not there) and never reads it. Each round ends with SIGTERM sent
+# while a client that reads nothing is still connected, which must end the exporter with status 0.
+# The deadlines are short (--read-timeout, --write-timeout) so that it runs in seconds; nothing is
+# timed but a watchdog that tells a hung exporter (killed, 137) from one that exited.
+# EXPORTER_FOR_TEST: another binary to run the same clients against (an older build, without the
+# limit options).
+clients_py() {
+  cat <<'PY'
+import os, signal, socket, sys, threading, time, urllib.request
+url, pid, honest, large = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "large"
+host, port = url.split("/")[2].split(":")
+addr = (host, int(port))
+done = threading.Event()
+
+def trickle():  # one byte every 0.1 s, connecting again whenever the server hangs up
+    while not done.is_set():
+        s = socket.create_connection(addr)
+        try:
+            for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" * 100:
+                if done.is_set(): break
+                s.send(bytes([b]))
+                time.sleep(0.1)
+        except OSError:
+            pass
+        s.close()
+
+def non_reader():  # asks for the whole body with a small receive buffer, and reads nothing
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(addr)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return s
+
+idle = [socket.create_connection(addr) for _ in range(40)]
+held = non_reader()
+threading.Thread(target=trickle, daemon=True).start()
+time.sleep(0.2)
+start = time.monotonic()
+failures = 0
+for i in range(honest):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = r.read()
+            if r.status != 200 or b"gpuguard_ledger_up{" not in body or not body.endswith(b"\n"):
+                failures += 1
+    except Exception as e:
+        failures += 1
+        print(f"    scrape {i}: {e}")
+    if failures == 3:  # enough to say it: the rest would wait out their timeouts as well
+        break
+print(f"    honest scrapes failed: {failures} of {honest}", f"{time.monotonic() - start:.1f}s", file=sys.stderr)
+if large and not failures:
+    # The write deadline: the server gave up on the first non-reader, so that reading it now ends
+    # (end of file or a reset) short of the body it was promised.
+    held.settimeout(30)
+    got = b""
+    try:
+        while chunk := held.recv(1 << 20):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        failures += 1
+        print("    the non-reader's connection was never closed")
+    length = int(got.split(b"Content-Length: ")[1].split(b"\r")[0]) if b"Content-Length: " in got else 0
+    if length and len(got) >= length:
+        failures += 1
+        print(f"    the non-reader got its whole body ({len(got)} bytes): the write deadline never came")
+held_at_exit = non_reader()
+time.sleep(0.2)
+os.kill(pid, signal.SIGTERM)
+done.set()
+sys.exit(1 if failures else 0)
+PY
+}
+# ROUND HONEST WRITE_TIMEOUT EXPORTER_ARGS...: the clients beside HONEST scrapes of an exporter run
+# with the args.
+hostile_round() {
+  local round=$1 honest=$2 url pid bin=${EXPORTER_FOR_TEST:-$CLI}
+  local limits=(--read-timeout 0.5 --write-timeout "$3" --max-connections 16)
+  shift 3
+  [[ -n ${EXPORTER_FOR_TEST:-} ]] && limits=()
+  "$bin" exporter --listen 127.0.0.1:0 "$@" "${limits[@]}" 2> "hostile_$round.err" &
+  pid=$!
+  for _ in $(seq 100); do url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "hostile_$round.err"); [[ -n $url ]] && break; sleep 0.05; done
+  [[ -n $url ]] || { kill $pid; cat "hostile_$round.err"; return 1; }
+  python3 <(clients_py) "$url" "$pid" "$honest" "$round"
+  local rc=$?
+  ( sleep 10; kill -KILL $pid ) >/dev/null 2>&1 &  # no hold on the harness's output
+  local watchdog=$!
+  wait $pid
+  local status=$?
+  kill $watchdog 2>/dev/null
+  expect_eq "$rc" 0 "the honest scrapes' failures ($round)" && expect_eq "$status" 0 "the exporter's status after SIGTERM ($round)"
+}
+hostile_clients_cannot_stop_it() {
+  local label ledgers=()
+  label=$(head -c 120000 /dev/zero | tr '\0' c)
+  for i in $(seq 100); do ledgers+=(--ledger "$TMP/absent_$i"); done
+  # The honest scrapes: 100 of the usual ledger's metrics, then 3 of the 12 MB body (with time for a
+  # busy machine to send each).
+  hostile_round usual 100 2 --ledger "$L" --container c1 && hostile_round large 3 5 "${ledgers[@]}" --container "$label"
+}
+check "a trickling request, 40 silent connections and a client that never reads a 12 MB body, beside 100 honest scrapes (and 3 of the 12 MB): every scrape answered, SIGTERM still exits 0" \
+  hostile_clients_cannot_stop_it
+
 # A real Prometheus server scrapes the exporter every second while a third process allocates and frees;
 # a query of its HTTP API sees the limit, and the usage rise and fall. (A process that exits holding
 # memory stays counted, as "dead", until another process of the ledger reclaims it: the quota's view.)

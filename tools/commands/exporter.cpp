@@ -1,7 +1,7 @@
 // `gpuguard exporter`: the container's quota for Prometheus. Serves /metrics over HTTP, each scrape
 // read from the ledger(s) with no driver call (tools/exporter/metrics.h), so it runs as a sidecar
-// that shares the training container's /dev/shm and nothing else. One request at a time: a scrape
-// every few seconds is all it serves.
+// that shares the training container's /dev/shm and nothing else. The HTTP server, bounded so that
+// no client can hold it, is tools/exporter/server.h.
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +17,7 @@
 #include "common/settings/settings.h"
 #include "tools/cli/args.h"
 #include "tools/exporter/metrics.h"
+#include "tools/exporter/server.h"
 
 namespace {
 
@@ -26,19 +27,28 @@ using gg::tool::fail;
 
 const char kUsage[] =
     "usage: gpuguard exporter [--listen HOST:PORT] [--ledger PATH ...] [--container NAME] [--once [--openmetrics]]\n"
+    "                         [--max-connections N] [--read-timeout SECONDS] [--write-timeout SECONDS]\n"
     "\n"
     "Serves the container's GPU memory quota as Prometheus metrics at http://HOST:PORT/metrics, read\n"
     "from the shared ledger at each scrape (no driver call: it needs no GPU, only the ledger's /dev/shm).\n"
     "OpenMetrics for a client that asks for it (a Prometheus server does), else the text format 0.0.4.\n"
     "\n"
     "options:\n"
-    "  --listen HOST:PORT  where to listen (default 127.0.0.1:9478; 0.0.0.0:9478 for a pod's sidecar;\n"
-    "                      port 0 picks a free one, printed on standard error)\n"
+    "  --listen HOST:PORT  where to listen (default 127.0.0.1:9478, this machine only); :PORT or\n"
+    "                      0.0.0.0:PORT listens on every address, reachable by anyone who can reach\n"
+    "                      the machine or pod (in a pod, prefer the pod's own IP and a NetworkPolicy:\n"
+    "                      examples/k8s/pod-with-exporter.yaml); port 0 picks a free one, printed on\n"
+    "                      standard error\n"
     "  --ledger PATH       a ledger to export; repeat for several (default GPUGUARD_LEDGER, else\n"
     "                      /dev/shm/gpuguard-<uid>.ledger)\n"
     "  --container NAME    the container label (default HOSTNAME, the pod's name in Kubernetes)\n"
     "  --once              print the metrics once on standard output and exit\n"
     "  --openmetrics       with --once: OpenMetrics instead of the text format\n"
+    "  --max-connections N connections open at once (default 16); one more closes the one that has\n"
+    "                      been sending its request longest\n"
+    "  --read-timeout SECONDS   the whole request, from connect to its last header (default 5)\n"
+    "  --write-timeout SECONDS  the whole response, from its first byte to its last (default 10,\n"
+    "                      Prometheus's scrape timeout); a client that reads no faster is dropped\n"
     "  -h, --help          this help\n"
     "\n"
     "Metrics: gpuguard_ledger_up; per device (labels gpu, UUID, modelName, as DCGM's exporter names\n"
@@ -53,76 +63,14 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 stopped by SIGTERM or SIGINT (or --once done); 1 cannot listen; 2 bad usage.\n";
 
-volatile sig_atomic_t g_stop = 0;
-void on_stop(int) { g_stop = 1; }
-
 std::string scrape(const std::vector<std::string> &ledgers, const std::string &container, Format f) {
     std::vector<gg::exporter::LedgerSample> samples;
     for (const std::string &p : ledgers) samples.push_back(gg::exporter::sample(p));
     return gg::exporter::render(samples, container, f);
 }
 
-// HOST:PORT, [V6]:PORT or :PORT into a listening socket. -1 with *why.
-int listen_on(const std::string &spec, std::string *bound, std::string *why) {
-    size_t colon = spec.rfind(':');
-    if (colon == std::string::npos) {
-        *why = "--listen " + spec + " has no port (HOST:PORT)";
-        return -1;
-    }
-    std::string host = spec.substr(0, colon), port = spec.substr(colon + 1);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    addrinfo hints{}, *res = nullptr;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0) {
-        *why = "--listen " + spec + ": " + gai_strerror(rc);
-        return -1;
-    }
-    int fd = -1;
-    for (addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) break;
-        *why = "cannot listen on " + spec + ": " + strerror(errno);
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return -1;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    char h[NI_MAXHOST], p[NI_MAXSERV];
-    if (getsockname(fd, (sockaddr *)&ss, &len) == 0 &&
-        getnameinfo((sockaddr *)&ss, len, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-        *bound = (ss.ss_family == AF_INET6 ? "[" + std::string(h) + "]" : std::string(h)) + ":" + p;
-    return fd;
-}
-
-void send_all(int fd, const std::string &s) {
-    size_t off = 0;
-    while (off < s.size()) {
-        ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
-        off += (size_t)n;
-    }
-}
-
-// Reads one request's head (up to 16 KiB, two seconds), answers it and closes the connection.
-void serve_one(int fd, const std::vector<std::string> &ledgers, const std::string &container) {
-    std::string req;
-    char buf[4096];
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 2000) <= 0) break;
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        req.append(buf, (size_t)n);
-    }
+// The response to one request head (tools/exporter/server.h reads it and sends this).
+std::string respond(const std::string &req, const std::vector<std::string> &ledgers, const std::string &container) {
     std::string line = req.substr(0, req.find("\r\n"));
     std::string status = "200 OK", type = "text/plain; charset=utf-8", body;
     bool head = line.rfind("HEAD ", 0) == 0;
@@ -148,68 +96,107 @@ void serve_one(int fd, const std::vector<std::string> &ledgers, const std::strin
             body = "gpuguard exporter: no " + path + " here; the metrics are at /metrics\n";
         }
     }
-    send_all(fd, "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
-                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + (head ? "" : body));
-    close(fd);
+    return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + (head ? "" : body);
+}
+
+// A time limit in seconds (fractions allowed) into milliseconds; -1 when it is not one.
+int deadline_ms(const std::string &seconds) {
+    char *end = nullptr;
+    double v = strtod(seconds.c_str(), &end);
+    if (seconds.empty() || *end || !(v >= 0.01 && v <= 3600)) return -1;
+    return (int)(v * 1000);
+}
+
+struct Options {
+    std::string listen = "127.0.0.1:9478", container;
+    std::vector<std::string> ledgers;
+    bool once = false, openmetrics = false, have_container = false;
+    gg::exporter::ServerLimits limits;
+};
+
+// The server's bounds: true when the current argument was one of them (*status 2 when it was bad).
+bool limit_option(Args &a, Options &o, int *status) {
+    std::string v;
+    if (a.option("--max-connections", "a number", &v)) {
+        char *end = nullptr;
+        long n = strtol(v.c_str(), &end, 10);
+        if (a.failed() || v.empty() || *end || n < 1 || n > 1024)
+            *status = a.usage_error("--max-connections needs a number from 1 to 1024");
+        else o.limits.max_connections = (int)n;
+    } else if (a.option("--read-timeout", "seconds", &v)) {
+        o.limits.request_deadline_ms = deadline_ms(v);
+        if (a.failed() || o.limits.request_deadline_ms < 0)
+            *status = a.usage_error("--read-timeout needs seconds from 0.01 to 3600");
+    } else if (a.option("--write-timeout", "seconds", &v)) {
+        o.limits.write_deadline_ms = deadline_ms(v);
+        if (a.failed() || o.limits.write_deadline_ms < 0)
+            *status = a.usage_error("--write-timeout needs seconds from 0.01 to 3600");
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// -1 when the arguments are good, else the status to exit with (0 for --help).
+int parse(int argc, char **argv, Options &o) {
+    std::string v;
+    Args a("exporter", argc, argv);
+    int status = -1;
+    while (!a.done() && status < 0) {
+        if (a.flag("-h") || a.flag("--help")) {
+            fputs(kUsage, stdout);
+            return 0;
+        } else if (a.flag("--once")) {
+            o.once = true;
+        } else if (a.flag("--openmetrics")) {
+            o.openmetrics = true;
+        } else if (a.option("--listen", "HOST:PORT", &o.listen)) {
+            if (a.failed() || o.listen.empty()) return a.usage_error("--listen needs HOST:PORT");
+        } else if (a.option("--ledger", "a path", &v)) {
+            if (a.failed() || v.empty()) return a.usage_error("--ledger needs a path");
+            o.ledgers.push_back(v);
+        } else if (a.option("--container", "a name", &o.container)) {
+            if (a.failed()) return a.usage_error();
+            o.have_container = true;
+        } else if (!limit_option(a, o, &status)) {
+            return a.usage_error("unknown argument '" + a.next() + "'");
+        }
+    }
+    if (status >= 0) return status;
+    if (o.openmetrics && !o.once)
+        return a.usage_error("--openmetrics applies to --once (a server asks for its format)");
+    if (o.ledgers.empty()) {
+        std::string path = gg::settings::read_ledger_path(gg::settings::process_env());
+        if (path.empty())
+            return a.usage_error(
+                "GPUGUARD_LEDGER says a per-process quota, with no shared ledger to export; pass --ledger PATH");
+        o.ledgers.push_back(path);
+    }
+    return -1;
 }
 
 }  // namespace
 
 int cmd_exporter(int argc, char **argv) {
-    std::string listen = "127.0.0.1:9478", container, v;
-    std::vector<std::string> ledgers;
-    bool once = false, openmetrics = false, have_container = false;
-    Args a("exporter", argc, argv);
-    while (!a.done()) {
-        if (a.flag("-h") || a.flag("--help")) {
-            fputs(kUsage, stdout);
-            return 0;
-        } else if (a.flag("--once")) {
-            once = true;
-        } else if (a.flag("--openmetrics")) {
-            openmetrics = true;
-        } else if (a.option("--listen", "HOST:PORT", &listen)) {
-            if (a.failed() || listen.empty()) return a.usage_error("--listen needs HOST:PORT");
-        } else if (a.option("--ledger", "a path", &v)) {
-            if (a.failed() || v.empty()) return a.usage_error("--ledger needs a path");
-            ledgers.push_back(v);
-        } else if (a.option("--container", "a name", &container)) {
-            if (a.failed()) return a.usage_error();
-            have_container = true;
-        } else {
-            return a.usage_error("unknown argument '" + a.next() + "'");
-        }
-    }
-    if (openmetrics && !once) return a.usage_error("--openmetrics applies to --once (a server asks for its format)");
-    if (ledgers.empty()) {
-        std::string path = gg::settings::read_ledger_path(gg::settings::process_env());
-        if (path.empty())
-            return a.usage_error(
-                "GPUGUARD_LEDGER says a per-process quota, with no shared ledger to export; pass --ledger PATH");
-        ledgers.push_back(path);
-    }
-    if (!have_container) {
+    Options o;
+    int status = parse(argc, argv, o);
+    if (status >= 0) return status;
+    if (!o.have_container) {
         const char *h = gg::settings::env("HOSTNAME");
-        container = h ? h : "";
+        o.container = h ? h : "";
     }
-    if (once) {
-        fputs(scrape(ledgers, container, openmetrics ? Format::kOpenMetrics : Format::kText).c_str(), stdout);
+    if (o.once) {
+        fputs(scrape(o.ledgers, o.container, o.openmetrics ? Format::kOpenMetrics : Format::kText).c_str(), stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }
     std::string bound, why;
-    int fd = listen_on(listen, &bound, &why);
+    int fd = gg::exporter::listen_on(o.listen, &bound, &why);
     if (fd < 0) return fail(1, why);
-    struct sigaction sa {};
-    sa.sa_handler = on_stop;  // no SA_RESTART: poll returns at once
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
-    fprintf(stderr, "gpuguard: exporter listening on http://%s/metrics\n", bound.c_str());
-    while (!g_stop) {
-        pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 1000) <= 0) continue;
-        int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) serve_one(c, ledgers, container);
-    }
+    // Announced once SIGTERM is caught: a supervisor that stops it after reading the line gets exit 0.
+    gg::exporter::serve(
+        fd, o.limits, [&](const std::string &head) { return respond(head, o.ledgers, o.container); },
+        [&] { fprintf(stderr, "gpuguard: exporter listening on http://%s/metrics\n", bound.c_str()); });
     close(fd);
     return 0;
 }
