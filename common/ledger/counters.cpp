@@ -159,6 +159,7 @@ GG_HOT bool Ledger::join() {
             step(3);
             s.pid.store(pid);
             s.pid_ns.store(pid_ns_);
+            s.generation.fetch_add(1);  // the slot's lock is held: no other claimer adds meanwhile
             read_command(s.command, sizeof s.command);
             if (!says_free) header_->reclaimed_processes.fetch_add(1);
             uint32_t high = header_->slot_high.load();

@@ -17,7 +17,9 @@ constexpr int kMaxSlots = 512;
 // 5: what each process holds beside its allocations, by kind (SlotKinds), and the measured cost of a
 // context per device (DeviceCost), both appended after the slots.
 // 6: the exporter's counters (ExportCounters), appended after the context costs.
-constexpr uint32_t kLayoutVersion = 6;
+// 7: Slot::generation, so that the exporter names each process by something no other process of the
+// ledger shares (two PID namespaces share pids).
+constexpr uint32_t kLayoutVersion = 7;
 constexpr uint64_t kNoLimit = UINT64_MAX;
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "ledger counters must be address-free");
 
@@ -44,6 +46,9 @@ struct Slot {
     std::atomic<uint32_t> state;
     std::atomic<int32_t> pid;      // in the owner's PID namespace: for people, never for liveness
     std::atomic<uint64_t> pid_ns;  // that namespace's inode (/proc/self/ns/pid), 0 when unknown
+    // How many times the slot has been claimed, this owner's claim included: with the slot's index,
+    // one process of the ledger for its whole life (an inode number and a pid are both reused).
+    std::atomic<uint64_t> generation;
     char command[96];
     std::atomic<uint64_t> bytes[kMaxDevices];
     std::atomic<uint64_t> peak[kMaxDevices];

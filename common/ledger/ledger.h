@@ -136,7 +136,8 @@ public:
     };
     struct ProcessView {
         int slot;
-        int pid;  // in its own PID namespace
+        uint64_t generation;  // the slot's claims, this one's included: with slot, this process alone
+        int pid;              // in its own PID namespace
         std::string command;
         std::vector<uint64_t> bytes, peak;                // per device index
         std::vector<std::array<uint64_t, kKinds>> kinds;  // of bytes, per device index

@@ -84,6 +84,7 @@ std::vector<Ledger::ProcessView> Ledger::processes() const {
         if (st == kSlotFree) continue;
         ProcessView v;
         v.slot = (int)i;
+        v.generation = s.generation.load();
         v.pid = s.pid.load();
         v.command = field_text(s.command);
         for (int d = 0; d < kMaxDevices; d++) {

@@ -1,8 +1,14 @@
 // The exporter's split of usage by kind (tools/exporter/metrics.cpp) on snapshots made up here: the
 // race in which a kind's counter is read ahead of the total cannot be timed from a running process.
+// And the labels that tell processes apart, on a ledger file that processes join.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -104,4 +110,93 @@ TEST_CASE("exporter: a context's cost with its source; 0 and unknown while not m
     s.devices[0].context_source = ledger::kCostUnknown;
     text = exporter::render({s}, "", exporter::Format::kOpenMetrics);
     CHECK(text.find("modelName=\"Test GPU\",source=\"unknown\"} 0\n") != std::string::npos);
+}
+
+namespace {
+
+// The label sets of a family's series, the values left out, one entry per series.
+std::vector<std::string> label_sets(const std::string &text, const std::string &family) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(family + "{", 0) == 0) out.push_back(line.substr(0, line.rfind('}') + 1));
+    return out;
+}
+
+// The value of the `process` label on the first line of `family` whose labels hold `with`.
+std::string process_label(const std::string &text, const std::string &family, const std::string &with) {
+    for (const std::string &l : label_sets(text, family)) {
+        size_t k = l.find("process=\"");
+        if (l.find(with) != std::string::npos && k != std::string::npos)
+            return l.substr(k + 9, l.find('"', k + 9) - (k + 9));
+    }
+    return "";
+}
+
+// A process that joins the ledger at `path`, charges a byte on its device and exits without leaving,
+// as a killed process does: its slot stays, dead, until reclaimed.
+void join_and_die(const std::string &path, int dev) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ledger::OpenOptions o;
+        o.path = path;
+        std::string error, notice;
+        ledger::Ledger *l = ledger::Ledger::open(o, &error, &notice);
+        uint64_t used = 0;
+        char ok = l && l->try_charge(dev, 1, &used) ? 'y' : 'n';
+        (void)!write(fds[1], &ok, 1);
+        _exit(0);
+    }
+    char ok = 0;
+    REQUIRE(read(fds[0], &ok, 1) == 1);
+    REQUIRE(ok == 'y');
+    waitpid(pid, nullptr, 0);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "exporter: processes with one pid (two PID namespaces' pid 1) get label sets of their own, and a reused "
+    "slot a new one") {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/gpuguard-exporter-test-%d", (int)getpid());
+    unlink(path);
+    ledger::OpenOptions o;
+    o.path = path;
+    std::string error, notice;
+    std::unique_ptr<ledger::Ledger> l(ledger::Ledger::open(o, &error, &notice));
+    REQUIRE(l);
+    const uint8_t uuid[16] = {9};
+    int dev = l->device_index(uuid, ledger::kNoLimit, 1 << 30, "Test GPU");
+    uint64_t used = 0;
+    REQUIRE(l->try_charge(dev, 1, &used));  // this process: slot 0
+    join_and_die(path, dev);                // slot 1, dead
+    // Both say the pid and command of this process, as two containers' pid 1 running one image do.
+    ledger::Slot &other = l->header()->slots[1];
+    other.pid.store(getpid());
+    std::string text = exporter::render({exporter::sample(path)}, "c1", exporter::Format::kText);
+    auto sets = label_sets(text, "gpuguard_process_state");
+    REQUIRE(sets.size() == 6);  // two processes, three states each
+    for (size_t i = 0; i < sets.size(); i++)
+        for (size_t j = i + 1; j < sets.size(); j++) CHECK(sets[i] != sets[j]);
+    auto used_sets = label_sets(text, "gpuguard_process_used_bytes");
+    REQUIRE(used_sets.size() == 2);
+    CHECK(used_sets[0] != used_sets[1]);
+    std::string before = process_label(text, "gpuguard_process_state", "process=\"1.");
+    CHECK(before == "1.1");
+
+    // The dead process's slot is reclaimed and taken by a restarted one with the same pid and command.
+    CHECK(l->reclaim_dead(false) == 1);
+    join_and_die(path, dev);
+    other.pid.store(getpid());
+    text = exporter::render({exporter::sample(path)}, "c1", exporter::Format::kText);
+    std::string after = process_label(text, "gpuguard_process_state", "process=\"1.");
+    CHECK(after == "1.2");
+    CHECK(process_label(text, "gpuguard_process_state", "process=\"0.") == "0.1");  // this one's stays
+    l.reset();
+    unlink(path);
 }

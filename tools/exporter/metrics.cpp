@@ -185,13 +185,21 @@ void add_device(Families &fams, const LabelList &base, const Ledger::DeviceView 
     add(fams.refusals, l, number(d.refusals));
 }
 
+// A process's labels: `process`, its slot and the slot's generation, is what tells it apart from
+// every other process of the ledger, past and present (a pid does not: two PID namespaces each have a
+// pid 1, and a restarted container's process may take its predecessor's pid and command).
+void add_process_labels(LabelList &pl, const Ledger::ProcessView &p) {
+    pl.push_back({"process", std::to_string(p.slot) + "." + std::to_string(p.generation)});
+    pl.push_back({"pid", std::to_string(p.pid)});
+    pl.push_back({"command", p.command});
+}
+
 void add_process(Families &fams, const LabelList &base, const Ledger::ProcessView &p,
                  const std::vector<Ledger::DeviceView> &devices) {
     const char *state = p.alive ? "alive" : p.reclaimed ? "reclaimed" : "dead";
     for (const char *st : {"alive", "dead", "reclaimed"}) {
         auto pl = base;
-        pl.push_back({"pid", std::to_string(p.pid)});
-        pl.push_back({"command", p.command});
+        add_process_labels(pl, p);
         // A stateset's label is the family's name (OpenMetrics).
         pl.push_back({"gpuguard_process_state", st});
         add(fams.pstate, labels(pl), strcmp(st, state) ? "0" : "1");
@@ -202,8 +210,7 @@ void add_process(Families &fams, const LabelList &base, const Ledger::ProcessVie
         auto pl = base;
         pl.push_back({"gpu", std::to_string(d.index)});
         pl.push_back({"UUID", d.uuid});
-        pl.push_back({"pid", std::to_string(p.pid)});
-        pl.push_back({"command", p.command});
+        add_process_labels(pl, p);
         std::string l = labels(pl);
         add(fams.pbytes, l, number(p.bytes[i]));
         add_kinds(fams.pkinds, pl, p.bytes[i], p.kinds[i]);
