@@ -85,7 +85,7 @@ TEST_CASE("exporter: kinds read ahead of the total are clamped, so that they sti
 TEST_CASE("exporter: a device's and a process's kind series sum to their used bytes, whatever the snapshot") {
     for (uint64_t used : {1000ull, 350ull, 0ull}) {
         CAPTURE(used);
-        std::string text = exporter::render({one_device(used, {300, 64, 50})}, "c1", exporter::Format::kText);
+        std::string text = exporter::render({one_device(used, {300, 64, 50})}, {"c1"}, exporter::Format::kText);
         for (std::string family : {"gpuguard_device_used_by_kind_bytes", "gpuguard_process_used_by_kind_bytes"}) {
             CAPTURE(family);
             auto kinds = by_kind(text, family, "gpu=\"0\"");
@@ -103,12 +103,12 @@ TEST_CASE("exporter: a device's and a process's kind series sum to their used by
 
 TEST_CASE("exporter: a context's cost with its source; 0 and unknown while not measured") {
     auto s = one_device(1000, {300, 0, 0});
-    std::string text = exporter::render({s}, "", exporter::Format::kOpenMetrics);
+    std::string text = exporter::render({s}, {}, exporter::Format::kOpenMetrics);
     CHECK(text.find("# UNIT gpuguard_device_context_cost_bytes bytes\n") != std::string::npos);
     CHECK(text.find("modelName=\"Test GPU\",source=\"own_process\"} 300\n") != std::string::npos);
     s.devices[0].context_cost = 0;
     s.devices[0].context_source = ledger::kCostUnknown;
-    text = exporter::render({s}, "", exporter::Format::kOpenMetrics);
+    text = exporter::render({s}, {}, exporter::Format::kOpenMetrics);
     CHECK(text.find("modelName=\"Test GPU\",source=\"unknown\"} 0\n") != std::string::npos);
 }
 
@@ -178,7 +178,7 @@ TEST_CASE(
     // Both say the pid and command of this process, as two containers' pid 1 running one image do.
     ledger::Slot &other = l->header()->slots[1];
     other.pid.store(getpid());
-    std::string text = exporter::render({exporter::sample(path)}, "c1", exporter::Format::kText);
+    std::string text = exporter::render({exporter::sample(path)}, {"c1", true}, exporter::Format::kText);
     auto sets = label_sets(text, "gpuguard_process_state");
     REQUIRE(sets.size() == 6);  // two processes, three states each
     for (size_t i = 0; i < sets.size(); i++)
@@ -193,10 +193,41 @@ TEST_CASE(
     CHECK(l->reclaim_dead(false) == 1);
     join_and_die(path, dev);
     other.pid.store(getpid());
-    text = exporter::render({exporter::sample(path)}, "c1", exporter::Format::kText);
+    text = exporter::render({exporter::sample(path)}, {"c1", true}, exporter::Format::kText);
     std::string after = process_label(text, "gpuguard_process_state", "process=\"1.");
     CHECK(after == "1.2");
     CHECK(process_label(text, "gpuguard_process_state", "process=\"0.") == "0.1");  // this one's stays
     l.reset();
     unlink(path);
+}
+
+TEST_CASE("exporter: no command label unless asked, and what looks like a secret redacted when asked") {
+    auto s = one_device(1000, {0, 0, 0});
+    s.processes[0].command = "python3 train.py --token=hunter2";
+    std::string text = exporter::render({s}, {"c1"}, exporter::Format::kText);
+    CHECK(text.find("command=") == std::string::npos);
+    CHECK(text.find("hunter2") == std::string::npos);
+    text = exporter::render({s}, {"c1", true}, exporter::Format::kText);
+    CHECK(text.find("command=\"python3 train.py --token=***\"") != std::string::npos);
+    CHECK(text.find("hunter2") == std::string::npos);
+}
+
+TEST_CASE("exporter: secrets in a command line are redacted, the rest kept") {
+    const std::pair<const char *, const char *> cases[] = {
+        {"train.py --token=abc --lr 0.1", "train.py --token=*** --lr 0.1"},
+        {"train.py --password abc --epochs 3", "train.py --password *** --epochs 3"},
+        {"train.py --api-key abc", "train.py --api-key ***"},
+        {"env API_KEY=abc HF_TOKEN=def python3 t.py", "env API_KEY=*** HF_TOKEN=*** python3 t.py"},
+        {"push https://bob:s3cret@example.com/repo", "push https://bob:***@example.com/repo"},
+        {"run d41d8cd98f00b204e9800998ecf8427e", "run ***"},
+        {"run --sig=ghp_16C7e42F292c6912E7710c838347Ae178B4a", "run --sig=***"},
+        {"train.py --data /data/imagenet --batch-size 256 --keep-checkpoints",
+         "train.py --data /data/imagenet --batch-size 256 --keep-checkpoints"},
+        {"train.py --password --next", "train.py --password --next"},
+        {"python3 -m torch.distributed.run --nproc_per_node 8", "python3 -m torch.distributed.run --nproc_per_node 8"},
+    };
+    for (const auto &[in, want] : cases) {
+        CAPTURE(in);
+        CHECK(exporter::redact_secrets(in) == want);
+    }
 }

@@ -27,7 +27,7 @@ using gg::tool::fail;
 
 const char kUsage[] =
     "usage: gpuguard exporter [--listen HOST:PORT] [--ledger PATH ...] [--container NAME] [--once [--openmetrics]]\n"
-    "                         [--max-connections N] [--read-timeout SECONDS] [--write-timeout SECONDS]\n"
+    "                         [--command-label] [--max-connections N] [--read-timeout SECONDS] [--write-timeout SECONDS]\n"
     "\n"
     "Serves the container's GPU memory quota as Prometheus metrics at http://HOST:PORT/metrics, read\n"
     "from the shared ledger at each scrape (no driver call: it needs no GPU, only the ledger's /dev/shm).\n"
@@ -44,6 +44,8 @@ const char kUsage[] =
     "  --container NAME    the container label (default HOSTNAME, the pod's name in Kubernetes)\n"
     "  --once              print the metrics once on standard output and exit\n"
     "  --openmetrics       with --once: OpenMetrics instead of the text format\n"
+    "  --command-label     label each process with its command line (off: a token in argv would reach\n"
+    "                      anyone who can scrape; on, what looks like a secret is still shown as ***)\n"
     "  --max-connections N connections open at once (default 16); one more closes the one that has\n"
     "                      been sending its request longest\n"
     "  --read-timeout SECONDS   the whole request, from connect to its last header (default 5)\n"
@@ -56,7 +58,7 @@ const char kUsage[] =
     "_used_bytes, _used_by_kind_bytes (kind: allocations, context_and_modules, graphs, pool_reserve;\n"
     "they sum to _used_bytes), _peak_bytes, _memory_total_bytes, _context_cost_bytes (source:\n"
     "own_process, device_delta, unknown), gpuguard_device_refusals_total; per process (process, pid,\n"
-    "command; process is SLOT.GENERATION, one process of the ledger for its life, where pids collide\n"
+    "command with --command-label; process is SLOT.GENERATION, one process of the ledger for its life, where pids collide\n"
     "across PID namespaces) gpuguard_process_used_bytes, _used_by_kind_bytes, _peak_bytes per device, gpuguard_process_state\n"
     "(alive, dead, reclaimed); gpuguard_reports_total and gpuguard_reclaimed_processes_total. gpu is\n"
     "the ledger's index of the device (the same for every process), not a CUDA ordinal: match devices\n"
@@ -64,14 +66,15 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 stopped by SIGTERM or SIGINT (or --once done); 1 cannot listen; 2 bad usage.\n";
 
-std::string scrape(const std::vector<std::string> &ledgers, const std::string &container, Format f) {
+std::string scrape(const std::vector<std::string> &ledgers, const gg::exporter::Labels &labels, Format f) {
     std::vector<gg::exporter::LedgerSample> samples;
     for (const std::string &p : ledgers) samples.push_back(gg::exporter::sample(p));
-    return gg::exporter::render(samples, container, f);
+    return gg::exporter::render(samples, labels, f);
 }
 
 // The response to one request head (tools/exporter/server.h reads it and sends this).
-std::string respond(const std::string &req, const std::vector<std::string> &ledgers, const std::string &container) {
+std::string respond(const std::string &req, const std::vector<std::string> &ledgers,
+                    const gg::exporter::Labels &labels) {
     std::string line = req.substr(0, req.find("\r\n"));
     std::string status = "200 OK", type = "text/plain; charset=utf-8", body;
     bool head = line.rfind("HEAD ", 0) == 0;
@@ -88,7 +91,7 @@ std::string respond(const std::string &req, const std::vector<std::string> &ledg
             for (char &c : lower) c = (char)tolower((unsigned char)c);
             Format f =
                 lower.find("application/openmetrics-text") != std::string::npos ? Format::kOpenMetrics : Format::kText;
-            body = scrape(ledgers, container, f);
+            body = scrape(ledgers, labels, f);
             type = gg::exporter::content_type(f);
         } else if (path == "/") {
             body = "gpuguard exporter: the metrics are at /metrics\n";
@@ -110,7 +113,8 @@ int deadline_ms(const std::string &seconds) {
 }
 
 struct Options {
-    std::string listen = "127.0.0.1:9478", container;
+    std::string listen = "127.0.0.1:9478";
+    gg::exporter::Labels labels;
     std::vector<std::string> ledgers;
     bool once = false, openmetrics = false, have_container = false;
     gg::exporter::ServerLimits limits;
@@ -152,12 +156,14 @@ int parse(int argc, char **argv, Options &o) {
             o.once = true;
         } else if (a.flag("--openmetrics")) {
             o.openmetrics = true;
+        } else if (a.flag("--command-label")) {
+            o.labels.command = true;
         } else if (a.option("--listen", "HOST:PORT", &o.listen)) {
             if (a.failed() || o.listen.empty()) return a.usage_error("--listen needs HOST:PORT");
         } else if (a.option("--ledger", "a path", &v)) {
             if (a.failed() || v.empty()) return a.usage_error("--ledger needs a path");
             o.ledgers.push_back(v);
-        } else if (a.option("--container", "a name", &o.container)) {
+        } else if (a.option("--container", "a name", &o.labels.container)) {
             if (a.failed()) return a.usage_error();
             o.have_container = true;
         } else if (!limit_option(a, o, &status)) {
@@ -185,10 +191,10 @@ int cmd_exporter(int argc, char **argv) {
     if (status >= 0) return status;
     if (!o.have_container) {
         const char *h = gg::settings::env("HOSTNAME");
-        o.container = h ? h : "";
+        o.labels.container = h ? h : "";
     }
     if (o.once) {
-        fputs(scrape(o.ledgers, o.container, o.openmetrics ? Format::kOpenMetrics : Format::kText).c_str(), stdout);
+        fputs(scrape(o.ledgers, o.labels, o.openmetrics ? Format::kOpenMetrics : Format::kText).c_str(), stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }
     std::string bound, why;
@@ -196,7 +202,7 @@ int cmd_exporter(int argc, char **argv) {
     if (fd < 0) return fail(1, why);
     // Announced once SIGTERM is caught: a supervisor that stops it after reading the line gets exit 0.
     gg::exporter::serve(
-        fd, o.limits, [&](const std::string &head) { return respond(head, o.ledgers, o.container); },
+        fd, o.limits, [&](const std::string &head) { return respond(head, o.ledgers, o.labels); },
         [&] { fprintf(stderr, "gpuguard: exporter listening on http://%s/metrics\n", bound.c_str()); });
     close(fd);
     return 0;

@@ -1,5 +1,6 @@
 #include "tools/exporter/metrics.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -188,18 +189,18 @@ void add_device(Families &fams, const LabelList &base, const Ledger::DeviceView 
 // A process's labels: `process`, its slot and the slot's generation, is what tells it apart from
 // every other process of the ledger, past and present (a pid does not: two PID namespaces each have a
 // pid 1, and a restarted container's process may take its predecessor's pid and command).
-void add_process_labels(LabelList &pl, const Ledger::ProcessView &p) {
+void add_process_labels(LabelList &pl, const Ledger::ProcessView &p, const Labels &with) {
     pl.push_back({"process", std::to_string(p.slot) + "." + std::to_string(p.generation)});
     pl.push_back({"pid", std::to_string(p.pid)});
-    pl.push_back({"command", p.command});
+    if (with.command) pl.push_back({"command", redact_secrets(p.command)});
 }
 
 void add_process(Families &fams, const LabelList &base, const Ledger::ProcessView &p,
-                 const std::vector<Ledger::DeviceView> &devices) {
+                 const std::vector<Ledger::DeviceView> &devices, const Labels &with) {
     const char *state = p.alive ? "alive" : p.reclaimed ? "reclaimed" : "dead";
     for (const char *st : {"alive", "dead", "reclaimed"}) {
         auto pl = base;
-        add_process_labels(pl, p);
+        add_process_labels(pl, p, with);
         // A stateset's label is the family's name (OpenMetrics).
         pl.push_back({"gpuguard_process_state", st});
         add(fams.pstate, labels(pl), strcmp(st, state) ? "0" : "1");
@@ -210,7 +211,7 @@ void add_process(Families &fams, const LabelList &base, const Ledger::ProcessVie
         auto pl = base;
         pl.push_back({"gpu", std::to_string(d.index)});
         pl.push_back({"UUID", d.uuid});
-        add_process_labels(pl, p);
+        add_process_labels(pl, p, with);
         std::string l = labels(pl);
         add(fams.pbytes, l, number(p.bytes[i]));
         add_kinds(fams.pkinds, pl, p.bytes[i], p.kinds[i]);
@@ -218,16 +219,16 @@ void add_process(Families &fams, const LabelList &base, const Ledger::ProcessVie
     }
 }
 
-void add_ledger(Families &fams, const LedgerSample &s, const std::string &container) {
+void add_ledger(Families &fams, const LedgerSample &s, const Labels &with) {
     LabelList base;
-    if (!container.empty()) base.push_back({"container", container});
+    if (!with.container.empty()) base.push_back({"container", with.container});
     base.push_back({"ledger", s.path});
     add(fams.up, labels(base), s.up ? "1" : "0");
     if (!s.up) return;
     add(fams.reports, labels(base), number(s.counters.reports_written));
     add(fams.reclaimed, labels(base), number(s.counters.reclaimed_processes));
     for (const auto &d : s.devices) add_device(fams, base, d);
-    for (const auto &p : s.processes) add_process(fams, base, p, s.devices);
+    for (const auto &p : s.processes) add_process(fams, base, p, s.devices, with);
 }
 
 std::string exposition(Families &fams, Format f) {
@@ -251,10 +252,76 @@ std::string exposition(Families &fams, Format f) {
 
 }  // namespace
 
-std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f) {
+std::string render(const std::vector<LedgerSample> &ledgers, const Labels &labels, Format f) {
     Families fams;
-    for (const LedgerSample &s : ledgers) add_ledger(fams, s, container);
+    for (const LedgerSample &s : ledgers) add_ledger(fams, s, labels);
     return exposition(fams, f);
+}
+
+namespace {
+
+bool names_a_secret(std::string name) {
+    for (char &c : name) c = (char)tolower((unsigned char)c);
+    for (const char *word : {"token", "password", "passwd", "secret", "key", "auth", "credential"})
+        if (name.find(word) != std::string::npos) return true;
+    return false;
+}
+
+// 24 characters or more of hex or base64 (URL-safe too), letters and digits mixed: a key, not a word
+// or a number.
+bool looks_like_key(const std::string &w) {
+    if (w.size() < 24) return false;
+    bool letter = false, digit = false;
+    for (char c : w) {
+        if (isdigit((unsigned char)c)) digit = true;
+        else if (isalpha((unsigned char)c)) letter = true;
+        else if (!strchr("+/=_-", c)) return false;
+    }
+    return letter && digit;
+}
+
+// scheme://user:password@host: the password.
+std::string redact_url_password(const std::string &w) {
+    size_t scheme = w.find("://");
+    if (scheme == std::string::npos) return w;
+    size_t at = w.find('@', scheme + 3), colon = w.find(':', scheme + 3);
+    if (at == std::string::npos || colon == std::string::npos || colon > at) return w;
+    return w.substr(0, colon + 1) + "***" + w.substr(at);
+}
+
+// One word of a command line; *next_is_secret says the word after it is an option's secret value.
+std::string redact_word(const std::string &w, bool *next_is_secret) {
+    bool option = w.rfind("-", 0) == 0;
+    size_t eq = w.find('=');
+    *next_is_secret = option && eq == std::string::npos && names_a_secret(w);
+    if (eq != std::string::npos && eq > 0 && names_a_secret(w.substr(0, eq))) return w.substr(0, eq + 1) + "***";
+    if (looks_like_key(eq == std::string::npos ? w : w.substr(eq + 1)))
+        return eq == std::string::npos ? "***" : w.substr(0, eq + 1) + "***";
+    return redact_url_password(w);
+}
+
+}  // namespace
+
+std::string redact_secrets(const std::string &command) {
+    std::string out, word;
+    bool secret_next = false;
+    auto flush = [&] {
+        if (word.empty()) return;
+        bool was_secret = secret_next;
+        out += was_secret && word.rfind("-", 0) != 0 ? "***" : redact_word(word, &secret_next);
+        if (was_secret && word.rfind("-", 0) != 0) secret_next = false;
+        word.clear();
+    };
+    for (char c : command) {
+        if (c == ' ') {
+            flush();
+            out += ' ';
+        } else {
+            word += c;
+        }
+    }
+    flush();
+    return out;
 }
 
 }  // namespace gg::exporter

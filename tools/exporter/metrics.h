@@ -32,8 +32,21 @@ enum class Format {
 };
 const char *content_type(Format f);
 
-// The exposition of every ledger, with `container` as the container label ("" leaves it out).
-std::string render(const std::vector<LedgerSample> &ledgers, const std::string &container, Format f);
+// What a scrape shows besides the numbers.
+struct Labels {
+    std::string container;  // the container label ("" leaves it out)
+    bool command = false;   // a process's command line, its secrets redacted (--command-label)
+};
+
+// The exposition of every ledger.
+std::string render(const std::vector<LedgerSample> &ledgers, const Labels &labels, Format f);
+
+// A command line with what looks like a secret replaced by "***": the value of an option or
+// variable whose name says token, password, passwd, secret, key, auth or credential
+// (--token=V, --password V, API_KEY=V), a URL's password (https://user:V@host), and a long run of
+// hex or base64 (24 characters or more, letters and digits mixed). A guess that cannot know every
+// secret's shape, which is why the exporter leaves the command out unless asked.
+std::string redact_secrets(const std::string &command);
 
 // A total split by kind as the exporter shows it: context_and_modules, graphs, pool_reserve (Kind's
 // order), then the allocations, summing to `total` exactly. The ledger's counters are read one by one
