@@ -85,6 +85,19 @@ int locate_caller(void *const *raw, int n, void *return_address) {
     return at;
 }
 
+// The native return addresses from capture()'s caller outward, `skip` of them dropped, at most
+// `depth`: walked (cut at the innermost eval loop when `stop` says so), then the shim's own frames
+// and the unwinder's passed over by the caller's return address. Returns how many are in frames[].
+int caller_frames(uintptr_t *frames, int skip, int depth, void *return_address, unwind::StopFn stop) {
+    void *raw[kSlack + 2 * kMaxDepth];
+    int want = frames_above_caller() + skip + depth;
+    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop);
+    int kept = 0;
+    for (int i = locate_caller(raw, n, return_address) + skip; i < n && kept < depth; ++i)
+        frames[kept++] = reinterpret_cast<uintptr_t>(raw[i]);
+    return kept;
+}
+
 // A Python site's key before any frame: the skip. Not the native depth (stack pointer): the depth of
 // the C stack below its eval loop changes as CPython specialises and despecialises the calls further
 // out (a specialised call runs in the same eval loop, an unspecialised one enters a new one), which
@@ -102,15 +115,9 @@ uint64_t site_seed(int skip) { return reuse::mix(0, uint64_t(skip)); }
 // words it read before (shim/stacks/walk_memo.h) when they are the same.
 uint64_t with_native_frames(uint64_t key, int skip, int depth, void *return_address) {
     GG_PROFILE_STEP(kCaptureNativeKey);
-    void *raw[kSlack + 2 * kMaxDepth];
-    int want = frames_above_caller() + skip + depth;
-    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop_at_eval_loop);
-    int start = locate_caller(raw, n, return_address) + skip;
-    for (int i = start; i < n && i < start + depth; ++i) {
-        uintptr_t ip = reinterpret_cast<uintptr_t>(raw[i]);
-        if (py::is_eval_loop(ip)) break;
-        key = reuse::mix(key, ip);
-    }
+    uintptr_t frames[kMaxDepth];
+    int n = caller_frames(frames, skip, depth, return_address, stop_at_eval_loop);
+    for (int i = 0; i < n && !py::is_eval_loop(frames[i]); ++i) key = reuse::mix(key, frames[i]);
     return key ? key : 1;  // 0 marks an empty slot
 }
 
@@ -123,9 +130,8 @@ uint64_t with_native_frames(uint64_t key, int skip, int depth, void *return_addr
 // unwound at every allocation (BENCHMARKS.md).
 StackId capture_native(int skip, int depth, void *return_address) {
     GG_PROFILE_STEP(kCaptureNative);
-    void *raw[kSlack + 2 * kMaxDepth];
-    int want = frames_above_caller() + skip + depth;
-    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), nullptr);
+    uintptr_t words[kMaxDepth];
+    int n_native = caller_frames(words, skip, depth, return_address, nullptr);
     uint16_t salt = uint16_t(skip);  // the id depends on the frames skipped, beside the walk
     if (StackId id = unwind::last_walk_tag(salt)) {
         census::note(census::Kind::kNative, census::Outcome::kReuse);
@@ -134,13 +140,46 @@ StackId capture_native(int skip, int depth, void *return_address) {
     }
     census::note(census::Kind::kNative, census::Outcome::kMiss);
     reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
-    uintptr_t words[kMaxDepth];
-    int n_native = 0;
-    for (int i = locate_caller(raw, n, return_address) + skip; i < n && n_native < depth; ++i)
-        words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
     StackId id = table::intern(words, uint32_t(n_native), uint32_t(n_native));
     if (id) unwind::tag_last_walk(id, salt);
     return id;
+}
+
+// A Python site's lookup in this thread's site cache (shim/stacks/reuse.h), before anything is
+// unwound or described: `answer` is set when the cached stack is the answer. Otherwise the capture
+// goes on to unwind, and tells the cache what it found (`sites` null: unwound every time).
+struct SiteLookup {
+    reuse::SiteCache *sites = nullptr;
+    uint64_t key = 0;
+    StackId cached = 0;
+    reuse::SiteCache::Verdict verdict = reuse::SiteCache::Verdict::kMiss;
+};
+
+bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
+    {
+        GG_PROFILE_STEP(kCapturePythonKey);
+        site.key = py::site_key(site_seed(skip));
+    }
+    if (!site.key) {  // no Python frame on this thread: its native walk is the key
+        *answer = capture_native(skip, depth, return_address);
+        return true;
+    }
+    site.verdict = site.sites->lookup(site.key, &site.cached);
+    auto kind = census::Kind::kPython;
+    if (site.verdict == reuse::SiteCache::Verdict::kUnstable) {
+        census::note(kind, census::Outcome::kUnstable);
+        site.key = with_native_frames(site.key, skip, depth, return_address);
+        site.verdict = site.sites->lookup(site.key, &site.cached);
+        kind = census::Kind::kPythonExtended;
+    }
+    census::note(kind, census::Outcome(int(site.verdict)));
+    if (site.verdict == reuse::SiteCache::Verdict::kReuse) {
+        reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+        *answer = site.cached;
+        return true;
+    }
+    if (site.verdict == reuse::SiteCache::Verdict::kUnstable) site.sites = nullptr;  // unwound every time
+    return false;
 }
 
 StackId capture_unguarded(int skip, void *return_address) {
@@ -148,33 +187,12 @@ StackId capture_unguarded(int skip, void *return_address) {
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
     bool python = g_python.load(std::memory_order_relaxed) && py::available();
 
-    // A site seen before is found by its key, before anything is unwound or described: its cached
-    // stack is the answer (shim/stacks/reuse.h).
-    reuse::SiteCache *sites = nullptr;
-    uint64_t key = 0;
-    StackId cached = 0;
-    auto verdict = reuse::SiteCache::Verdict::kMiss;
-    if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (sites = g_sites.get())) {
-        if (python) {
-            GG_PROFILE_STEP(kCapturePythonKey);
-            key = py::site_key(site_seed(skip));
-        }
-        bool keyed_by_python = key != 0;
-        if (!keyed_by_python) return capture_native(skip, depth, return_address);
-        verdict = sites->lookup(key, &cached);
-        auto kind = census::Kind::kPython;
-        if (verdict == reuse::SiteCache::Verdict::kUnstable) {
-            census::note(kind, census::Outcome::kUnstable);
-            key = with_native_frames(key, skip, depth, return_address);
-            verdict = sites->lookup(key, &cached);
-            kind = census::Kind::kPythonExtended;
-        }
-        census::note(kind, census::Outcome(int(verdict)));
-        if (verdict == reuse::SiteCache::Verdict::kReuse) {
-            reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
-            return cached;
-        }
-        if (verdict == reuse::SiteCache::Verdict::kUnstable) sites = nullptr;  // unwound every time
+    // A site seen before is found by its key, before anything is unwound or described.
+    SiteLookup site;
+    if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (site.sites = g_sites.get())) {
+        StackId answer = 0;
+        if (!python) return capture_native(skip, depth, return_address);
+        if (answered_by_site(site, skip, depth, return_address, &answer)) return answer;
     }
 
     // Python frames: with them the native walk can stop at the eval loop. They are written past the
@@ -201,22 +219,15 @@ StackId capture_unguarded(int skip, void *return_address) {
     int n_native = 0;
     if (depth > 0) {
         GG_PROFILE_STEP(kCaptureNative);
-        void *raw[kSlack + 2 * kMaxDepth];
-        int want = frames_above_caller() + skip + depth;
         // With Python frames, the native walk can end at the innermost eval loop: the frames below
         // it are the interpreter's, and the Python frames tell more about them (the merge places all
         // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
         // a deep interpreter stack.
-        int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)),
-                                  cut ? stop_at_eval_loop : nullptr);
+        int n = caller_frames(words, skip, depth, return_address, cut ? stop_at_eval_loop : nullptr);
         reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
-        int start = locate_caller(raw, n, return_address) + skip;
-        for (int i = start; i < n && n_native < depth; ++i) {
-            words[n_native++] = reinterpret_cast<uintptr_t>(raw[i]);
-            // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
-            // unwinder walked on past it (see stop_at_eval_loop).
-            if (cut && py::is_eval_loop(words[n_native - 1])) break;
-        }
+        // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
+        // unwinder walked on past it (see stop_at_eval_loop).
+        while (n_native < n && !(cut && n_native > 0 && py::is_eval_loop(words[n_native - 1]))) n_native++;
     }
     if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
 
@@ -225,13 +236,13 @@ StackId capture_unguarded(int skip, void *return_address) {
         GG_PROFILE_STEP(kCaptureIntern);
         id = table::intern(words, uint32_t(n_native + kPyWords * n_py), uint32_t(n_native));
     }
-    census::unwound(key, id);
-    if (sites && id) {
-        if (verdict == reuse::SiteCache::Verdict::kMiss) {
-            sites->store(key, id);
+    census::unwound(site.key, id);
+    if (site.sites && id) {
+        if (site.verdict == reuse::SiteCache::Verdict::kMiss) {
+            site.sites->store(site.key, id);
         } else {
             reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
-            sites->checked(key, same_site_stack(cached, id), id);
+            site.sites->checked(site.key, same_site_stack(site.cached, id), id);
         }
     }
     return id;
