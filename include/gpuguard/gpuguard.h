@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 /* Exported by libgpuguard.so: writes a report (reason "request") whose message is `reason`, into
- * GPUGUARD_REPORT_DIR. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
+ * GPUGUARD_REPORT_DIR. The report is about the calling thread's device; before CUDA has a device, about
+ * none. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
 int gpuguard_report(const char *reason);
 
 /* Exported by libgpuguard.so: tags the program's phase ("train", "eval"); a report written while it is

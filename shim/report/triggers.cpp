@@ -11,7 +11,9 @@
 #include "common/base/log.h"
 #include "shim/api/export.h"
 #include "shim/core/state.h"
+#include "shim/device/device.h"
 #include "shim/report/report.h"
+#include "shim/resolve/real.h"
 
 namespace gg::triggers {
 namespace {
@@ -29,18 +31,30 @@ void on_signal(int) {
 void *reporter_thread(void *) {
     for (;;) {
         if (sem_wait(&g_signal_sem) != 0) continue;
-        std::string path = report::write(report::Reason::kSignal, "report asked for by signal", nullptr, 0);
+        std::string path =
+            report::write(report::Reason::kSignal, "report asked for by signal", nullptr, report_ordinal());
         if (!path.empty()) log_error("report: %s", path.c_str());
     }
     return nullptr;
 }
 
 void at_exit() {
-    std::string path = report::write(report::Reason::kExit, "report at exit (GPUGUARD_REPORT_ON_EXIT=1)", nullptr, 0);
+    std::string path =
+        report::write(report::Reason::kExit, "report at exit (GPUGUARD_REPORT_ON_EXIT=1)", nullptr, report_ordinal());
     if (!path.empty()) log_error("report at exit: %s", path.c_str());
 }
 
 }  // namespace
+
+// Before cuInit the driver can neither name nor size a device: describing one then would enter a
+// made-up device in the shared ledger for good, and cache it as this process's device 0.
+int report_ordinal() {
+    int ordinal = current_ordinal();
+    if (ordinal >= 0) return ordinal;
+    const RealDriver &r = real_driver();
+    int count = 0;
+    return r.cuDeviceGetCount && r.cuDeviceGetCount(&count) == CUDA_SUCCESS && count > 0 ? 0 : -1;
+}
 
 void install(const Config &c) {
     if (c.report_on_exit) atexit(at_exit);
@@ -74,8 +88,8 @@ void install(const Config &c) {
 
 GG_EXPORT int gpuguard_report(const char *reason) {
     gg::state();
-    std::string path =
-        gg::report::write(gg::report::Reason::kRequest, reason ? reason : "report requested", nullptr, 0);
+    std::string path = gg::report::write(gg::report::Reason::kRequest, reason ? reason : "report requested", nullptr,
+                                         gg::triggers::report_ordinal());
     if (path.empty()) return -1;
     gg::log_error("report: %s", path.c_str());
     return 0;

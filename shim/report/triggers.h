@@ -12,4 +12,8 @@ namespace gg::triggers {
 // Called once when the shim starts (from inside state()'s construction: it must not call state()).
 void install(const Config &c);
 
+// The device a report that is not about a failure is about: the calling thread's, else device 0 once
+// the driver has devices, else none (-1).
+int report_ordinal();
+
 }  // namespace gg::triggers

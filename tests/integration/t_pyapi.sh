@@ -1,0 +1,43 @@
+# The Python API (python/gpuguard) from the source tree, in a python3 under the shim with the test
+# driver: what it does before the program's first CUDA call.
+# (The wheel's own install and a real Jupyter kernel: t_wheel.sh.)
+
+# pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its own.
+pyapi() {
+  ( if [[ -n $1 ]]; then export GPUGUARD_MEM_LIMIT=$1; else unset GPUGUARD_MEM_LIMIT; fi
+    GPUGUARD_LEDGER=$(mktemp -u "$TMP/ledger.XXXXXX") PYTHONPATH=$ROOT/python PATH=$BUILD:$PATH shimmed timeout 120 python3 "$2" ) \
+    > out.txt 2> err.txt || { cat out.txt err.txt; return 1; }
+}
+
+# The test driver's device 0 in Python, made current, with 64 MiB allocated on it.
+CUDA_FIRST_ALLOCATION='
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev); cuda.cuCtxSetCurrent(ctx)
+assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(64 << 20)) == 0
+uuid = (ctypes.c_ubyte * 16)()
+cuda.cuDeviceGetUuid_v2(uuid, dev)
+print("uuid:", "GPU-%s-%s-%s-%s-%s" % tuple(bytes(uuid).hex()[a:b] for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))))
+'
+
+report_before_cuda_enters_no_device() {
+  fresh
+  cat > before.py <<PY
+import gpuguard
+print("report:", gpuguard.report("before CUDA"))
+$CUDA_FIRST_ALLOCATION
+u = gpuguard.usage()
+print("devices:", [(i, d["uuid"], d["process"]) for i, d in sorted(u["devices"].items())])
+PY
+  pyapi 1GiB before.py || return 1
+  local uuid; uuid=$(sed -n 's/^uuid: //p' out.txt)
+  expect_contains out.txt "report: True" "report() before the first CUDA call" &&
+    expect_contains out.txt "devices: [(0, '$uuid', 67108864)]" "the ledger: the real device alone, index 0, charged" &&
+    expect_eq "$(json gpuguard-request-*.json '(d["device"]["ordinal"], d["device"]["uuid"], d["message"])')" \
+      "(-1, '', 'before CUDA')" "the early report: about no device" &&
+    expect_not_contains err.txt "cannot read the UUID" "the shim's lines"
+}
+
+check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
