@@ -20,6 +20,10 @@ int gpuguard_report(const char *reason);
 /* Exported by libgpuguard.so: tags the program's phase ("train", "eval"); a report written while it is
  * set names it ("phase"). NULL or "" clears it. Returns 0. Python: `with gpuguard.phase("eval"):`. */
 int gpuguard_phase(const char *name);
+/* Exported by libgpuguard.so: the quota every device gets, as configured, known before the first CUDA
+ * call: 1 with *bytes set (0: a malformed limit, every allocation refused), 0 for no limit, -1 when it
+ * cannot be told before CUDA has the devices (a share of a device's memory, entries per device). */
+int gpuguard_configured_limit(unsigned long long *bytes);
 /* Exported by libgpuguard.so: whether PyTorch's caching allocator reports its blocks to the shim (the
  * tensor view): 1 it has, 0 not yet (no tensor allocated, the cudaMallocAsync backend, or a PyTorch
  * without the report), -1 turned off (GPUGUARD_TENSOR_VIEW=0). `gpuguard doctor` asks it. */

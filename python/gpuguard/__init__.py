@@ -98,9 +98,27 @@ def usage():
 
 
 def limit():
-    """The quota per device (the ledger's index) in bytes, None for a device without one; {} before
-    any process of the container has used a GPU under gpuguard."""
-    return {i: d["limit"] for i, d in usage()["devices"].items()}
+    """The quota per device (the ledger's index) in bytes, None for a device without one. Before any
+    process of the container has used a GPU under gpuguard, the ledger has no device: then, with the
+    shim loaded, the quota as configured, {"*": bytes or None} for every device; {} where it cannot
+    be told before CUDA has the devices (a share of a device's memory, entries per device) or
+    without the shim."""
+    devices = usage()["devices"]
+    if devices:
+        return {i: d["limit"] for i, d in devices.items()}
+    return _configured_limit()
+
+
+def _configured_limit():
+    fn = _native.function("gpuguard_configured_limit")
+    if fn is None:
+        return {}
+    fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_ulonglong)], ctypes.c_int
+    bytes_ = ctypes.c_ulonglong()
+    known = fn(ctypes.byref(bytes_))
+    if known < 0:
+        return {}
+    return {"*": bytes_.value if known == 1 else None}
 
 
 @contextlib.contextmanager

@@ -40,4 +40,27 @@ PY
     expect_not_contains err.txt "cannot read the UUID" "the shim's lines"
 }
 
+limit_before_cuda_is_the_configured_one() {
+  fresh
+  cat > limit.py <<PY
+import gpuguard
+print("limit before:", gpuguard.limit())
+$CUDA_FIRST_ALLOCATION
+print("limit after:", gpuguard.limit())
+PY
+  pyapi 1GiB limit.py || return 1
+  expect_contains out.txt "limit before: {'*': 1073741824}" "limit() before the first CUDA call: the configured quota" &&
+    expect_contains out.txt "limit after: {0: 1073741824}" "limit() once the device is in the ledger" || return 1
+  cat > spec.py <<'PY'
+import gpuguard
+print(gpuguard.limit())
+PY
+  pyapi 50% spec.py && expect_eq "$(cat out.txt)" "{}" "a share of a device: not known before the device" &&
+    pyapi "0=2GiB" spec.py && expect_eq "$(cat out.txt)" "{}" "an entry per device: not known before the devices" &&
+    pyapi "" spec.py && expect_eq "$(cat out.txt)" "{'*': None}" "no limit" &&
+    pyapi 12XB spec.py && expect_eq "$(cat out.txt)" "{'*': 0}" "a malformed limit: every allocation refused"
+}
+
 check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
+check "limit() before the first CUDA call: the configured quota ({} where a share or per-device entries need the devices)" \
+  limit_before_cuda_is_the_configured_one
