@@ -17,8 +17,10 @@ extern "C" {
  * none. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
 int gpuguard_report(const char *reason);
 
-/* Exported by libgpuguard.so: tags the program's phase ("train", "eval"); a report written while it is
- * set names it ("phase"). NULL or "" clears it. Returns 0. Python: `with gpuguard.phase("eval"):`. */
+/* Exported by libgpuguard.so: tags the calling thread's phase ("train", "eval"); a report that thread
+ * writes while it is set names it ("phase"); other threads' reports do not (the signal's report names
+ * the main thread's). NULL or "" clears it. Returns 0, -1 when it cannot be kept (no memory).
+ * Python: `with gpuguard.phase("eval"):`. */
 int gpuguard_phase(const char *name);
 /* Exported by libgpuguard.so: the quota every device gets, as configured, known before the first CUDA
  * call: 1 with *bytes set (0: a malformed limit, every allocation refused), 0 for no limit, -1 when it

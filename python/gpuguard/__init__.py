@@ -9,7 +9,7 @@ reads them, so they are there even in a process that runs without the shim.
     gpuguard.usage()           # this process and the container, per device
     gpuguard.limit()           # the quota per device, in bytes (None: no limit)
     with gpuguard.phase("eval"):
-        ...                    # a report written in here names the phase
+        ...                    # a report this thread writes in here names the phase
     with gpuguard.tensor_view(False):
         ...                    # PyTorch's blocks are not tracked in here (no cost)
     gpuguard.report("after epoch 3")
@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 from gpuguard import _native
 
@@ -123,24 +124,31 @@ def _configured_limit():
 
 @contextlib.contextmanager
 def phase(name):
-    """Tags a phase of the program: a report written inside the block (an OOM, report()) names it
-    ("phase" in the report, and in its summary). Phases nest; the innermost is named. Without the
-    shim it does nothing."""
+    """Tags a phase of the calling thread: a report this thread writes inside the block (its OOM,
+    report()) names it ("phase" in the report, and in its summary); other threads' reports name
+    their own phases. Phases nest; the innermost is named. Without the shim it does nothing."""
     fn = _native.function("gpuguard_phase")
     if fn is None:
         yield
         return
     fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
-    _phases.append(str(name))
-    fn(_phases[-1].encode())
+    phases = _thread_phases()
+    phases.append(str(name).encode())
+    fn(phases[-1])
     try:
         yield
     finally:
-        _phases.pop()
-        fn(_phases[-1].encode() if _phases else None)
+        phases.pop()
+        fn(phases[-1] if phases else None)
 
 
-_phases = []
+_local = threading.local()
+
+
+def _thread_phases():
+    if not hasattr(_local, "phases"):
+        _local.phases = []
+    return _local.phases
 
 
 class tensor_view:

@@ -12,6 +12,7 @@
 #include "shim/api/export.h"
 #include "shim/core/state.h"
 #include "shim/device/device.h"
+#include "shim/report/phase.h"
 #include "shim/report/report.h"
 #include "shim/resolve/real.h"
 
@@ -29,6 +30,7 @@ void on_signal(int) {
 }
 
 void *reporter_thread(void *) {
+    phase::stand_in_for_main_thread();
     for (;;) {
         if (sem_wait(&g_signal_sem) != 0) continue;
         std::string path =

@@ -1,5 +1,5 @@
 # The Python API (python/gpuguard) from the source tree, in a python3 under the shim with the test
-# driver: what it does before the program's first CUDA call.
+# driver: what it does before the program's first CUDA call, and phases per thread.
 # (The wheel's own install and a real Jupyter kernel: t_wheel.sh.)
 
 # pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its own.
@@ -61,6 +61,63 @@ PY
     pyapi 12XB spec.py && expect_eq "$(cat out.txt)" "{'*': 0}" "a malformed limit: every allocation refused"
 }
 
+phases_are_per_thread() {
+  fresh
+  cat > threads.py <<PY
+import threading
+import gpuguard
+$CUDA_FIRST_ALLOCATION
+a_in, b_done = threading.Event(), threading.Event()
+def a():
+    with gpuguard.phase("train"):
+        a_in.set()
+        b_done.wait()
+        gpuguard.report("from A")
+def b():
+    a_in.wait()
+    gpuguard.report("from B, no phase")
+    with gpuguard.phase("eval"):
+        gpuguard.report("from B in eval")
+    b_done.set()
+ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+ta.start(); tb.start(); ta.join(); tb.join()
+gpuguard.report("from main")
+PY
+  pyapi 1GiB threads.py || return 1
+  python3 - gpuguard-request-*.json > phases.txt <<'PY' || return 1
+import json, sys
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    print("%s: %s" % (d["message"], d.get("phase")))
+PY
+  expect_eq "$(sort phases.txt)" $'from A: train\nfrom B in eval: eval\nfrom B, no phase: None\nfrom main: None' \
+    "each report's phase: its own thread's"
+}
+
+signal_report_names_the_main_threads_phase() {
+  fresh
+  cat > sig_report.py <<PY
+import glob, os, signal, threading, time
+import gpuguard
+$CUDA_FIRST_ALLOCATION
+other_in, main_done = threading.Event(), threading.Event()
+def other():
+    with gpuguard.phase("loading"):
+        other_in.set()
+        main_done.wait()
+t = threading.Thread(target=other); t.start(); other_in.wait()
+with gpuguard.phase("train"):
+    os.kill(os.getpid(), signal.SIGUSR2)
+    while not glob.glob("gpuguard-signal-*.json"):
+        time.sleep(0.05)
+main_done.set(); t.join()
+PY
+  GPUGUARD_REPORT_SIGNAL=USR2 pyapi 1GiB sig_report.py &&
+    expect_eq "$(json gpuguard-signal-*.json 'd.get("phase")')" "train" "the signal's report: the main thread's phase"
+}
+
 check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
 check "limit() before the first CUDA call: the configured quota ({} where a share or per-device entries need the devices)" \
   limit_before_cuda_is_the_configured_one
+check "phase() is per thread: a report names the phase of the thread that writes it" phases_are_per_thread
+check "the report GPUGUARD_REPORT_SIGNAL asks for names the main thread's phase" signal_report_names_the_main_threads_phase
