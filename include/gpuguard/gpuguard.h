@@ -12,7 +12,8 @@
 extern "C" {
 #endif
 
-/* Exported by libgpuguard.so: writes a report (reason "request") whose message is `reason`, into
+/* Exported by libgpuguard.so: writes a report (reason "request") whose message is `reason` (its first
+ * 4 KiB, cut between UTF-8 characters and marked " [message cut: N bytes in all]"), into
  * GPUGUARD_REPORT_DIR. The report is about the calling thread's device; before CUDA has a device, about
  * none. Returns 0 when it was written, -1 otherwise (a line on stderr says why). */
 int gpuguard_report(const char *reason);

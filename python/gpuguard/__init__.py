@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -48,13 +49,32 @@ def status():
 def report(reason="requested from Python"):
     """Writes a report now (reason "request", with REASON as its message) into GPUGUARD_REPORT_DIR.
     True when written, False when the shim could not write it (it says why on stderr), None when the
-    shim is not loaded in this process (nothing is written; a line on stderr says so)."""
+    shim is not loaded in this process (nothing is written; a line on stderr says so).
+
+    REASON is text: bytes are read as UTF-8, anything else through str(). What a C string cannot
+    carry (NUL) and what is not Unicode (a lone surrogate) become U+FFFD; the shim keeps the first
+    4 KiB and marks the cut."""
     fn = _native.function("gpuguard_report")
     if fn is None:
         sys.stderr.write(status() + "\n")
         return None
     fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
-    return fn(str(reason).encode()) == 0
+    return fn(_c_string(reason)) == 0
+
+
+# What a C string cannot carry (NUL ends it) and what UTF-8 cannot encode (a lone surrogate, as
+# os.fsdecode leaves for undecodable bytes): replaced, not refused, as the shim's writer replaces
+# bytes that are not UTF-8. A report is asked for when something is already wrong.
+_UNCARRIED = re.compile("[\x00\ud800-\udfff]")
+
+
+def _c_string(value):
+    """VALUE (str, bytes or anything str() takes) as UTF-8 for the shim's C API."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        text = bytes(value).decode("utf-8", "replace")
+    else:
+        text = str(value)
+    return _UNCARRIED.sub("\ufffd", text).encode("utf-8")
 
 
 def _top():
@@ -133,7 +153,7 @@ def phase(name):
         return
     fn.argtypes, fn.restype = [ctypes.c_char_p], ctypes.c_int
     phases = _thread_phases()
-    phases.append(str(name).encode())
+    phases.append(_c_string(name))
     fn(phases[-1])
     try:
         yield

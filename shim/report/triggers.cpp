@@ -58,6 +58,15 @@ int report_ordinal() {
     return r.cuDeviceGetCount && r.cuDeviceGetCount(&count) == CUDA_SUCCESS && count > 0 ? 0 : -1;
 }
 
+std::string bounded_message(const char *text) {
+    size_t n = strnlen(text, kMaxMessageBytes + 1);
+    if (n <= kMaxMessageBytes) return std::string(text, n);
+    size_t total = n + strlen(text + n);
+    size_t cut = kMaxMessageBytes;
+    while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;  // never inside a character
+    return std::string(text, cut) + " [message cut: " + std::to_string(total) + " bytes in all]";
+}
+
 void install(const Config &c) {
     if (c.report_on_exit) atexit(at_exit);
     if (c.report_signal) {
@@ -90,7 +99,8 @@ void install(const Config &c) {
 
 GG_EXPORT int gpuguard_report(const char *reason) {
     gg::state();
-    std::string path = gg::report::write(gg::report::Reason::kRequest, reason ? reason : "report requested", nullptr,
+    std::string path = gg::report::write(gg::report::Reason::kRequest,
+                                         gg::triggers::bounded_message(reason ? reason : "report requested"), nullptr,
                                          gg::triggers::report_ordinal());
     if (path.empty()) return -1;
     gg::log_error("report: %s", path.c_str());

@@ -1,5 +1,6 @@
 # The Python API (python/gpuguard) from the source tree, in a python3 under the shim with the test
-# driver: what it does before the program's first CUDA call, and phases per thread.
+# driver: what it does before the program's first CUDA call, phases per thread, and report() with
+# strings that a C string or the report cannot carry as they are.
 # (The wheel's own install and a real Jupyter kernel: t_wheel.sh.)
 
 # pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its own.
@@ -116,8 +117,39 @@ PY
     expect_eq "$(json gpuguard-signal-*.json 'd.get("phase")')" "train" "the signal's report: the main thread's phase"
 }
 
+report_messages_are_text_and_bounded() {
+  fresh
+  cat > strings.py <<'PY'
+import gpuguard
+for message in ["lone \udc80 surrogate", "nul\x00inside", b"caf\xc3\xa9 \xff", "x" + "\u00e9" * 3000,
+                "m" * (1 << 20), "y" * (64 << 20)]:
+    print(gpuguard.report(message))
+PY
+  pyapi 1GiB strings.py || return 1
+  expect_eq "$(tr '\n' ' ' < out.txt)" "True True True True True True " "report()'s answers" || return 1
+  python3 - gpuguard-request-*.json > messages.txt <<'PY' || return 1
+import json, sys
+messages = [json.load(open(p))["message"] for p in sorted(sys.argv[1:], key=lambda p: int(p.rsplit("-", 1)[1][:-5]))]
+for m in messages:
+    kept, cut, marker = m.partition(" [message cut")
+    print(ascii(m) if not cut else "%s...: %d bytes kept, cut%s" % (ascii(kept[:3]), len(kept.encode()), marker))
+PY
+  expect_eq "$(cat messages.txt)" "'lone \ufffd surrogate'
+'nul\ufffdinside'
+'caf\xe9 \ufffd'
+'x\xe9\xe9'...: 4095 bytes kept, cut: 6001 bytes in all]
+'mmm'...: 4096 bytes kept, cut: 1048576 bytes in all]
+'yyy'...: 4096 bytes kept, cut: 67108864 bytes in all]" \
+    "the messages: U+FFFD for a surrogate and a NUL, bytes as UTF-8, the first 4 KiB between characters" || return 1
+  local big; big=$(ls -S gpuguard-request-*.json | head -1)
+  "$CLI" report --no-color "$big" > summary.txt 2>&1 || { cat summary.txt; return 1; }
+  expect_contains summary.txt "[message cut: " "the summary of the largest report"
+}
+
 check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
 check "limit() before the first CUDA call: the configured quota ({} where a share or per-device entries need the devices)" \
   limit_before_cuda_is_the_configured_one
 check "phase() is per thread: a report names the phase of the thread that writes it" phases_are_per_thread
 check "the report GPUGUARD_REPORT_SIGNAL asks for names the main thread's phase" signal_report_names_the_main_threads_phase
+check "report(): surrogates and NUL become U+FFFD, bytes are UTF-8, the message keeps its first 4 KiB (a 64 MiB one stays readable)" \
+  report_messages_are_text_and_bounded
