@@ -50,12 +50,14 @@ def latest_report(where=None):
 
 
 def report_html(path):
-    """The report's self-contained page, in an iframe (its script and style stay its own)."""
+    """The report's self-contained page, in an iframe (its script and style stay its own). The
+    sandbox lets its script run and nothing else: the page needs no origin, storage, form, popup or
+    navigation, so a report crafted to carry script reaches neither the notebook nor its kernel."""
     p = subprocess.run([_native.command() or "gpuguard", "report", "--html", "-", path],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     if p.returncode != 0:
         return "<p>gpuguard report %s: %s</p>" % (html.escape(path), html.escape(p.stderr.strip()))
-    return ("<p>Report <code>%s</code></p><iframe class='gpuguard-report' srcdoc=\"%s\" "
+    return ("<p>Report <code>%s</code></p><iframe class='gpuguard-report' sandbox='allow-scripts' srcdoc=\"%s\" "
             "style='width:100%%;height:720px;border:1px solid #ccc'></iframe>"
             % (html.escape(path), html.escape(p.stdout, quote=True)))
 

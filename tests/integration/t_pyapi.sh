@@ -1,6 +1,6 @@
 # The Python API (python/gpuguard) from the source tree, in a python3 under the shim with the test
-# driver: what it does before the program's first CUDA call, phases per thread, and report() with
-# strings that a C string or the report cannot carry as they are.
+# driver: what it does before the program's first CUDA call, phases per thread, report() with
+# strings that a C string or the report cannot carry as they are, and the notebook's report frame.
 # (The wheel's own install and a real Jupyter kernel: t_wheel.sh.)
 
 # pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its own.
@@ -146,6 +146,19 @@ PY
   expect_contains summary.txt "[message cut: " "the summary of the largest report"
 }
 
+notebook_frame_is_sandboxed() {
+  fresh
+  cat > frame.py <<'PY'
+import gpuguard
+from gpuguard import jupyter
+gpuguard.report("for the frame")
+print(jupyter.report_html(jupyter.latest_report()))
+PY
+  pyapi 1GiB frame.py || return 1
+  expect_contains out.txt "<iframe class='gpuguard-report' sandbox='allow-scripts' srcdoc=" \
+    "the frame: scripts run, nothing else (no origin, forms, popups, navigation)"
+}
+
 check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
 check "limit() before the first CUDA call: the configured quota ({} where a share or per-device entries need the devices)" \
   limit_before_cuda_is_the_configured_one
@@ -153,3 +166,4 @@ check "phase() is per thread: a report names the phase of the thread that writes
 check "the report GPUGUARD_REPORT_SIGNAL asks for names the main thread's phase" signal_report_names_the_main_threads_phase
 check "report(): surrogates and NUL become U+FFFD, bytes are UTF-8, the message keeps its first 4 KiB (a 64 MiB one stays readable)" \
   report_messages_are_text_and_bounded
+check "%gpuguard's report frame is sandboxed to its scripts" notebook_frame_is_sandboxed

@@ -110,7 +110,7 @@ PY
     expect_contains outputs.txt "out of memory after 4 blocks of 256 MiB" "the cell that fills the quota" &&
     expect_contains outputs.txt "<th>this kernel</th>" "%gpuguard's usage table" &&
     expect_contains outputs.txt "<td>1.00 GiB</td><td>1.00 GiB</td>" "the limit and the container's usage in it" &&
-    expect_contains outputs.txt "<iframe class='gpuguard-report' srcdoc=" "the report's page inline" &&
+    expect_contains outputs.txt "<iframe class='gpuguard-report' sandbox='allow-scripts' srcdoc=" "the report's page inline, sandboxed" &&
     expect_contains outputs.txt "notebook cell 3" "the phase the cell tagged, in the report" &&
     expect_contains outputs.txt "this kernel holds {0: 1073741824}" "usage() in the kernel"
 }
