@@ -65,7 +65,7 @@ def report(reason="requested from Python"):
 # What a C string cannot carry (NUL ends it) and what UTF-8 cannot encode (a lone surrogate, as
 # os.fsdecode leaves for undecodable bytes): replaced, not refused, as the shim's writer replaces
 # bytes that are not UTF-8. A report is asked for when something is already wrong.
-_UNCARRIED = re.compile("[\x00\ud800-\udfff]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _c_string(value):
@@ -74,7 +74,9 @@ def _c_string(value):
         text = bytes(value).decode("utf-8", "replace")
     else:
         text = str(value)
-    return _UNCARRIED.sub("\ufffd", text).encode("utf-8")
+    if not text.isascii():  # O(1) in CPython; an ASCII text holds no surrogate, and skips the scan
+        text = _SURROGATES.sub("\ufffd", text)
+    return text.replace("\x00", "\ufffd").encode("utf-8")
 
 
 def _top():
