@@ -3,10 +3,11 @@
 # strings that a C string or the report cannot carry as they are, and the notebook's report frame.
 # (The wheel's own install and a real Jupyter kernel: t_wheel.sh.)
 
-# pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its own.
+# pyapi LIMIT SCRIPT: runs SCRIPT (a file) under the shim, quota LIMIT ("": none) on a new ledger of its
+# own (LEDGER when set).
 pyapi() {
   ( if [[ -n $1 ]]; then export GPUGUARD_MEM_LIMIT=$1; else unset GPUGUARD_MEM_LIMIT; fi
-    GPUGUARD_LEDGER=$(mktemp -u "$TMP/ledger.XXXXXX") PYTHONPATH=$ROOT/python PATH=$BUILD:$PATH shimmed timeout 120 python3 "$2" ) \
+    GPUGUARD_LEDGER=${LEDGER:-$(mktemp -u "$TMP/ledger.XXXXXX")} PYTHONPATH=$ROOT/python PATH=$BUILD:$PATH shimmed timeout 120 python3 "$2" ) \
     > out.txt 2> err.txt || { cat out.txt err.txt; return 1; }
 }
 
@@ -160,6 +161,15 @@ PY
 }
 
 check "report() before the first CUDA call is about no device, and enters none in the ledger" report_before_cuda_enters_no_device
+
+exit_report_without_cuda_enters_no_device() {
+  fresh
+  printf 'import gpuguard\nprint(gpuguard.limit())\n' > no_cuda.py  # limit() starts the shim, CUDA never
+  LEDGER=$TMP/ledger GPUGUARD_REPORT_ON_EXIT=1 pyapi 1GiB no_cuda.py || return 1
+  expect_eq "$(json gpuguard-exit-*.json 'd["device"]["ordinal"]')" "-1" "the exit report's device" &&
+    "$CLI" top --json --ledger "$TMP/ledger" > top.json && expect_eq "$(json top.json 'd["devices"]')" "[]" "the ledger's devices"
+}
+check "the exit report of a program that never used CUDA enters no device in the ledger" exit_report_without_cuda_enters_no_device
 check "limit() before the first CUDA call: the configured quota ({} where a share or per-device entries need the devices)" \
   limit_before_cuda_is_the_configured_one
 check "phase() is per thread: a report names the phase of the thread that writes it" phases_are_per_thread
