@@ -49,6 +49,9 @@ std::string current() {
 
 void stand_in_for_main_thread() { t_stands_in_for_main = true; }
 
+void lock_for_fork() { g_main_lock.lock(); }
+void unlock_after_fork() { g_main_lock.unlock(); }
+
 }  // namespace gg::phase
 
 GG_EXPORT int gpuguard_phase(const char *name) {

@@ -14,4 +14,10 @@ std::string current();
 // its reports name the main thread's phase, the program having no phase of its own there.
 void stand_in_for_main_thread();
 
+// fork(): the main thread's phase lock is taken before fork and released on both sides
+// (shim/start/fork_locks.def): a child forked while another thread set the phase would otherwise
+// hang at its first report.
+void lock_for_fork();
+void unlock_after_fork();
+
 }  // namespace gg::phase

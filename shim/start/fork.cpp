@@ -10,6 +10,7 @@
 #include "shim/device/device.h"
 #include "shim/python/frames.h"
 #include "shim/quota/episode.h"
+#include "shim/report/phase.h"
 #include "shim/report/report.h"
 #include "shim/stacks/symbols.h"
 #include "shim/stacks/table.h"
