@@ -220,76 +220,65 @@ void reset_after_fork() {
     g_episode_first_ns.store(0);
 }
 
-json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
-    State &s = state();
-    const Config &c = *s.cfg;
-    Tracker::Snapshot snap = tracker().snapshot((size_t)c.top_n);
-    uint64_t now_mono = mono_ns();
-    std::set<stacks::StackId> used;
+namespace {
 
-    json r;
-    r[key::schema] = schema::kName;
-    r[key::version] = schema::kVersion;
-    r[key::reason] = reason_name(reason);
-    r[key::message] = message;
-    if (std::string p = phase::current(); !p.empty()) r[key::phase] = p;
-    r[key::time_unix_ns] = unix_ns();
-    r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
-    r[key::process] = process_section();
+json capture_section(const Config &c) {
     stacks::ReuseCounts reuse = stacks::reuse_counts();
     stacks::WalkerCounts walker = stacks::walker_counts();
-    r[key::capture] = {{key::unwinder, stacks::unwinder()},
-                       {key::walker,
-                        {{key::walks, walker.walks},
-                         {key::rules_learned, walker.rules_learned},
-                         {key::fallbacks, walker.fallbacks},
-                         {key::recalled, walker.recalled}}},
-                       {key::python, py::version()},
-                       {key::stack_depth, c.stack_depth},
-                       {key::stack_reuse,
-                        {{key::on, c.stack_reuse},
-                         {key::reused, reuse.reused},
-                         {key::unwound, reuse.unwound},
-                         {key::checks, reuse.checks},
-                         {key::changes, reuse.changes},
-                         {key::unstable_sites, reuse.unstable_sites},
-                         {key::evicted, reuse.evicted},
-                         {key::threads, reuse.threads}}}};
-    r[key::device] = device_section(ordinal);
+    return {{key::unwinder, stacks::unwinder()},
+            {key::walker,
+             {{key::walks, walker.walks},
+              {key::rules_learned, walker.rules_learned},
+              {key::fallbacks, walker.fallbacks},
+              {key::recalled, walker.recalled}}},
+            {key::python, py::version()},
+            {key::stack_depth, c.stack_depth},
+            {key::stack_reuse,
+             {{key::on, c.stack_reuse},
+              {key::reused, reuse.reused},
+              {key::unwound, reuse.unwound},
+              {key::checks, reuse.checks},
+              {key::changes, reuse.changes},
+              {key::unstable_sites, reuse.unstable_sites},
+              {key::evicted, reuse.evicted},
+              {key::threads, reuse.threads}}}};
+}
 
-    const DeviceInfo *dev = device_info(ordinal);
-    if (dev && has_limit(*dev)) {
-        r[key::limit] = {{key::bytes, dev->limit},
-                         {key::spec, s.ledger->limit_spec()},
-                         {key::source, c.limit_source.empty() ? "ledger" : c.limit_source},
-                         {key::scope, s.ledger->shared() ? "container" : "process"}};
-    } else {
-        r[key::limit] = nullptr;
-    }
-    int ldev = dev ? dev->ledger_index : -1;
-    r[key::usage] = {{key::process_bytes, ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
-                     {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
-                     {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
-                     {key::live_allocations, snap.live_count}};
+json limit_section(const State &s, const DeviceInfo *dev) {
+    if (!dev || !has_limit(*dev)) return nullptr;
+    const Config &c = *s.cfg;
+    return {{key::bytes, dev->limit},
+            {key::spec, s.ledger->limit_spec()},
+            {key::source, c.limit_source.empty() ? "ledger" : c.limit_source},
+            {key::scope, s.ledger->shared() ? "container" : "process"}};
+}
 
-    if (failure) {
-        r[key::failed_request] = {
-            {key::api, api_name(failure->api)},     {key::driver_api, api_name(failure->driver_api)},
+json usage_section(const State &s, int ldev, const Tracker::Snapshot &snap) {
+    return {{key::process_bytes, ldev >= 0 ? s.ledger->own_bytes(ldev) : snap.live_bytes},
+            {key::process_peak_bytes, ldev >= 0 ? s.ledger->own_peak(ldev) : snap.peak_bytes},
+            {key::container_bytes, ldev >= 0 ? s.ledger->container_used(ldev) : snap.live_bytes},
+            {key::live_allocations, snap.live_count}};
+}
+
+json failed_request_section(const Failure *failure, std::set<stacks::StackId> &used) {
+    if (!failure) return nullptr;
+    if (failure->stack) used.insert(failure->stack);
+    return {{key::api, api_name(failure->api)},     {key::driver_api, api_name(failure->driver_api)},
             {key::bytes, failure->bytes},           {key::device, failure->ordinal},
             {key::thread, failure->thread},         {key::driver_result, failure->result},
             {key::stack, stack_ref(failure->stack)}};
-        if (failure->stack) used.insert(failure->stack);
-    } else {
-        r[key::failed_request] = nullptr;
-    }
+}
+
+json episode_section(const Failure *failure) {
     // A failure's report is about its own episode, even if a later one began while it was written.
     int episode = failure ? failure->episode : g_episode.load();
-    if (episode)
-        r[key::episode] = {{key::id, episode},
-                           {key::failed_calls, episode == g_episode.load() ? g_episode_calls.load() : 1},
-                           {key::first_unix_ns, failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
-    else r[key::episode] = nullptr;
+    if (!episode) return nullptr;
+    return {{key::id, episode},
+            {key::failed_calls, episode == g_episode.load() ? g_episode_calls.load() : 1},
+            {key::first_unix_ns, failure ? failure->first_unix_ns : g_episode_first_ns.load()}};
+}
 
+json counts_section(const Tracker::Snapshot &snap) {
     json counts = json::object();
     for (const auto &[api, n] : snap.counts)
         counts[api_name(api)] = {{key::allocs, n.allocs},
@@ -297,8 +286,11 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
                                  {key::failures, n.failures},
                                  {key::live_bytes, n.live_bytes},
                                  {key::live_count, n.live_count}};
-    r[key::counts_by_api] = counts;
+    return counts;
+}
 
+json top_allocations_section(const Tracker::Snapshot &snap, std::set<stacks::StackId> &used) {
+    uint64_t now_mono = mono_ns();
     json top = json::array();
     for (const auto &[key, a] : snap.top) {
         top.push_back({{key::address, hex(key)},
@@ -311,47 +303,87 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
                        {key::tag, a.workspace ? json(value::kCudnnWorkspace) : json(nullptr)}});
         if (a.stack) used.insert(a.stack);
     }
-    r[key::top_allocations] = top;
-    constexpr size_t kMaxStacksListed = 500;
-    r[key::by_stack] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
-    r[key::peak] = {{key::bytes, snap.peak_bytes},
-                    {key::time_unix_ns, snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
-                    {key::by_stack, by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+    return top;
+}
+
+json timeline_section(const State &s, const Tracker::Snapshot &snap) {
     json points = json::array();
     for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
-    r[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
+    return {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
+}
 
+json stacks_section(const std::set<stacks::StackId> &used) {
     json stacks_json = json::object();
     for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{key::frames, stacks::frames_json(id)}};
-    r[key::stacks] = stacks_json;
+    return stacks_json;
+}
 
-    if (s.ledger->shared()) {
-        json devices = json::array(), procs = json::array();
-        for (const auto &d : s.ledger->devices())
-            devices.push_back({{key::uuid, d.uuid},
-                               {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
-                               {key::used_bytes, d.used},
-                               {key::peak_bytes, d.peak},
-                               {key::by_kind, kinds_json(d.used, d.kinds.data())}});
-        for (const auto &p : s.ledger->processes()) {
-            uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
-            procs.push_back(
-                {{key::pid, p.pid},
-                 {key::command, p.command},
-                 {key::bytes, bytes},
-                 {key::peak_bytes, peak},
-                 {key::by_kind, ldev >= 0 ? kinds_json(bytes, p.kinds[(size_t)ldev].data()) : json(nullptr)},
-                 {key::alive, p.alive},
-                 {key::self, p.self}});
-        }
-        r[key::ledger] = {{key::path, s.ledger->path()}, {key::devices, devices}, {key::processes, procs}};
+json ledger_section(const State &s, int ldev) {
+    json devices = json::array(), procs = json::array();
+    for (const auto &d : s.ledger->devices())
+        devices.push_back({{key::uuid, d.uuid},
+                           {key::limit_bytes, d.limit == UINT64_MAX ? json(nullptr) : json(d.limit)},
+                           {key::used_bytes, d.used},
+                           {key::peak_bytes, d.peak},
+                           {key::by_kind, kinds_json(d.used, d.kinds.data())}});
+    for (const auto &p : s.ledger->processes()) {
+        uint64_t bytes = ldev >= 0 ? p.bytes[(size_t)ldev] : 0, peak = ldev >= 0 ? p.peak[(size_t)ldev] : 0;
+        procs.push_back({{key::pid, p.pid},
+                         {key::command, p.command},
+                         {key::bytes, bytes},
+                         {key::peak_bytes, peak},
+                         {key::by_kind, ldev >= 0 ? kinds_json(bytes, p.kinds[(size_t)ldev].data()) : json(nullptr)},
+                         {key::alive, p.alive},
+                         {key::self, p.self}});
     }
+    return {{key::path, s.ledger->path()}, {key::devices, devices}, {key::processes, procs}};
+}
+
+void add_registered_sections(json &r) {
     std::vector<SectionFn> sections;
     {
         std::lock_guard<std::mutex> lock(g_sections_mu);
         sections = sections_list();
     }
     for (SectionFn fn : sections) fn(r);
+}
+
+}  // namespace
+
+json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    State &s = state();
+    const Config &c = *s.cfg;
+    Tracker::Snapshot snap = tracker().snapshot((size_t)c.top_n);
+    std::set<stacks::StackId> used;
+
+    json r;
+    r[key::schema] = schema::kName;
+    r[key::version] = schema::kVersion;
+    r[key::reason] = reason_name(reason);
+    r[key::message] = message;
+    if (std::string p = phase::current(); !p.empty()) r[key::phase] = p;
+    r[key::time_unix_ns] = unix_ns();
+    r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
+    r[key::process] = process_section();
+    r[key::capture] = capture_section(c);
+    r[key::device] = device_section(ordinal);
+    const DeviceInfo *dev = device_info(ordinal);
+    r[key::limit] = limit_section(s, dev);
+    int ldev = dev ? dev->ledger_index : -1;
+    r[key::usage] = usage_section(s, ldev, snap);
+    r[key::failed_request] = failed_request_section(failure, used);
+    r[key::episode] = episode_section(failure);
+    r[key::counts_by_api] = counts_section(snap);
+    r[key::top_allocations] = top_allocations_section(snap, used);
+    constexpr size_t kMaxStacksListed = 500;
+    r[key::by_stack] = by_stack_json(snap.by_stack, used, kMaxStacksListed);
+    r[key::peak] = {{key::bytes, snap.peak_bytes},
+                    {key::time_unix_ns, snap.peak_t_ns ? s.start_unix_ns + (snap.peak_t_ns - s.start_mono_ns) : 0},
+                    {key::by_stack, by_stack_json(snap.peak_by_stack, used, kMaxStacksListed)}};
+    r[key::timeline] = timeline_section(s, snap);
+    r[key::stacks] = stacks_section(used);
+    if (s.ledger->shared()) r[key::ledger] = ledger_section(s, ldev);
+    add_registered_sections(r);
     return r;
 }
 
