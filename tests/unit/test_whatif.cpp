@@ -522,3 +522,28 @@ TEST_CASE("what-if: the summary's verdict names expandable segments when they av
     w.check.trusted = false;  // a model that does not follow the run says nothing
     CHECK_FALSE(verdict(w));
 }
+
+// Issue 29: a refusal copied and walked every free block of the cache, so a report of many small
+// free blocks and many refusals took minutes to replay (quadratic). A refusal now visits only the
+// blocks it gives back.
+TEST_CASE("model: a refusal visits only the blocks it gives back, however fragmented the cache") {
+    for (bool expand : {false, true}) {
+        CAPTURE(expand);
+        Options o = expand ? expandable(kSmallBuffer) : limited(kSmallBuffer);
+        CachingAllocatorModel m(o);
+        std::vector<uint64_t> blocks;
+        for (uint64_t i = 0; i < kSmallBuffer / kMinBlockSize; i++) blocks.push_back(m.malloc(512));
+        REQUIRE(m.reserved() == kSmallBuffer);
+        for (size_t i = 0; i < blocks.size(); i += 2) REQUIRE(m.free(blocks[i]));  // 2,048 free, unmergeable
+        const uint64_t refusals = 1000;
+        for (uint64_t i = 0; i < refusals; i++) REQUIRE(m.malloc(4 * MiB) == 0);
+        CHECK(m.out_of_memory_count() == refusals);
+        CHECK(m.blocks_visited_on_refusal() == 0);  // the walk visited 2,048 blocks a refusal
+        std::string why;
+        REQUIRE_MESSAGE(m.consistent(&why), why);
+        for (size_t i = 1; i < blocks.size(); i += 2) REQUIRE(m.free(blocks[i]));
+        m.empty_cache();  // now one free block, the whole segment (its one page): given back
+        CHECK(m.blocks_visited_on_refusal() == 1);
+        CHECK(m.reserved() == 0);
+    }
+}

@@ -88,7 +88,7 @@ uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) 
         if (b->next) b->next->prev = rest;
         b->next = rest;
         b->size = size;
-        pool.free.insert(rest);
+        list_free(pool, rest);
     }
     b->allocated = true;
     live_[b->address] = b;
@@ -107,17 +107,43 @@ bool CachingAllocatorModel::free(uint64_t address, uint64_t *block_bytes) {
     allocated_ -= b->size;
     b->allocated = false;
     Pool &pool = pool_of(b->segment);
-    pool.free.insert(merge_free(pool, b));
+    list_free(pool, merge_free(pool, b));
     return true;
 }
 
 void CachingAllocatorModel::empty_cache() { release_cached_blocks(); }
 
+bool CachingAllocatorModel::releasable(const Pool &pool, const Block *b) const {
+    if (!b->segment->expandable) return !b->prev && !b->next;
+    const uint64_t page = page_of(pool), base = b->segment->address;
+    return round_up(b->address - base, page) + page <= b->address + b->size - base;
+}
+
+void CachingAllocatorModel::list_free(Pool &pool, Block *b) {
+    pool.free.insert(b);
+    if (releasable(pool, b)) pool.releasable.insert(b);
+}
+
+void CachingAllocatorModel::unlist_free(Pool &pool, Block *b) {
+    pool.free.erase(b);
+    pool.releasable.erase(b);
+}
+
+void CachingAllocatorModel::list_unmapped(Pool &pool, Block *b) {
+    pool.unmapped.insert(b);
+    if (!b->prev && !b->next) pool.empty_ranges.insert(b);
+}
+
+void CachingAllocatorModel::unlist_unmapped(Pool &pool, Block *b) {
+    pool.unmapped.erase(b);
+    pool.empty_ranges.erase(b);
+}
+
 CachingAllocatorModel::Block *CachingAllocatorModel::merge_free(Pool &pool, Block *b) {
     // Out of its set before its size changes: the sets are ordered by size and address.
-    auto unlist = [&pool](Block *x) {
-        if (x->mapped) pool.free.erase(x);
-        else pool.unmapped.erase(x);
+    auto unlist = [this, &pool](Block *x) {
+        if (x->mapped) unlist_free(pool, x);
+        else unlist_unmapped(pool, x);
     };
     if (Block *p = b->prev; p && !p->allocated && p->mapped == b->mapped) {
         unlist(p);
@@ -152,7 +178,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::get_free_block(Pool &pool, 
     const uint64_t m = options_.max_split_size;
     if (size < m && b->size >= m) return nullptr;                     // no oversize block for a small request
     if (size >= m && b->size >= size + kLargeBuffer) return nullptr;  // nor one much larger than asked
-    pool.free.erase(it);
+    unlist_free(pool, b);
     return b;
 }
 
@@ -198,7 +224,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::alloc_expandable(Pool &pool
         c = map_block(pool, n, std::min(size - c->size, n->size));
         if (!c) return nullptr;
     }
-    pool.free.erase(c);
+    unlist_free(pool, c);
     return c;
 }
 
@@ -229,7 +255,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool 
     b->segment = s;
     s->head = b;
     segments_[address] = s;
-    pool.unmapped.insert(b);
+    list_unmapped(pool, b);
     return b;
 }
 
@@ -239,7 +265,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block
     uint64_t len = std::min(round_up(bytes, page), u->size);
     if (!fits(len) || !device_->map_pages(u->address, len, page)) return nullptr;
     grew(len);
-    pool.unmapped.erase(u);
+    unlist_unmapped(pool, u);
     if (len < u->size) {
         Block *rest = new Block;
         rest->address = u->address + len;
@@ -251,11 +277,11 @@ CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block
         if (u->next) u->next->prev = rest;
         u->next = rest;
         u->size = len;
-        pool.unmapped.insert(rest);
+        list_unmapped(pool, rest);
     }
     u->mapped = true;
     Block *b = merge_free(pool, u);
-    pool.free.insert(b);
+    list_free(pool, b);
     return b;
 }
 
@@ -267,7 +293,7 @@ void CachingAllocatorModel::unmap_block(Pool &pool, Block *b) {
     if (lo >= hi) return;
     device_->unmap_pages(lo, hi - lo, page);
     reserved_ -= hi - lo;
-    pool.free.erase(b);
+    unlist_free(pool, b);
     const uint64_t end = b->address + b->size;
     Block *u = b;
     if (lo > b->address) {  // the part before the first page stays mapped and free
@@ -278,7 +304,7 @@ void CachingAllocatorModel::unmap_block(Pool &pool, Block *b) {
         if (b->next) b->next->prev = u;
         b->next = u;
         b->size = lo - b->address;
-        pool.free.insert(b);
+        list_free(pool, b);
     }
     u->address = lo;
     u->size = hi - lo;
@@ -292,21 +318,17 @@ void CachingAllocatorModel::unmap_block(Pool &pool, Block *b) {
         after->next = u->next;
         if (u->next) u->next->prev = after;
         u->next = after;
-        pool.free.insert(after);
+        list_free(pool, after);
     }
-    pool.unmapped.insert(merge_free(pool, u));
+    list_unmapped(pool, merge_free(pool, u));
 }
 
 void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
     // A range with nothing mapped any more goes back whole, as c10 releases an empty expandable segment.
-    for (auto it = pool.unmapped.begin(); it != pool.unmapped.end();) {
-        Block *b = *it;
+    while (!pool.empty_ranges.empty()) {
+        Block *b = *pool.empty_ranges.begin();
         Segment *s = b->segment;
-        if (b->prev || b->next) {
-            ++it;
-            continue;
-        }
-        it = pool.unmapped.erase(it);
+        unlist_unmapped(pool, b);
         device_->release_range(s->address, s->size);
         segments_.erase(s->address);
         delete b;
@@ -318,7 +340,7 @@ void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
 
 void CachingAllocatorModel::release_segment(Pool &pool, Block *whole) {
     Segment *s = whole->segment;
-    pool.free.erase(whole);
+    unlist_free(pool, whole);
     device_->free_segment(s->address, s->size);
     reserved_ -= s->size;
     segments_.erase(s->address);
@@ -330,33 +352,35 @@ bool CachingAllocatorModel::release_available_cached_blocks(Pool &pool, uint64_t
     const uint64_t m = options_.max_split_size;
     if (m == kNoMaxSplit || options_.expandable) return false;  // c10 never frees expandable blocks here
     const uint64_t want = std::max(size, m);
-    auto unsplit = [](const Block *b) { return !b->prev && !b->next; };
+    // Without expandable segments, the releasable blocks are exactly the unsplit free ones.
     Block key;
     key.size = want;
-    for (auto it = pool.free.lower_bound(&key); it != pool.free.end(); ++it) {
-        if (unsplit(*it)) {
-            release_segment(pool, *it);
-            return true;
-        }
+    if (auto it = pool.releasable.lower_bound(&key); it != pool.releasable.end()) {
+        visited_on_refusal_++;
+        release_segment(pool, *it);
+        return true;
     }
     // No single block is large enough: the largest oversize ones until enough is freed.
-    std::vector<Block *> victims;
     uint64_t freed = 0;
-    for (auto it = pool.free.rbegin(); it != pool.free.rend() && (*it)->size >= m && freed < want; ++it) {
-        if (!unsplit(*it)) continue;
-        victims.push_back(*it);
-        freed += (*it)->size;
+    while (!pool.releasable.empty() && freed < want) {
+        Block *largest = *pool.releasable.rbegin();
+        visited_on_refusal_++;
+        if (largest->size < m) break;
+        freed += largest->size;
+        release_segment(pool, largest);
     }
-    for (Block *b : victims) release_segment(pool, b);
     return freed >= want;
 }
 
 void CachingAllocatorModel::release_cached_blocks() {
+    // Only the blocks that give something back are visited (Pool::releasable), in the order of the
+    // free set: a refusal costs what it releases, not what the cache holds.
     for (Pool *pool : {&large_, &small_}) {
-        std::vector<Block *> free(pool->free.begin(), pool->free.end());
-        for (Block *b : free) {
+        while (!pool->releasable.empty()) {
+            Block *b = *pool->releasable.begin();
+            visited_on_refusal_++;
             if (b->segment->expandable) unmap_block(*pool, b);
-            else if (!b->prev && !b->next) release_segment(*pool, b);
+            else release_segment(*pool, b);
         }
         release_empty_ranges(*pool);
     }
@@ -400,7 +424,7 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
         return false;
     };
     uint64_t allocated = 0, reserved = 0;
-    size_t live = 0, free_small = 0, free_large = 0, unmapped_small = 0, unmapped_large = 0;
+    size_t live = 0, subsets = 0, free_small = 0, free_large = 0, unmapped_small = 0, unmapped_large = 0;
     for (const auto &[address, s] : segments_) {
         const Pool &pool = s->small ? small_ : large_;
         const uint64_t page = page_of(pool);
@@ -425,6 +449,10 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
                 Block *key = const_cast<Block *>(b);
                 if (!(b->mapped ? pool.free.count(key) : pool.unmapped.count(key)))
                     return broken("free block not in its pool's set");
+                bool listed = b->mapped ? pool.releasable.count(key) : pool.empty_ranges.count(key);
+                bool belongs = b->mapped ? releasable(pool, b) : !b->prev && !b->next;
+                if (listed != belongs) return broken("releasable or empty-range set out of step");
+                subsets += listed;
                 if (b->mapped) (s->small ? free_small : free_large)++;
                 else (s->small ? unmapped_small : unmapped_large)++;
                 if (!b->mapped && ((b->address - address) % page || b->size % page))
@@ -444,6 +472,9 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
     if (free_small != small_.free.size() || free_large != large_.free.size()) return broken("stale free set entry");
     if (unmapped_small != small_.unmapped.size() || unmapped_large != large_.unmapped.size())
         return broken("stale unmapped set entry");
+    if (subsets !=
+        small_.releasable.size() + large_.releasable.size() + small_.empty_ranges.size() + large_.empty_ranges.size())
+        return broken("stale releasable or empty-range set entry");
     if (allocated != allocated_) return broken("allocated total");
     if (reserved != reserved_) return broken("reserved total");
     if (reserved_ > options_.limit) return broken("reserved past the limit");

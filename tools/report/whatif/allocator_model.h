@@ -122,6 +122,9 @@ public:
     uint64_t peak_reserved() const { return peak_reserved_; }
     uint64_t out_of_memory_count() const { return ooms_; }
     size_t live_blocks() const { return live_.size(); }
+    // Free blocks the refusals looked at to give memory back: what a refusal costs, for tests (each
+    // block given back is counted once; a cache that gives nothing back costs nothing to ask).
+    uint64_t blocks_visited_on_refusal() const { return visited_on_refusal_; }
     uint64_t block_bytes(uint64_t address) const;  // 0: no live block there
     uint64_t largest_free() const;                 // the largest mapped free block of either pool
     std::vector<SegmentInfo> segments() const;     // by address
@@ -159,6 +162,10 @@ private:
         bool small = false;
         std::set<Block *, BySize> free;         // mapped free blocks
         std::set<Block *, ByAddress> unmapped;  // expandable segments' unmapped space
+        // The free blocks a refusal gives back, so that it visits no other: whole segments, or free
+        // blocks holding at least one whole page of an expandable segment. A subset of `free`.
+        std::set<Block *, BySize> releasable;
+        std::set<Block *, ByAddress> empty_ranges;  // unmapped blocks that are a whole range
     };
 
     Pool &pool_of(const Segment *s) { return s->small ? small_ : large_; }
@@ -179,6 +186,14 @@ private:
     void release_empty_ranges(Pool &pool);
     // Joins `b` with its free neighbours of the same mapping state; returns the block that remains.
     Block *merge_free(Pool &pool, Block *b);
+    // The free and unmapped sets are changed only through these, which keep the subsets in step. A
+    // block's place in them depends on its address, size and neighbours: it is unlisted before they
+    // change.
+    bool releasable(const Pool &pool, const Block *b) const;
+    void list_free(Pool &pool, Block *b);
+    void unlist_free(Pool &pool, Block *b);
+    void list_unmapped(Pool &pool, Block *b);
+    void unlist_unmapped(Pool &pool, Block *b);
 
     Options options_;
     AddressSpace own_device_;
@@ -187,6 +202,7 @@ private:
     std::map<uint64_t, Segment *> segments_;  // by address
     std::unordered_map<uint64_t, Block *> live_;
     uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0, ooms_ = 0;
+    uint64_t visited_on_refusal_ = 0;
 };
 
 }  // namespace gg::whatif
