@@ -148,6 +148,7 @@ constexpr const char events[] = "events";
 constexpr const char capacity[] = "capacity";
 constexpr const char recorded[] = "recorded";
 constexpr const char dropped[] = "dropped";
+constexpr const char left_out[] = "left_out";
 constexpr const char rows[] = "rows";
 constexpr const char columns[] = "columns";
 constexpr const char peak_by_stack[] = "peak_by_stack";

@@ -15,6 +15,7 @@
 #include "common/base/log.h"
 #include "common/base/version.h"
 #include "common/report/environment.h"
+#include "common/report/limits.h"
 #include "common/report/schema.h"
 #include "shim/base/race_once.h"
 #include "shim/core/state.h"
@@ -222,6 +223,15 @@ void reset_after_fork() {
 
 namespace {
 
+// A caller's message, cut at kMaxMessageBytes (on a character's first byte) with a marker of what
+// was left out: a message of any size still makes a report the reader accepts.
+std::string bounded_message(const std::string &message) {
+    if (message.size() <= report_limits::kMaxMessageBytes) return message;
+    size_t cut = report_limits::kMaxMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) cut--;
+    return message.substr(0, cut) + "... [" + std::to_string(message.size() - cut) + " more bytes not written]";
+}
+
 json capture_section(const Config &c) {
     stacks::ReuseCounts reuse = stacks::reuse_counts();
     stacks::WalkerCounts walker = stacks::walker_counts();
@@ -360,7 +370,7 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     r[key::schema] = schema::kName;
     r[key::version] = schema::kVersion;
     r[key::reason] = reason_name(reason);
-    r[key::message] = message;
+    r[key::message] = bounded_message(message);
     if (std::string p = phase::current(); !p.empty()) r[key::phase] = p;
     r[key::time_unix_ns] = unix_ns();
     r[key::gpuguard_version] = GPUGUARD_VERSION_STRING;
@@ -394,7 +404,15 @@ std::string text_of(Reason reason, const std::string &message, const Failure *fa
     try {
         // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
         // replaced, not fatal: the report is needed most when something is already wrong.
-        return build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
+        std::string text = build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
+        // The sections bound what they list so that this never happens; if one did not, no report
+        // beats one the reader refuses.
+        if (text.size() > report_limits::kMaxReportBytes) {
+            log_error("a report of %zu bytes would pass the %zu MiB that gpuguard report reads; not written",
+                      text.size(), report_limits::kMaxReportBytes >> 20);
+            return "";
+        }
+        return text;
     } catch (const std::exception &e) {
         log_error("cannot assemble a report: %s", e.what());
         return "";

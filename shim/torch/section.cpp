@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/report/limits.h"
 #include "common/report/schema.h"
 #include "common/settings/settings.h"
 #include "shim/base/clock.h"
@@ -138,13 +139,18 @@ void section(json &r) {
     t[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
 
     EventRing::Copy ev = events().copy();
+    // The newest rows that a readable report holds (common/report/limits.h); the rest count as dropped.
+    size_t skip = ev.events.size() > report_limits::kMaxEventRows ? ev.events.size() - report_limits::kMaxEventRows : 0;
     json rows = json::array();
-    for (const Event &e : ev.events)
+    for (size_t i = skip; i < ev.events.size(); i++) {
+        const Event &e = ev.events[i];
         rows.push_back({e.t_ns - s.start_mono_ns, action_code(e.action), e.address, e.bytes, e.allocated, e.reserved,
                         int(e.device)});
+    }
     t[key::events] = {{key::capacity, ev.capacity},
                       {key::recorded, ev.recorded},
-                      {key::dropped, ev.dropped},
+                      {key::dropped, ev.dropped + skip},
+                      {key::left_out, skip},
                       {key::columns, {"t_ns", "action", "address", "bytes", "allocated", "reserved", "device"}},
                       {key::rows, rows}};
     r[key::tensor_view] = t;

@@ -218,3 +218,23 @@ shim_child_coverage() {
     expect_eq "$(json "$p" 'd["tensor_view"]["coverage"]["switched_off"]')" "1" "the parent's"
 }
 check "a forked child's tensor view coverage starts afresh (the parent's switches are not its own)" shim_child_coverage
+
+# Issue 29: at GPUGUARD_TENSOR_EVENTS's maximum the shim wrote a 107 MB report that `gpuguard report`
+# refused (over its 64 MiB), and a caller's message went in whole. Now the report lists the newest
+# events that fit (common/report/limits.h), counts the rest as dropped and left out, cuts the message
+# with a marker, and the command reads it.
+shim_full_ring_readable() {
+  fresh
+  local message; message=$(head -c 100000 /dev/zero | tr '\0' y)
+  GPUGUARD_TENSOR_EVENTS=1048576 GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" alloc 4Kx300000 free-all \
+    alloc 4Kx300000 free-all report "$message" >/dev/null 2>err.txt || { cat err.txt; return 1; }
+  local r; r=$(ls "$GPUGUARD_REPORT_DIR"/gpuguard-request-*.json 2>/dev/null | head -1)
+  [[ -n $r ]] || { echo "no report"; cat err.txt; return 1; }
+  expect_eq "$(($(stat -c %s "$r") <= 64 * MiB))" 1 "the report's size ($(stat -c %s "$r") bytes) within 64 MiB" &&
+    expect_eq "$(json "$r" '(lambda e: (e["capacity"], len(e["rows"]) + e["dropped"] == e["recorded"] > 1200000, e["left_out"] > 0, len(e["rows"]) + e["left_out"]))(d["tensor_view"]["events"])')" \
+      "(1048576, True, True, 1048576)" "the ring's rows written, dropped and left out" &&
+    expect_eq "$(json "$r" '(len(d["message"]), d["message"].startswith("y" * 65536), d["message"].endswith("[34464 more bytes not written]"))')" \
+      "(65570, True, True)" "the message cut with its marker" &&
+    { "$CLI" report --no-color "$r" >out.txt 2>err.txt || { echo "gpuguard report refused it:"; cat err.txt; return 1; }; }
+}
+check "at GPUGUARD_TENSOR_EVENTS=1048576 and a 100 kB message the report stays within 64 MiB and gpuguard report reads it" shim_full_ring_readable

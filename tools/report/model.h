@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/report/limits.h"
 #include "common/units/human.h"
 
 namespace gg::report {
@@ -211,7 +212,7 @@ struct LoadError {
 // past them is refused before it is parsed: a report 100,000 levels deep overflowed the stack of
 // every recursive walk, /dev/zero never ended, and memory grows about eight times the file's size.
 struct Limits {
-    size_t max_bytes = size_t(64) << 20;
+    size_t max_bytes = report_limits::kMaxReportBytes;  // the shim's writer keeps under it too
     int max_depth = 64;
 };
 
