@@ -121,64 +121,74 @@ int supervise(char **cmd) {
     }
 }
 
-}  // namespace
-
-int cmd_run(int argc, char **argv) {
-    std::string limit, ledger_opt, report_dir, cudnn;
+// The options given before the command. Each `have_` says the option was given (an empty value is
+// then a mistake, not "unset").
+struct RunOptions {
+    std::string limit, ledger, report_dir, cudnn;
     bool have_limit = false, have_ledger = false, have_report = false, have_cudnn = false, init = false;
-    Args a("run", argc, argv);
+    bool help = false;
+};
+
+// Reads the options up to the command; 0, or the exit status of a usage error.
+int read_options(Args &a, RunOptions *o) {
     while (!a.done()) {
         if (a.flag("--")) break;
         if (a.next()[0] != '-') break;  // the command: options after it are its own
         if (a.flag("-h") || a.flag("--help")) {
-            fputs(usage().c_str(), stdout);
+            o->help = true;
             return 0;
         }
         if (a.flag("--init")) {
-            init = true;
-        } else if (a.option("--limit", "a value", &limit)) {
-            have_limit = true;
-        } else if (a.option("--ledger", "a value", &ledger_opt)) {
-            have_ledger = true;
-        } else if (a.option("--report-dir", "a value", &report_dir)) {
-            have_report = true;
-        } else if (a.option("--cudnn-workspace", "a value", &cudnn)) {
-            have_cudnn = true;
+            o->init = true;
+        } else if (a.option("--limit", "a value", &o->limit)) {
+            o->have_limit = true;
+        } else if (a.option("--ledger", "a value", &o->ledger)) {
+            o->have_ledger = true;
+        } else if (a.option("--report-dir", "a value", &o->report_dir)) {
+            o->have_report = true;
+        } else if (a.option("--cudnn-workspace", "a value", &o->cudnn)) {
+            o->have_cudnn = true;
         } else {
             return a.usage_error("unknown option '" + a.next() + "'");
         }
         if (a.failed()) return a.usage_error();
     }
     if (a.done()) return a.usage_error("no command given");
-    char **cmd = a.rest();
+    return 0;
+}
 
+// The shim to preload, checked: 0, or the exit status that refuses it.
+int find_shim(std::string *lib) {
     std::string why;
-    std::string lib = gg::tool::find_library(&why);
-    if (lib.empty()) return fail(127, why);
-    if (lib.find_first_of(" :\t") != std::string::npos)
-        return fail(2, "the library path " + lib + " holds a space or a colon, which LD_PRELOAD cannot carry");
+    *lib = gg::tool::find_library(&why);
+    if (lib->empty()) return fail(127, why);
+    if (lib->find_first_of(" :\t") != std::string::npos)
+        return fail(2, "the library path " + *lib + " holds a space or a colon, which LD_PRELOAD cannot carry");
     // The program would run with no quota at all under a library that is not the shim or does not
     // preload (GPUGUARD_LIBRARY pointing at another library, or at no library): refused, as a
     // malformed limit is (fail closed), after one start of this command with it preloaded.
     // A library the check could not even try (no /proc/self/exe, no process to start) is used as found.
     gg::tool::LibraryProbe probe;
-    gg::tool::ProbeVerdict verdict = gg::tool::probe_library_as_preload(lib, &probe, &why);
+    gg::tool::ProbeVerdict verdict = gg::tool::probe_library_as_preload(*lib, &probe, &why);
     if (verdict == gg::tool::ProbeVerdict::kNotShim)
         return fail(127, why + "; the program was not started (it would run with no quota)");
     if (verdict == gg::tool::ProbeVerdict::kUnchecked) fprintf(stderr, "gpuguard: %s\n", why.c_str());
+    return 0;
+}
 
-    // The limit, checked here so that a typo stops the container at once with one clear line instead
-    // of every process refusing every allocation (what the shim does with a malformed limit).
-    std::string limit_text;
-    if (have_limit) {
+// The limit, checked here so that a typo stops the container at once with one clear line instead
+// of every process refusing every allocation (what the shim does with a malformed limit).
+int set_limit(const Args &a, const RunOptions &o, std::string *limit_text) {
+    std::string why;
+    if (o.have_limit) {
         gg::LimitSpec spec;
-        if (limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
-        if (!gg::parse_limit_spec(limit, &spec, &why))
-            return fail(2, "--limit " + limit + " is not a valid limit: " + why);
-        if (std::string note = gg::si_spelling_note(limit); !note.empty())
+        if (o.limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
+        if (!gg::parse_limit_spec(o.limit, &spec, &why))
+            return fail(2, "--limit " + o.limit + " is not a valid limit: " + why);
+        if (std::string note = gg::si_spelling_note(o.limit); !note.empty())
             fprintf(stderr, "gpuguard: note: --limit %s\n", note.c_str());
-        setenv("GPUGUARD_MEM_LIMIT", limit.c_str(), 1);
-        limit_text = limit;
+        setenv("GPUGUARD_MEM_LIMIT", o.limit.c_str(), 1);
+        *limit_text = o.limit;
     } else {
         gg::settings::LimitSetting s = gg::settings::read_limit(gg::settings::process_env());
         gg::LimitSpec spec;
@@ -187,80 +197,111 @@ int cmd_run(int argc, char **argv) {
             return fail(2, s.source + "=" + s.text + " is not a valid limit: " + why);
         if (std::string note = gg::si_spelling_note(s.text); !note.empty())
             fprintf(stderr, "gpuguard: note: %s: %s\n", s.source.c_str(), note.c_str());
-        limit_text = s.text;
+        *limit_text = s.text;
     }
+    return 0;
+}
 
-    const gg::settings::Lookup env = gg::settings::process_env();
-    if (std::optional<std::string> set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); have_cudnn || set) {
-        std::string v = have_cudnn ? cudnn : *set;
-        const char *what = have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
+// The cuDNN workspace cap, checked; passed on when given as an option.
+int set_cudnn_cap(const RunOptions &o, const gg::settings::Lookup &env) {
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kCudnnWorkspaceLimit); o.have_cudnn || set) {
+        std::string v = o.have_cudnn ? o.cudnn : *set;
+        const char *what = o.have_cudnn ? "--cudnn-workspace " : "GPUGUARD_CUDNN_WORKSPACE_LIMIT=";
         std::string problem = v.empty() ? "" : gg::settings::problem(Id::kCudnnWorkspaceLimit, v);
         if (!problem.empty()) return fail(2, what + v + " is " + problem);
-        if (have_cudnn) setenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT", v.c_str(), 1);
+        if (o.have_cudnn) setenv("GPUGUARD_CUDNN_WORKSPACE_LIMIT", v.c_str(), 1);
     }
+    return 0;
+}
 
-    // Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
-    // since the command may change its working directory before it runs out of memory.
-    if (std::optional<std::string> set = gg::settings::value(env, Id::kReportDir); !have_report && set) {
-        report_dir = *set;
-        have_report = true;
+// Reports: the folder is created now (a volume's subfolder need not exist) and made absolute,
+// since the command may change its working directory before it runs out of memory.
+int set_report_dir(const Args &a, RunOptions o, const gg::settings::Lookup &env) {
+    std::string why;
+    if (std::optional<std::string> set = gg::settings::value(env, Id::kReportDir); !o.have_report && set) {
+        o.report_dir = *set;
+        o.have_report = true;
     }
-    if (have_report) {
-        if (report_dir.empty()) return a.usage_error("--report-dir is empty");
-        report_dir = gg::tool::absolute_path(report_dir);
-        if (!gg::tool::make_dirs(report_dir, &why) || !gg::tool::dir_writable(report_dir, &why))
+    if (o.have_report) {
+        if (o.report_dir.empty()) return a.usage_error("--report-dir is empty");
+        o.report_dir = gg::tool::absolute_path(o.report_dir);
+        if (!gg::tool::make_dirs(o.report_dir, &why) || !gg::tool::dir_writable(o.report_dir, &why))
             return fail(2, "report directory: " + why);
-        setenv("GPUGUARD_REPORT_DIR", report_dir.c_str(), 1);
+        setenv("GPUGUARD_REPORT_DIR", o.report_dir.c_str(), 1);
     }
+    return 0;
+}
 
-    std::string resolved;
-    int code = gg::tool::locate_command(cmd[0], &resolved, &why);
-    if (code) return fail(code, why);
-
-    // The ledger, created now with the limit so that the limit is the container's from the first
-    // allocation on, whichever process makes it. Its path is passed on explicitly (and absolute):
-    // the default depends on the user id, which a command that drops privileges would change.
-    std::string ledger_path;
-    if (have_ledger) {
-        if (ledger_opt.empty()) return a.usage_error("--ledger is empty (use --ledger none for a per-process quota)");
-        ledger_path = gg::settings::is_per_process_ledger(ledger_opt) ? "" : gg::tool::absolute_path(ledger_opt);
-        setenv("GPUGUARD_LEDGER", ledger_path.empty() ? "none" : ledger_path.c_str(), 1);
+// The ledger's path: the option's, else the variable's, made absolute and passed on explicitly, since
+// the default depends on the user id, which a command that drops privileges would change. "" for a
+// per-process ledger; 0, or the exit status of a usage error.
+int ledger_path_of(const Args &a, const RunOptions &o, const gg::settings::Lookup &env, std::string *path) {
+    if (o.have_ledger) {
+        if (o.ledger.empty()) return a.usage_error("--ledger is empty (use --ledger none for a per-process quota)");
+        *path = gg::settings::is_per_process_ledger(o.ledger) ? "" : gg::tool::absolute_path(o.ledger);
+        setenv("GPUGUARD_LEDGER", path->empty() ? "none" : path->c_str(), 1);
     } else {
-        ledger_path = gg::settings::read_ledger_path(env);
-        if (!ledger_path.empty()) {
-            ledger_path = gg::tool::absolute_path(ledger_path);
-            setenv("GPUGUARD_LEDGER", ledger_path.c_str(), 1);
+        *path = gg::settings::read_ledger_path(env);
+        if (!path->empty()) {
+            *path = gg::tool::absolute_path(*path);
+            setenv("GPUGUARD_LEDGER", path->c_str(), 1);
         }
     }
-    if (!ledger_path.empty()) {
-        std::string problem;
-        int group = gg::settings::read_ledger_group(env, &problem);
-        if (!problem.empty()) return fail(2, problem);
-        size_t slash = ledger_path.rfind('/');
-        if (slash != std::string::npos && slash > 0 && !gg::tool::make_dirs(ledger_path.substr(0, slash), &why))
-            return fail(2, "ledger: " + why);
-        gg::ledger::OpenOptions o;
-        o.path = ledger_path;
-        o.limit_spec = limit_text;
-        o.group = group;
-        std::string error, notice;
-        gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
-        if (!l && (errno == ENOSPC || errno == EDQUOT)) {
-            // A full /dev/shm: the command still runs, each of its processes under a quota of its own
-            // (the shim would otherwise print the same line in every one of them).
-            gg::log_error("warning: %s; each process of the command gets a quota of its own", error.c_str());
-            setenv("GPUGUARD_LEDGER", "none", 1);
-        } else if (!l) {
-            return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
-        }
-        if (!notice.empty())
-            gg::log_error("warning: %s: processes still use it; --limit takes effect once they have exited",
-                          notice.c_str());
-        delete l;  // the file stays; the command's processes map it
-    }
+    return 0;
+}
 
+// The ledger, created now with the limit so that the limit is the container's from the first
+// allocation on, whichever process makes it.
+int create_ledger(const std::string &ledger_path, const std::string &limit_text, const gg::settings::Lookup &env) {
+    std::string problem, why;
+    int group = gg::settings::read_ledger_group(env, &problem);
+    if (!problem.empty()) return fail(2, problem);
+    size_t slash = ledger_path.rfind('/');
+    if (slash != std::string::npos && slash > 0 && !gg::tool::make_dirs(ledger_path.substr(0, slash), &why))
+        return fail(2, "ledger: " + why);
+    gg::ledger::OpenOptions o;
+    o.path = ledger_path;
+    o.limit_spec = limit_text;
+    o.group = group;
+    std::string error, notice;
+    gg::ledger::Ledger *l = gg::ledger::Ledger::open(o, &error, &notice);
+    if (!l && (errno == ENOSPC || errno == EDQUOT)) {
+        // A full /dev/shm: the command still runs, each of its processes under a quota of its own
+        // (the shim would otherwise print the same line in every one of them).
+        gg::log_error("warning: %s; each process of the command gets a quota of its own", error.c_str());
+        setenv("GPUGUARD_LEDGER", "none", 1);
+    } else if (!l) {
+        return fail(2, error + " (remove it if no process uses it, or pass another --ledger)");
+    }
+    if (!notice.empty())
+        gg::log_error("warning: %s: processes still use it; --limit takes effect once they have exited",
+                      notice.c_str());
+    delete l;  // the file stays; the command's processes map it
+    return 0;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char **argv) {
+    RunOptions o;
+    Args a("run", argc, argv);
+    if (int code = read_options(a, &o)) return code;
+    if (o.help) {
+        fputs(usage().c_str(), stdout);
+        return 0;
+    }
+    char **cmd = a.rest();
+    std::string lib, limit_text, resolved, ledger_path, why;
+    if (int code = find_shim(&lib)) return code;
+    if (int code = set_limit(a, o, &limit_text)) return code;
+    const gg::settings::Lookup env = gg::settings::process_env();
+    if (int code = set_cudnn_cap(o, env)) return code;
+    if (int code = set_report_dir(a, o, env)) return code;
+    if (int code = gg::tool::locate_command(cmd[0], &resolved, &why)) return fail(code, why);
+    if (int code = ledger_path_of(a, o, env, &ledger_path)) return code;
+    if (!ledger_path.empty())
+        if (int code = create_ledger(ledger_path, limit_text, env)) return code;
     setenv("LD_PRELOAD", gg::tool::preload_with(lib, gg::settings::env("LD_PRELOAD")).c_str(), 1);
-
-    if (init || getpid() == 1) return supervise(cmd);
+    if (o.init || getpid() == 1) return supervise(cmd);
     exec_or_die(cmd);
 }
