@@ -13,8 +13,10 @@
 
 namespace gg::doctor {
 
-void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
-    settings::LimitSetting s = settings::read_limit(settings::process_env());
+namespace {
+
+// The limit of the environment, resolved for each GPU here; false when it is not valid.
+bool check_limit(Checks &c, const std::vector<Gpu> &gpus, const settings::LimitSetting &s) {
     gg::LimitSpec spec;
     std::string why;
     bool valid = !s.set_but_empty && (s.text.empty() || gg::parse_limit_spec(s.text, &spec, &why));
@@ -51,7 +53,13 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
         else c.line(kOk, "limit", s.text + " from " + s.source + per);
         if (std::string note = gg::si_spelling_note(s.text); !note.empty()) c.line(kInfo, "limit", note);
     }
+    return valid;
+}
 
+// The shared ledger: where it is, whether it opens, its devices, and a limit of its own that stands
+// over the environment's.
+void check_ledger(Checks &c, const settings::LimitSetting &s, bool valid) {
+    std::string why;
     std::string path = settings::read_ledger_path(settings::process_env());
     if (path.empty()) {
         c.line(kInfo, "ledger", "none (GPUGUARD_LEDGER=none): each process has its own quota");
@@ -97,6 +105,14 @@ void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
                "its limit '" + (theirs.empty() ? std::string("none") : theirs) + "' stands while " +
                    std::to_string(alive) + " process(es) use it; this environment's '" +
                    (s.text.empty() ? std::string("none") : s.text) + "' applies once they have exited");
+}
+
+}  // namespace
+
+void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
+    settings::LimitSetting s = settings::read_limit(settings::process_env());
+    bool valid = check_limit(c, gpus, s);
+    check_ledger(c, s, valid);
 }
 
 void check_reports(Checks &c) {
