@@ -66,6 +66,80 @@ std::string signed_bytes(uint64_t a, uint64_t b) {  // a - b, with its sign
     return a >= b ? "+" + human_bytes(a - b) : "-" + human_bytes(b - a);
 }
 
+// The ledger's processes on one device beside NVML's figure of each, one row a process; what NVML
+// lists is taken out of `driver`, leaving the processes outside the ledger.
+struct Matched {
+    uint64_t ledger_sum = 0, driver_sum = 0;
+    int count = 0;
+};
+Matched print_processes(const gg::ledger::Ledger::DeviceView &d,
+                        const std::vector<gg::ledger::Ledger::ProcessView> &procs,
+                        std::map<unsigned, uint64_t> &driver) {
+    Matched m;
+    printf("    %8s %-9s %12s %12s %12s  %s\n", "PID", "STATE", "LEDGER", "DRIVER", "DIFFERENCE", "COMMAND");
+    for (const auto &p : procs) {
+        uint64_t mine = (size_t)d.index < p.bytes.size() ? p.bytes[(size_t)d.index] : 0;
+        if (p.reclaimed || (!mine && !driver.count((unsigned)p.pid))) continue;
+        auto it = driver.find((unsigned)p.pid);
+        std::string theirs = it == driver.end() ? "(not listed)" : human_bytes(it->second);
+        std::string diff = it == driver.end() ? "" : signed_bytes(it->second, mine);
+        printf("    %8d %-9s %12s %12s %12s  %s\n", p.pid, p.alive ? "alive" : "dead", human_bytes(mine).c_str(),
+               theirs.c_str(), diff.c_str(), p.command.substr(0, 60).c_str());
+        m.ledger_sum += mine;
+        if (it != driver.end()) {
+            m.driver_sum += it->second;
+            m.count++;
+            driver.erase(it);
+        }
+    }
+    return m;
+}
+
+// One device: its processes, the totals against each other and against the limit, and the others.
+void compare_device(Checks &c, const Nvml &n, const gg::ledger::Ledger::DeviceView &d,
+                    const std::vector<gg::ledger::Ledger::ProcessView> &procs) {
+    c.section(("device #" + std::to_string(d.index) + " " + d.name + " " + d.uuid).c_str());
+    nvmlDevice_t dev = nullptr;
+    std::map<unsigned, uint64_t> driver;
+    if (n.handle(d.uuid.c_str(), &dev) != NVML_SUCCESS || !listed(n, dev, &driver)) {
+        c.line(kWarn, "nvml", "NVML does not list this device's processes");
+        return;
+    }
+    Matched matched = print_processes(d, procs, driver);
+    uint64_t ledger_sum = matched.ledger_sum, driver_sum = matched.driver_sum;
+    uint64_t others = 0;
+    for (const auto &[pid, bytes] : driver) others += bytes;
+    nvmlMemory_t m{};
+    n.memory(dev, &m);
+    uint64_t tolerance = d.limit == gg::ledger::kNoLimit ? 64ull << 20 : std::max<uint64_t>(64ull << 20, d.limit / 50);
+    if (!matched.count) {
+        c.line(kWarn, "processes",
+               "NVML lists none of the ledger's processes (in a container NVML may show the host's pids, or none): "
+               "the device holds " +
+                   human_bytes(m.used) + " in all, the ledger counts " + human_bytes(d.used));
+        return;
+    }
+    std::string line = "ledger " + human_bytes(ledger_sum) + ", driver " + human_bytes(driver_sum) + " (" +
+                       signed_bytes(driver_sum, ledger_sum) + ") for the " + std::to_string(matched.count) +
+                       " process(es) NVML lists";
+    bool under = driver_sum > ledger_sum + tolerance;
+    c.line(
+        under ? kWarn : kOk, "difference",
+        line + (under ? "; the ledger counts less than the driver holds by more than " + human_bytes(tolerance) : ""));
+    if (d.limit != gg::ledger::kNoLimit) {
+        bool over = driver_sum > d.limit + tolerance;
+        c.line(
+            over ? kFail : kOk, "quota",
+            "the driver holds " + human_bytes(driver_sum) + " for the ledger's processes against a limit of " +
+                human_bytes(d.limit) + " (tolerance " + human_bytes(tolerance) + ")",
+            over ? "the quota does not bound what the GPU gives: see docs/architecture.md, what the quota counts" : "");
+    }
+    if (!driver.empty())
+        c.line(kInfo, "others",
+               std::to_string(driver.size()) + " process(es) outside the ledger hold " + human_bytes(others) +
+                   " of the device (other containers, or programs without the shim)");
+}
+
 }  // namespace
 
 int check_truth(const std::string &path) {
@@ -89,65 +163,7 @@ int check_truth(const std::string &path) {
         return 1;
     }
     std::vector<gg::ledger::Ledger::ProcessView> procs = l->processes();
-    for (const auto &d : l->devices()) {
-        c.section(("device #" + std::to_string(d.index) + " " + d.name + " " + d.uuid).c_str());
-        nvmlDevice_t dev = nullptr;
-        std::map<unsigned, uint64_t> driver;
-        if (n.handle(d.uuid.c_str(), &dev) != NVML_SUCCESS || !listed(n, dev, &driver)) {
-            c.line(kWarn, "nvml", "NVML does not list this device's processes");
-            continue;
-        }
-        uint64_t ledger_sum = 0, driver_sum = 0;
-        int matched = 0;
-        printf("    %8s %-9s %12s %12s %12s  %s\n", "PID", "STATE", "LEDGER", "DRIVER", "DIFFERENCE", "COMMAND");
-        for (const auto &p : procs) {
-            uint64_t mine = (size_t)d.index < p.bytes.size() ? p.bytes[(size_t)d.index] : 0;
-            if (p.reclaimed || (!mine && !driver.count((unsigned)p.pid))) continue;
-            auto it = driver.find((unsigned)p.pid);
-            std::string theirs = it == driver.end() ? "(not listed)" : human_bytes(it->second);
-            std::string diff = it == driver.end() ? "" : signed_bytes(it->second, mine);
-            printf("    %8d %-9s %12s %12s %12s  %s\n", p.pid, p.alive ? "alive" : "dead", human_bytes(mine).c_str(),
-                   theirs.c_str(), diff.c_str(), p.command.substr(0, 60).c_str());
-            ledger_sum += mine;
-            if (it != driver.end()) {
-                driver_sum += it->second;
-                matched++;
-                driver.erase(it);
-            }
-        }
-        uint64_t others = 0;
-        for (const auto &[pid, bytes] : driver) others += bytes;
-        nvmlMemory_t m{};
-        n.memory(dev, &m);
-        uint64_t tolerance =
-            d.limit == gg::ledger::kNoLimit ? 64ull << 20 : std::max<uint64_t>(64ull << 20, d.limit / 50);
-        if (!matched) {
-            c.line(kWarn, "processes",
-                   "NVML lists none of the ledger's processes (in a container NVML may show the host's pids, or none): "
-                   "the device holds " +
-                       human_bytes(m.used) + " in all, the ledger counts " + human_bytes(d.used));
-            continue;
-        }
-        std::string line = "ledger " + human_bytes(ledger_sum) + ", driver " + human_bytes(driver_sum) + " (" +
-                           signed_bytes(driver_sum, ledger_sum) + ") for the " + std::to_string(matched) +
-                           " process(es) NVML lists";
-        bool under = driver_sum > ledger_sum + tolerance;
-        c.line(under ? kWarn : kOk, "difference",
-               line + (under ? "; the ledger counts less than the driver holds by more than " + human_bytes(tolerance)
-                             : ""));
-        if (d.limit != gg::ledger::kNoLimit) {
-            bool over = driver_sum > d.limit + tolerance;
-            c.line(over ? kFail : kOk, "quota",
-                   "the driver holds " + human_bytes(driver_sum) + " for the ledger's processes against a limit of " +
-                       human_bytes(d.limit) + " (tolerance " + human_bytes(tolerance) + ")",
-                   over ? "the quota does not bound what the GPU gives: see docs/architecture.md, what the quota counts"
-                        : "");
-        }
-        if (!driver.empty())
-            c.line(kInfo, "others",
-                   std::to_string(driver.size()) + " process(es) outside the ledger hold " + human_bytes(others) +
-                       " of the device (other containers, or programs without the shim)");
-    }
+    for (const auto &d : l->devices()) compare_device(c, n, d, procs);
     return c.failed() ? 1 : 0;
 }
 
