@@ -206,6 +206,15 @@ private:
     enum class Publish { kDone, kExists, kFailed };
     Publish publish_new(const OpenOptions &o, bool replace, std::string *error);
     void finish_open();
+    // What one try at the path came to: opened (return it), try again, stop (*error says why), or,
+    // for replace_if_idle alone, the file's limit stands (go on and join it).
+    enum class Step { kOpened, kAgain, kStop, kStands };
+    static Ledger *open_private(const OpenOptions &o, std::string *error);
+    Step open_attempt(const OpenOptions &o, int attempt, int *cause, std::string *error, std::string *notice);
+    Step create_at_path(const OpenOptions &o, int *cause, std::string *error);
+    Step replace_if_idle(const OpenOptions &o, int attempt, int *cause, std::string *error);
+    Step replace_idle(const OpenOptions &o, int *cause, std::string *error);
+    Step join_found(const OpenOptions &o, int attempt, std::string *error);
     std::atomic<uint64_t> *own_kind_counter(int dev, Kind k) const;  // null without a slot
     // A thread of this process measures the context cost of the device: it holds the lock on the
     // device's cost record (kinds.cpp), which the kernel does not tell apart between our threads.

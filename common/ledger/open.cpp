@@ -319,127 +319,154 @@ void Ledger::finish_open() {
 // the joiner's read after its own lock sees it. So no process stays on a file that is replaced, and
 // two replacers cannot both win (they used to, and ended on two files: defect 3 of issue 18).
 Ledger *Ledger::open(const OpenOptions &o, std::string *error, std::string *notice) {
-    Ledger *l = new Ledger();
-    l->read_only_ = o.read_only;
-    if (o.path.empty()) {
-        void *p = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            *error = "cannot map a private ledger: " + errno_text(errno);
-            delete l;
-            return nullptr;
-        }
-        l->header_ = static_cast<Header *>(p);
-        l->map_size_ = sizeof(Header);
-        init_header(l->header_, o.limit_spec);
-        return l;
-    }
+    if (o.path.empty()) return open_private(o, error);
     if (o.limit_spec.size() >= sizeof(Header::limit_spec)) {  // the parser refuses these: never cut one
         *error = "cannot open ledger " + o.path + ": its limit is longer than " +
                  std::to_string(sizeof(Header::limit_spec) - 1) + " characters";
-        delete l;
         return nullptr;
     }
+    Ledger *l = new Ledger();
+    l->read_only_ = o.read_only;
     l->path_ = o.path;
     l->pid_ns_ = pid_namespace();
-    bool failed = false;
     int cause = 0;  // errno of the failure, for the caller (gpuguard run tells a full disk apart)
-    for (int attempt = 0; attempt < 200 && !failed; attempt++) {
-        notice->clear();
-        int fd;
-        void *map;
-        int found = open_existing(o, &fd, &map, error);
-        if (found < 0) {
-            cause = errno;
-            break;
-        }
-        if (found == 0) {
-            if (o.read_only) {
-                *error = "no ledger at " + o.path;
-                break;
-            }
-            Publish p = l->publish_new(o, false, error);
-            if (p == Publish::kDone) {
-                l->finish_open();
-                return l;
-            }
-            cause = errno;
-            failed = p == Publish::kFailed;
-            continue;
-        }
-        if (!l->adopt(fd, map, error)) break;
-        if (o.read_only) return l;
-        Header *h = l->header_;
-        if (h->retired.load() && !clear_stale_retirement(l->fd_, h, o.path)) {
-            // Being replaced, or replaced: the path will name the new file.
-            l->drop();
-            pause_briefly(attempt);
-            continue;
-        }
-        std::string theirs = l->limit_spec();
-        if (theirs != o.limit_spec) {
-            // The limit belongs to the processes using the ledger now. When none is alive (the
-            // ledger is left from an earlier run) this process's limit replaces it.
-            if (!try_lock(l->fd_, replace_range())) {  // another process is deciding
-                l->drop();
-                pause_briefly(attempt);
-                continue;
-            }
-            bool replaced = false;
-            if (!h->retired.load()) {
-                h->retired.store(1);
-                if (held_by_another(l->fd_, all_slots_range()) == Held::kNo) {
-                    // Idle. The old file stays mapped, and its replace lock held, until the new one
-                    // is at the path: whoever opens the old one meanwhile sees it retired.
-                    int old_fd = l->fd_;
-                    l->header_ = nullptr;
-                    l->fd_ = -1;
-                    Publish p = l->publish_new(o, true, error);
-                    cause = errno;
-                    if (p != Publish::kDone) h->retired.store(0);
-                    munmap(h, sizeof(Header));
-                    close(old_fd);  // and with it the replace lock
-                    if (p != Publish::kDone) break;
-                    l->finish_open();
-                    return l;
-                }
-                h->retired.store(0);  // busy: the limit stands
-            } else {
-                replaced = true;
-            }
-            unlock(l->fd_, replace_range());
-            if (replaced) {
-                l->drop();
-                pause_briefly(attempt);
-                continue;
-            }
-            if (!o.limit_spec.empty())
-                *notice = "the limit '" + o.limit_spec + "' differs from the limit '" +
-                          (theirs.empty() ? "none" : theirs) + "' of the shared ledger " + o.path + ", which stands";
-        }
-        if (!l->join()) {
-            // Every slot held by a live process: the file is not this process's to share.
-            *error = "ledger " + o.path + ": all " + std::to_string(kMaxSlots) + " slots are held by live processes";
-            break;
-        }
-        if (h->retired.load()) {  // a replacer decided before this process's lock: go where it went
-            l->drop();
-            pause_briefly(attempt);
-            continue;
-        }
-        // A file removed or replaced by hand (not by gpuguard) leaves this one off the path: the
-        // processes that open the path from now on would never see this one's bytes.
-        struct stat mapped, now;
-        if (fstat(l->fd_, &mapped) == 0 && stat(o.path.c_str(), &now) == 0 && now.st_ino == mapped.st_ino &&
-            now.st_dev == mapped.st_dev) {
-            l->finish_open();
-            return l;
-        }
-        l->drop();
+    for (int attempt = 0; attempt < 200; attempt++) {
+        Step step = l->open_attempt(o, attempt, &cause, error, notice);
+        if (step == Step::kOpened) return l;
+        if (step == Step::kStop) break;
     }
     if (error->empty()) *error = "cannot open ledger " + o.path + ": it kept changing while this process opened it";
     delete l;
     errno = cause;
     return nullptr;
+}
+
+// GPUGUARD_LEDGER=none: a ledger of this process alone, in anonymous memory.
+Ledger *Ledger::open_private(const OpenOptions &o, std::string *error) {
+    void *p = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        *error = "cannot map a private ledger: " + errno_text(errno);
+        return nullptr;
+    }
+    Ledger *l = new Ledger();
+    l->read_only_ = o.read_only;
+    l->header_ = static_cast<Header *>(p);
+    l->map_size_ = sizeof(Header);
+    init_header(l->header_, o.limit_spec);
+    return l;
+}
+
+// One try at the file the path names now: opened (and joined unless read-only), gone again or
+// being replaced (kAgain: the path will name another file), or a failure in *error (kStop).
+Ledger::Step Ledger::open_attempt(const OpenOptions &o, int attempt, int *cause, std::string *error,
+                                  std::string *notice) {
+    notice->clear();
+    int fd;
+    void *map;
+    int found = open_existing(o, &fd, &map, error);
+    if (found < 0) {
+        *cause = errno;
+        return Step::kStop;
+    }
+    if (found == 0) return create_at_path(o, cause, error);
+    if (!adopt(fd, map, error)) return Step::kStop;
+    if (o.read_only) return Step::kOpened;
+    if (header_->retired.load() && !clear_stale_retirement(fd_, header_, o.path)) {
+        // Being replaced, or replaced: the path will name the new file.
+        drop();
+        pause_briefly(attempt);
+        return Step::kAgain;
+    }
+    std::string theirs = limit_spec();
+    if (theirs != o.limit_spec) {
+        Step step = replace_if_idle(o, attempt, cause, error);
+        if (step != Step::kStands) return step;
+        if (!o.limit_spec.empty())
+            *notice = "the limit '" + o.limit_spec + "' differs from the limit '" + (theirs.empty() ? "none" : theirs) +
+                      "' of the shared ledger " + o.path + ", which stands";
+    }
+    return join_found(o, attempt, error);
+}
+
+// No file at the path: this process creates it, unless it only reads.
+Ledger::Step Ledger::create_at_path(const OpenOptions &o, int *cause, std::string *error) {
+    if (o.read_only) {
+        *error = "no ledger at " + o.path;
+        return Step::kStop;
+    }
+    Publish p = publish_new(o, false, error);
+    if (p == Publish::kDone) {
+        finish_open();
+        return Step::kOpened;
+    }
+    *cause = errno;
+    return p == Publish::kFailed ? Step::kStop : Step::kAgain;
+}
+
+// The file's limit differs from this process's. The limit belongs to the processes using the ledger
+// now; when none is alive (the ledger is left from an earlier run) this process's limit replaces it.
+// kStands: busy, the file's limit stands and this process goes on to join it.
+Ledger::Step Ledger::replace_if_idle(const OpenOptions &o, int attempt, int *cause, std::string *error) {
+    if (!try_lock(fd_, replace_range())) {  // another process is deciding
+        drop();
+        pause_briefly(attempt);
+        return Step::kAgain;
+    }
+    Header *h = header_;
+    bool replaced = false;
+    if (!h->retired.load()) {
+        h->retired.store(1);
+        if (held_by_another(fd_, all_slots_range()) == Held::kNo) return replace_idle(o, cause, error);
+        h->retired.store(0);  // busy: the limit stands
+    } else {
+        replaced = true;
+    }
+    unlock(fd_, replace_range());
+    if (!replaced) return Step::kStands;
+    drop();
+    pause_briefly(attempt);
+    return Step::kAgain;
+}
+
+// Idle, and retired by this process. The old file stays mapped, and its replace lock held, until the
+// new one is at the path: whoever opens the old one meanwhile sees it retired.
+Ledger::Step Ledger::replace_idle(const OpenOptions &o, int *cause, std::string *error) {
+    Header *h = header_;
+    int old_fd = fd_;
+    header_ = nullptr;
+    fd_ = -1;
+    Publish p = publish_new(o, true, error);
+    *cause = errno;
+    if (p != Publish::kDone) h->retired.store(0);
+    munmap(h, sizeof(Header));
+    close(old_fd);  // and with it the replace lock
+    if (p != Publish::kDone) return Step::kStop;
+    finish_open();
+    return Step::kOpened;
+}
+
+// Joins the file found at the path, and keeps it if it is still the one there.
+Ledger::Step Ledger::join_found(const OpenOptions &o, int attempt, std::string *error) {
+    if (!join()) {
+        // Every slot held by a live process: the file is not this process's to share.
+        *error = "ledger " + o.path + ": all " + std::to_string(kMaxSlots) + " slots are held by live processes";
+        return Step::kStop;
+    }
+    if (header_->retired.load()) {  // a replacer decided before this process's lock: go where it went
+        drop();
+        pause_briefly(attempt);
+        return Step::kAgain;
+    }
+    // A file removed or replaced by hand (not by gpuguard) leaves this one off the path: the
+    // processes that open the path from now on would never see this one's bytes.
+    struct stat mapped, now;
+    if (fstat(fd_, &mapped) == 0 && stat(o.path.c_str(), &now) == 0 && now.st_ino == mapped.st_ino &&
+        now.st_dev == mapped.st_dev) {
+        finish_open();
+        return Step::kOpened;
+    }
+    drop();
+    return Step::kAgain;
 }
 
 void Ledger::leave() {
