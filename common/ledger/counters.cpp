@@ -65,16 +65,19 @@ GG_HOT int internal::self_pid() {
     return p;
 }
 
-int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name) {
+int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name,
+                         uint64_t *limit_in_force) {
+    auto found = [&](int i) {
+        remember();
+        if (limit_in_force) *limit_in_force = header_->devices[i].limit.load();
+        return i;
+    };
     // Registered entries are read without a lock; entries are registered in order, so a free one
     // ends the table for a reader (retrying here spun forever on a read-only ledger: fuzz_ledger).
     for (int i = 0; i < kMaxDevices; i++) {
         DeviceEntry &d = header_->devices[i];
         uint32_t s = d.state.load();
-        if (s == kDeviceReady && memcmp(d.uuid, uuid, 16) == 0) {
-            remember();
-            return i;
-        }
+        if (s == kDeviceReady && memcmp(d.uuid, uuid, 16) == 0) return found(i);
         if (s == kDeviceFree && read_only_) return -1;
     }
     if (read_only_) return -1;
@@ -85,10 +88,7 @@ int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t
         for (;;) {
             uint32_t s = d.state.load();
             if (s == kDeviceReady) {
-                if (memcmp(d.uuid, uuid, 16) == 0) {
-                    remember();
-                    return i;
-                }
+                if (memcmp(d.uuid, uuid, 16) == 0) return found(i);
                 break;
             }
             if (s != kDeviceFree && s != kDeviceClaiming) break;  // a value no gpuguard writes: skipped
@@ -105,10 +105,7 @@ int Ledger::device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t
                     d.state.store(kDeviceReady);
                 }
                 if (fd_ >= 0) unlock(fd_, device_range(i));
-                if (s == kDeviceFree || s == kDeviceClaiming) {
-                    remember();
-                    return i;
-                }
+                if (s == kDeviceFree || s == kDeviceClaiming) return found(i);
                 continue;  // registered meanwhile: read it again
             }
             // A live process is registering it: microseconds. A second at most for the whole call,

@@ -53,8 +53,10 @@ public:
     std::string limit_spec() const;
 
     // The device's index in this ledger, registering it on first use with the limit computed by the
-    // caller. Returns -1 when the table is full.
-    int device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name);
+    // caller. Returns -1 when the table is full. *limit_in_force, when given, receives the limit that
+    // stands (the first registrant's), read once with the index; it is left alone on -1.
+    int device_index(const uint8_t uuid[16], uint64_t limit_if_new, uint64_t physical_total, const char *name,
+                     uint64_t *limit_in_force = nullptr);
     uint64_t limit(int dev) const { return header_->devices[dev].limit.load(); }
 
     // This process's slot; claims one on first use and again after fork (a child must never write

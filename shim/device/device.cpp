@@ -93,15 +93,13 @@ void describe(int ordinal, DeviceInfo &d) {
         log_error("cannot read the memory size of device %d (CUDA error %d)%s", ordinal, (int)rc,
                   share ? "; its limit is a share of that size, so every allocation on it is refused" : "");
     }
+    // This process's wish, which the ledger's limit replaces: the first process to register the
+    // device set it.
     d.limit = s.limit_for(ordinal, d.uuid, d.physical_total);
-    d.ledger_index =
-        s.ledger->device_index(reinterpret_cast<const uint8_t *>(uuid.bytes), d.limit, d.physical_total, d.name);
-    if (d.ledger_index < 0) {
+    d.ledger_index = s.ledger->device_index(reinterpret_cast<const uint8_t *>(uuid.bytes), d.limit, d.physical_total,
+                                            d.name, &d.limit);
+    if (d.ledger_index < 0)
         log_error("the ledger's device table is full; device %d (%s) is not accounted", ordinal, d.uuid);
-    } else {
-        // The ledger's limit stands: the first process to register the device set it.
-        d.limit = s.ledger->limit(d.ledger_index);
-    }
 }
 
 }  // namespace

@@ -130,7 +130,8 @@ GG_HOT CUresult admit(Api driver_api, int ordinal, uint64_t bytes, Ticket *t) {
             // A process without a slot (every one held by a live process) is refused whatever it asks:
             // its refusal says so, rather than the bytes, which are not the reason.
             episode::Cause cause = l.slots_all_held() ? episode::Cause::kNoSlot : episode::Cause::kQuota;
-            episode::Request r{t->api, driver_api, bytes, ordinal, CUDA_ERROR_OUT_OF_MEMORY, cause, used, l.limit(d)};
+            episode::Request r{t->api, driver_api, bytes,        ordinal, CUDA_ERROR_OUT_OF_MEMORY,
+                               cause,  used,       t->dev->limit};
             episode::failed(r, kShimFrames);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }

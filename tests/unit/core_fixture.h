@@ -56,8 +56,7 @@ public:
         snprintf(d.uuid, sizeof d.uuid, "%s", ledger::uuid_string(uuid).c_str());
         snprintf(d.name, sizeof d.name, "Unit GPU");
         d.limit = state_.limit_for(0, d.uuid, d.physical_total);
-        d.ledger_index = ledger_->device_index(uuid, d.limit, d.physical_total, d.name);
-        d.limit = ledger_->limit(d.ledger_index);
+        d.ledger_index = ledger_->device_index(uuid, d.limit, d.physical_total, d.name, &d.limit);
         preset_device_for_test(d, 1);
         device_ = d;
     }
