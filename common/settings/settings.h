@@ -116,10 +116,31 @@ std::string read_unwinder(const Lookup &env, std::string *problem);
 // CUDA_DEVICE_MEMORY_LIMIT_<i> folded into one spec (the default first, then the per-device entries).
 // `source` names the variable(s); text and source are empty when no limit is set.
 struct LimitSetting {
+    // Where the text came from, which is how a problem names it: NAME=TEXT for a variable, --limit
+    // TEXT for `gpuguard run`'s option, the ledger's limit 'TEXT' for the one a shared ledger holds.
+    enum Origin { kVariable, kOption, kLedger };
     std::string text, source;
-    bool set_but_empty = false;  // GPUGUARD_MEM_LIMIT= : a mistake, not "no limit"
+    bool set_but_empty = false;  // GPUGUARD_MEM_LIMIT= or --limit '': a mistake, not "no limit"
+    Origin origin = kVariable;
 };
 LimitSetting read_limit(const Lookup &env);
+LimitSetting limit_option(const std::string &option, const std::string &text);
+LimitSetting ledger_limit(const std::string &text);
+
+// The one check of a limit, wherever it comes from: the shim's configuration, the shim's reading of
+// a shared ledger's limit, `gpuguard run` and `gpuguard doctor` accept the same texts and name a
+// problem in the same words; each adds what it does about it.
+struct CheckedLimit {
+    LimitSetting setting;
+    LimitSpec spec;       // empty for no limit, and when there is a problem
+    std::string problem;  // "" when usable, else one line: "GPUGUARD_MEM_LIMIT=8XB is not a valid limit: ..."
+    std::string note;     // si_spelling_note's note on an SI spelling; "" for none
+    bool ok() const { return problem.empty(); }
+};
+CheckedLimit check_limit(const LimitSetting &setting);
+// The check's words for a text on its own: "" for a valid spec (parsed into *spec), else "not a
+// valid limit: WHY".
+std::string limit_problem(const std::string &text, LimitSpec *spec);
 
 // Where the ledger is when GPUGUARD_LEDGER is not set: /dev/shm (a container's own, or per user
 // outside one), or /tmp when /dev/shm is missing or not writable.

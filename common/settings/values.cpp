@@ -95,7 +95,7 @@ std::string problem_of(Id id, const std::string &value) {
         case Type::kLimit: {
             if (value.empty()) return "set but empty: the shim refuses every device allocation (unset it for no limit)";
             LimitSpec spec;
-            return parse_limit_spec(value, &spec, &why) ? "" : "not a valid limit: " + why;
+            return limit_problem(value, &spec);
         }
         case Type::kCount: {
             long n;
@@ -285,6 +285,50 @@ LimitSetting read_limit(const Lookup &env) {
     s.text = all.empty() ? per : per.empty() ? all : all + "," + per;
     if (!s.text.empty()) s.source = all.empty() ? "CUDA_DEVICE_MEMORY_LIMIT_<i>" : "CUDA_DEVICE_MEMORY_LIMIT";
     return s;
+}
+
+LimitSetting limit_option(const std::string &option, const std::string &text) {
+    LimitSetting s;
+    s.text = text;
+    s.source = option;
+    s.set_but_empty = text.empty();
+    s.origin = LimitSetting::kOption;
+    return s;
+}
+
+LimitSetting ledger_limit(const std::string &text) {
+    LimitSetting s;
+    s.text = text;  // empty: the ledger's creator gave none
+    s.source = "the ledger's limit";
+    s.origin = LimitSetting::kLedger;
+    return s;
+}
+
+std::string limit_problem(const std::string &text, LimitSpec *spec) {
+    std::string why;
+    return parse_limit_spec(text, spec, &why) ? "" : "not a valid limit: " + why;
+}
+
+CheckedLimit check_limit(const LimitSetting &setting) {
+    CheckedLimit c;
+    c.setting = setting;
+    const std::string &text = setting.text, &source = setting.source;
+    if (setting.set_but_empty) {
+        c.problem = setting.origin == LimitSetting::kOption ? source + " is empty (leave it out for no limit)"
+                                                            : source + " is set but empty (unset it for no limit)";
+        return c;
+    }
+    if (text.empty()) return c;
+    std::string problem = limit_problem(text, &c.spec);
+    if (problem.empty()) {
+        c.note = si_spelling_note(text);
+        return c;
+    }
+    std::string named = setting.origin == LimitSetting::kVariable ? source + "=" + text
+                        : setting.origin == LimitSetting::kOption ? source + " " + text
+                                                                  : source + " '" + text + "'";
+    c.problem = named + " is " + problem;
+    return c;
 }
 
 bool is_per_process_ledger(const std::string &v) {

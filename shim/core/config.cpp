@@ -16,23 +16,16 @@ void note(Config &c, std::string &problem) {
     problem.clear();
 }
 
+// A malformed limit fails closed: a typo is seen at once instead of a run going unlimited.
 void load_limit(const settings::Lookup &env, Config &c) {
-    settings::LimitSetting s = settings::read_limit(env);
-    c.limit_source = s.source;
-    if (s.set_but_empty) {
-        c.problems.push_back(
-            "GPUGUARD_MEM_LIMIT is set but empty; refusing every device allocation (unset it for no limit)");
-        c.fail_closed = true;
-        return;
-    }
-    if (s.text.empty()) return;
-    std::string why;
-    if (!parse_limit_spec(s.text, &c.limit, &why)) {
-        c.problems.push_back(s.source + "=" + s.text + " is not a valid limit: " + why + "; " +
-                             settings::row(Id::kMemLimit).when_bad);
+    settings::CheckedLimit l = settings::check_limit(settings::read_limit(env));
+    c.limit_source = l.setting.source;
+    c.limit_text = l.setting.text;
+    c.limit = l.spec;
+    if (!l.ok()) {
+        c.problems.push_back(l.problem + "; " + settings::row(Id::kMemLimit).when_bad);
         c.fail_closed = true;
     }
-    c.limit_text = s.text;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "common/base/log.h"
+#include "common/settings/settings.h"
 #include "shim/base/clock.h"
 #include "shim/core/sigbus_rescue.h"
 #include "shim/report/triggers.h"
@@ -43,12 +44,17 @@ State *build() {
         s->ledger = ledger::Ledger::open(o, &error, &notice);
     }
     if (!notice.empty()) log_error("%s", notice.c_str());
+    // The ledger's limit stands over this process's wish. Most often it is the wish, already checked.
     std::string spec_text = s->ledger ? s->ledger->limit_spec() : s->cfg->limit_text;
-    std::string why;
-    if (!spec_text.empty() && !parse_limit_spec(spec_text, &s->spec, &why)) {
-        log_error("the ledger's limit '%s' is not valid (%s); refusing every device allocation", spec_text.c_str(),
-                  why.c_str());
-        s->fail_closed = true;
+    if (spec_text == s->cfg->limit_text) {
+        s->spec = s->cfg->limit;
+    } else {
+        settings::CheckedLimit theirs = settings::check_limit(settings::ledger_limit(spec_text));
+        s->spec = theirs.spec;
+        if (!theirs.ok()) {
+            log_error("%s; refusing every device allocation", theirs.problem.c_str());
+            s->fail_closed = true;
+        }
     }
     stacks::configure(s->cfg->stack_depth, s->cfg->python_stacks, s->cfg->stack_reuse);
     torch::configure(s->cfg->tensor_view, s->cfg->tensor_events);

@@ -50,6 +50,28 @@ flags_bad_variables() {
 }
 check "malformed GPUGUARD_* values are FAIL lines with a fix; an unknown name is a warning" flags_bad_variables
 
+# Issue 31: the limit has one check (common/settings/, check_limit). doctor said "is not valid" and
+# "GPUGUARD_MEM_LIMIT= is empty" where the shim and `gpuguard run` said "is not a valid limit" and
+# "is set but empty": now all three name the problem in the same words.
+limit_problem_in_one_set_of_words() {
+  local out shim run problem
+  out=$(GPUGUARD_MEM_LIMIT=lots doctor 2>&1)
+  shim=$(GPUGUARD_MEM_LIMIT=lots GPUGUARD_LEDGER=none shimmed "$BIN/drv_linked" linked alloc 1 2>&1 >/dev/null)
+  run=$(GPUGUARD_MEM_LIMIT=lots "$CLI" run -- true 2>&1)
+  problem=$(sed -n 's/^gpuguard: \(GPUGUARD_MEM_LIMIT=lots is not a valid limit: .*\)$/\1/p' <<<"$run")
+  expect_contains "$problem" "GPUGUARD_MEM_LIMIT=lots is not a valid limit: " "run's line" &&
+    expect_contains "$out" "FAIL  limit         $problem; every device allocation is refused" "doctor's line" &&
+    expect_contains "$shim" "gpuguard: $problem; refusing every device allocation" "the shim's line" || return 1
+  out=$(GPUGUARD_MEM_LIMIT= doctor 2>&1)
+  shim=$(GPUGUARD_MEM_LIMIT= GPUGUARD_LEDGER=none shimmed "$BIN/drv_linked" linked alloc 1 2>&1 >/dev/null)
+  run=$(GPUGUARD_MEM_LIMIT= "$CLI" run -- true 2>&1)
+  problem="GPUGUARD_MEM_LIMIT is set but empty (unset it for no limit)"
+  expect_contains "$run" "gpuguard: $problem" "run's line for an empty limit" &&
+    expect_contains "$out" "FAIL  limit         $problem; every device allocation is refused" "doctor's line for it" &&
+    expect_contains "$shim" "gpuguard: $problem; refusing every device allocation" "the shim's line for it"
+}
+check "a malformed or empty limit: doctor, run and the shim name it in the same words" limit_problem_in_one_set_of_words
+
 # The shim and doctor read every variable through one table (common/settings/): doctor once rejected
 # GPUGUARD_UNWINDER=cfi, the shim's default, because it kept a list of its own.
 unwinder_values() {

@@ -15,7 +15,6 @@
 #include "common/base/log.h"
 #include "common/ledger/ledger.h"
 #include "common/settings/settings.h"
-#include "common/units/size_spec.h"
 #include "tools/cli/args.h"
 #include "tools/cli/files.h"
 #include "tools/cli/library_probe.h"
@@ -179,26 +178,15 @@ int find_shim(std::string *lib) {
 // The limit, checked here so that a typo stops the container at once with one clear line instead
 // of every process refusing every allocation (what the shim does with a malformed limit).
 int set_limit(const Args &a, const RunOptions &o, std::string *limit_text) {
-    std::string why;
-    if (o.have_limit) {
-        gg::LimitSpec spec;
-        if (o.limit.empty()) return a.usage_error("--limit is empty (leave it out for no limit)");
-        if (!gg::parse_limit_spec(o.limit, &spec, &why))
-            return fail(2, "--limit " + o.limit + " is not a valid limit: " + why);
-        if (std::string note = gg::si_spelling_note(o.limit); !note.empty())
-            fprintf(stderr, "gpuguard: note: --limit %s\n", note.c_str());
-        setenv("GPUGUARD_MEM_LIMIT", o.limit.c_str(), 1);
-        *limit_text = o.limit;
-    } else {
-        gg::settings::LimitSetting s = gg::settings::read_limit(gg::settings::process_env());
-        gg::LimitSpec spec;
-        if (s.set_but_empty) return fail(2, "GPUGUARD_MEM_LIMIT is set but empty (unset it for no limit)");
-        if (!s.text.empty() && !gg::parse_limit_spec(s.text, &spec, &why))
-            return fail(2, s.source + "=" + s.text + " is not a valid limit: " + why);
-        if (std::string note = gg::si_spelling_note(s.text); !note.empty())
-            fprintf(stderr, "gpuguard: note: %s: %s\n", s.source.c_str(), note.c_str());
-        *limit_text = s.text;
-    }
+    gg::settings::CheckedLimit l =
+        gg::settings::check_limit(o.have_limit ? gg::settings::limit_option("--limit", o.limit)
+                                               : gg::settings::read_limit(gg::settings::process_env()));
+    if (!l.ok()) return o.have_limit && o.limit.empty() ? a.usage_error(l.problem) : fail(2, l.problem);
+    if (!l.note.empty())
+        fprintf(stderr, "gpuguard: note: %s%s\n", o.have_limit ? "--limit " : (l.setting.source + ": ").c_str(),
+                l.note.c_str());
+    if (o.have_limit) setenv("GPUGUARD_MEM_LIMIT", o.limit.c_str(), 1);
+    *limit_text = l.setting.text;
     return 0;
 }
 

@@ -15,15 +15,12 @@ namespace gg::doctor {
 
 namespace {
 
-// The limit of the environment, resolved for each GPU here; false when it is not valid.
-bool check_limit(Checks &c, const std::vector<Gpu> &gpus, const settings::LimitSetting &s) {
-    gg::LimitSpec spec;
-    std::string why;
-    bool valid = !s.set_but_empty && (s.text.empty() || gg::parse_limit_spec(s.text, &spec, &why));
-    if (!valid) {
-        c.line(kFail, "limit",
-               s.source + "=" + s.text + (s.set_but_empty ? " is empty" : " is not valid: " + why) +
-                   ": every device allocation is refused",
+// The limit of the environment, resolved for each GPU here.
+void check_limit(Checks &c, const std::vector<Gpu> &gpus, const settings::CheckedLimit &l) {
+    const settings::LimitSetting &s = l.setting;
+    const gg::LimitSpec &spec = l.spec;
+    if (!l.ok()) {
+        c.line(kFail, "limit", l.problem + "; every device allocation is refused",
                "set it to a size like 8GiB or a share like 50%, or unset it for no limit");
     } else if (s.text.empty()) {
         c.line(kInfo, "limit",
@@ -51,14 +48,14 @@ bool check_limit(Checks &c, const std::vector<Gpu> &gpus, const settings::LimitS
             c.line(kWarn, "limit",
                    s.text + " from " + s.source + per + ": under 1 MiB, nothing will fit (a unit missing? 8GiB)");
         else c.line(kOk, "limit", s.text + " from " + s.source + per);
-        if (std::string note = gg::si_spelling_note(s.text); !note.empty()) c.line(kInfo, "limit", note);
+        if (!l.note.empty()) c.line(kInfo, "limit", l.note);
     }
-    return valid;
 }
 
 // The shared ledger: where it is, whether it opens, its devices, and a limit of its own that stands
 // over the environment's.
-void check_ledger(Checks &c, const settings::LimitSetting &s, bool valid) {
+void check_ledger(Checks &c, const settings::CheckedLimit &limit) {
+    const settings::LimitSetting &s = limit.setting;
     std::string why;
     std::string path = settings::read_ledger_path(settings::process_env());
     if (path.empty()) {
@@ -100,7 +97,7 @@ void check_ledger(Checks &c, const settings::LimitSetting &s, bool valid) {
                d.name + " " + d.uuid + ": " + gg::human_bytes(d.used) + " used of " +
                    (d.limit == gg::ledger::kNoLimit ? std::string("no limit") : gg::human_bytes(d.limit)) + ", peak " +
                    gg::human_bytes(d.peak));
-    if (valid && theirs != s.text && alive > 0)
+    if (limit.ok() && theirs != s.text && alive > 0)
         c.line(kWarn, "ledger",
                "its limit '" + (theirs.empty() ? std::string("none") : theirs) + "' stands while " +
                    std::to_string(alive) + " process(es) use it; this environment's '" +
@@ -110,9 +107,9 @@ void check_ledger(Checks &c, const settings::LimitSetting &s, bool valid) {
 }  // namespace
 
 void check_limit_and_ledger(Checks &c, const std::vector<Gpu> &gpus) {
-    settings::LimitSetting s = settings::read_limit(settings::process_env());
-    bool valid = check_limit(c, gpus, s);
-    check_ledger(c, s, valid);
+    settings::CheckedLimit l = settings::check_limit(settings::read_limit(settings::process_env()));
+    check_limit(c, gpus, l);
+    check_ledger(c, l);
 }
 
 void check_reports(Checks &c) {
