@@ -129,29 +129,66 @@ std::string text_bar(uint64_t part, uint64_t whole, int width) {
 
 namespace {
 
-// The tensor view: PyTorch's allocated and reserved bytes (what memory_allocated() and
-// memory_reserved() said), the free part and its holes, the request, then the tensors by stack with
-// the stack that made their segments grow beside them.
-void print_tensor_view(std::ostream &out, const Style &st, const Report &r, const Analysis &a, const TextOptions &opt) {
-    const TensorFacts &t = a.tensor;
-    const TensorView &v = *r.tensor;
+// One holder of live memory: its bytes, its share of the list's total, a bar against the largest
+// holder, how many allocations, where it was made, and the program's own caller under a library frame.
+void print_holder(std::ostream &out, const Style &st, const Report &r, const StackBytes &sb, uint64_t total,
+                  uint64_t largest, const std::string &tag) {
+    auto [best, caller] = split_where(where_label(r, sb.stack));
+    out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
+        << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
+        << text_bar(sb.bytes, largest, 10) << st.reset() << ' ' << pad_left(std::to_string(sb.count) + "×", 6) << "  "
+        << clip(best, 62) << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
+    if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
+}
+
+// The heading of a list of holders: its title, then what it counts and its totals. Returns the total
+// bytes, which each row's share is of.
+uint64_t print_holders_heading(std::ostream &out, const Style &st, const char *title, const char *what,
+                               const char *noun, const std::vector<StackBytes> &list) {
+    uint64_t total = 0, count = 0;
+    for (const StackBytes &sb : list) {
+        total += sb.bytes;
+        count += sb.count;
+    }
+    out << st.bold() << title << st.reset() << st.dim() << what << human_bytes(total) << " in " << count << " " << noun
+        << (count == 1 ? "" : "s") << ", " << list.size() << " stack" << (list.size() == 1 ? "" : "s") << st.reset()
+        << "\n";
+    return total;
+}
+
+// The bytes of the holders past the first `shown`, in one line.
+void print_more_stacks(std::ostream &out, const Style &st, const std::vector<StackBytes> &list, size_t shown) {
+    if (list.size() <= shown) return;
+    uint64_t rest = 0;
+    for (size_t i = shown; i < list.size(); ++i) rest += list[i].bytes;
+    out << "  " << st.dim() << pad_left(human_bytes(rest), 11) << "  in " << list.size() - shown
+        << " more stacks (--top N shows more)" << st.reset() << "\n";
+}
+
+// One line of the tensor view's totals: a name, the bytes, a bar against the reserved bytes, and a note.
+void print_tensor_total(std::ostream &out, const Style &st, const char *name, uint64_t bytes, uint64_t scale,
+                        const std::string &rest) {
+    out << "  " << st.dim() << pad_right(name, 11) << st.reset() << st.bold() << pad_left(human_bytes(bytes), 11)
+        << st.reset() << "  " << text_bar(bytes, scale, 20) << " "
+        << pad_left(std::to_string(percent(bytes, scale)) + "%", 4) << "  " << st.dim() << rest << st.reset() << "\n";
+}
+
+// PyTorch's allocated and reserved bytes (what memory_allocated() and memory_reserved() said), the
+// free part and its holes, the request, what the view does not list, and the peak.
+void print_tensor_totals(std::ostream &out, const Style &st, const TensorFacts &t, const TensorView &v) {
     out << st.bold() << "PyTorch" << st.reset() << st.dim() << "  its caching allocator, tensor by tensor"
         << (t.at_oom ? ", when it ran out" : "") << (v.allocator_conf.empty() ? "" : "  (" + v.allocator_conf + ")")
         << st.reset() << "\n";
     uint64_t scale = t.reserved ? t.reserved : 1;
-    auto line = [&](const char *name, uint64_t bytes, const std::string &rest) {
-        out << "  " << st.dim() << pad_right(name, 11) << st.reset() << st.bold() << pad_left(human_bytes(bytes), 11)
-            << st.reset() << "  " << text_bar(bytes, scale, 20) << " "
-            << pad_left(std::to_string(percent(bytes, scale)) + "%", 4) << "  " << st.dim() << rest << st.reset()
-            << "\n";
-    };
-    line("allocated", t.allocated, std::to_string(v.block_count) + " live tensors (memory_allocated())");
-    line("reserved", t.reserved,
-         std::to_string(t.segments.size()) + (t.expandable ? " mapped pages" : " segments") + " (memory_reserved())");
+    print_tensor_total(out, st, "allocated", t.allocated, scale,
+                       std::to_string(v.block_count) + " live tensors (memory_allocated())");
+    print_tensor_total(
+        out, st, "reserved", t.reserved, scale,
+        std::to_string(t.segments.size()) + (t.expandable ? " mapped pages" : " segments") + " (memory_reserved())");
     std::string free_text = "reserved, unallocated";
     if (t.holes) free_text += ": " + std::to_string(t.holes) + " holes (largest " + human_bytes(t.largest_free) + ")";
     if (t.releasable) free_text += ", " + human_bytes(t.releasable) + " in empty segments";
-    line("free", t.unallocated, free_text);
+    print_tensor_total(out, st, "free", t.unallocated, scale, free_text);
     if (t.request)
         out << "  " << st.dim() << pad_right("request", 11) << st.reset() << st.bold()
             << pad_left(human_bytes(t.request), 11) << st.reset() << "  " << st.dim()
@@ -166,48 +203,37 @@ void print_tensor_view(std::ostream &out, const Style &st, const Report &r, cons
         out << "  " << st.dim() << pad_right("peak", 11) << st.reset() << pad_left(human_bytes(*v.peak_allocated), 11)
             << "  " << st.dim() << "allocated, " << human_bytes(*v.peak_reserved) << " reserved" << st.reset() << "\n";
     out << "\n";
+}
 
-    if (v.by_stack.empty()) return;
-    uint64_t total = 0, count = 0;
-    for (const StackBytes &sb : v.by_stack) total += sb.bytes, count += sb.count;
-    out << st.bold() << "Top holders" << st.reset() << st.dim() << "  live tensors by stack: " << human_bytes(total)
-        << " in " << count << " tensor" << (count == 1 ? "" : "s") << ", " << v.by_stack.size() << " stack"
-        << (v.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
+// The live tensors by stack, each with the stack that made its segments grow when that is another.
+void print_tensor_holders(std::ostream &out, const Style &st, const Report &r, const Analysis &a,
+                          const TextOptions &opt) {
+    const TensorView &v = *r.tensor;
+    uint64_t total = print_holders_heading(out, st, "Top holders", "  live tensors by stack: ", "tensor", v.by_stack);
     size_t shown = std::min(opt.top, v.by_stack.size());
     for (size_t i = 0; i < shown; ++i) {
         const StackBytes &sb = v.by_stack[i];
-        std::string tag = phase_tag(r, sb.stack, a.mode, false);
-        auto [best, caller] = split_where(where_label(r, sb.stack));
-        out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
-            << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
-            << text_bar(sb.bytes, v.by_stack.front().bytes, 10) << st.reset() << ' '
-            << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
-            << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
-        if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
-        auto creator = t.segment_creator.find(sb.stack);
-        if (creator != t.segment_creator.end() && creator->second != sb.stack) {
+        print_holder(out, st, r, sb, total, v.by_stack.front().bytes, phase_tag(r, sb.stack, a.mode, false));
+        auto creator = a.tensor.segment_creator.find(sb.stack);
+        if (creator != a.tensor.segment_creator.end() && creator->second != sb.stack) {
             std::string made = where_label(r, creator->second);
             if (made != where_label(r, sb.stack))
                 out << std::string(38, ' ') << st.dim() << "in segments made at " << clip(made, 52) << st.reset()
                     << "\n";
         }
     }
-    if (v.by_stack.size() > shown) {
-        uint64_t rest = 0;
-        for (size_t i = shown; i < v.by_stack.size(); ++i) rest += v.by_stack[i].bytes;
-        out << "  " << st.dim() << pad_left(human_bytes(rest), 11) << "  in " << v.by_stack.size() - shown
-            << " more stacks (--top N shows more)" << st.reset() << "\n";
-    }
+    print_more_stacks(out, st, v.by_stack, shown);
     out << "\n";
 }
 
-}  // namespace
+// The tensor view: its totals, then the tensors by stack.
+void print_tensor_view(std::ostream &out, const Style &st, const Report &r, const Analysis &a, const TextOptions &opt) {
+    print_tensor_totals(out, st, a.tensor, *r.tensor);
+    if (!r.tensor->by_stack.empty()) print_tensor_holders(out, st, r, a, opt);
+}
 
-void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out) {
-    Style st{opt.color};
-    const uint64_t live = r.live_bytes();
-
-    // ---- who and when ----
+// The report's name, then the program, its pid, the host and the time.
+void print_who(std::ostream &out, const Style &st, const Report &r) {
     out << st.bold() << "gpuguard report" << st.reset() << st.dim() << " · " << r.name << st.reset() << "\n";
     std::vector<std::string> who;
     std::string cmd = r.command_line();
@@ -221,180 +247,209 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
         out << st.reset() << "\n";
     }
     out << "\n";
+}
 
-    // ---- what happened ----
+// The headline, coloured by how bad it is, and the reasons under it.
+void print_what_happened(std::ostream &out, const Style &st, const Report &r, const Analysis &a) {
     const char *colour = a.failure ? st.red() : a.kind == "warn" ? st.yellow() : st.green();
     out << colour << (a.failure ? "✗ " : a.kind == "warn" ? "! " : "✓ ") << a.headline << st.reset() << "\n";
     for (const std::string &w : a.why) out << "  " << wrap(w, kWidth - 2, "    ") << "\n";
     if (!r.phase.empty()) out << "  " << st.dim() << "in the program's phase " << st.reset() << r.phase << "\n";
     out << "\n";
+}
 
-    // ---- the numbers ----
-    auto row = [&](const std::string &name, const std::string &value, const std::string &rest) {
-        out << "  " << st.dim() << pad_right(name, 10) << st.reset() << ' ' << st.bold() << pad_left(value, 11)
-            << st.reset() << "  " << rest << "\n";
-    };
+// One row of the numbers: a name, a value, and what follows it.
+void print_number(std::ostream &out, const Style &st, const std::string &name, const std::string &value,
+                  const std::string &rest) {
+    out << "  " << st.dim() << pad_right(name, 10) << st.reset() << ' ' << st.bold() << pad_left(value, 11)
+        << st.reset() << "  " << rest << "\n";
+}
+
+// A bar of `part` against the limit and its percentage.
+std::string share_of_limit(uint64_t part, uint64_t limit) {
+    return text_bar(part, limit, 20) + " " + std::to_string(percent(part, limit)) + "%";
+}
+
+void print_limit(std::ostream &out, const Style &st, const Report &r) {
+    if (!r.limit_bytes) {
+        print_number(out, st, "limit", "none", st.dim() + std::string("no quota on this device") + st.reset());
+        return;
+    }
+    std::string src = r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
+    print_number(out, st, "limit", human_bytes(*r.limit_bytes),
+                 st.dim() + std::string(r.limit_scope.empty() ? "" : r.limit_scope) + (src.empty() ? "" : "  " + src) +
+                     st.reset());
+}
+
+// How long before the report the peak was, when the report says.
+std::string peak_when(const Report &r) {
+    // A peak time of 0 means "never": a process that has held nothing has no peak moment.
+    if (!(r.peak_time_unix_ns && *r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns))
+        return "";
+    return *r.time_unix_ns - *r.peak_time_unix_ns < 1000000
+               ? "at the report"
+               : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
+}
+
+// The container's, the process's and the peak's bytes, each against the limit when there is one.
+void print_usage(std::ostream &out, const Style &st, const Report &r) {
+    const uint64_t live = r.live_bytes();
     uint64_t scale = r.limit_bytes.value_or(0);
-    if (r.limit_bytes) {
-        std::string src = r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
-        row("limit", human_bytes(*r.limit_bytes),
-            st.dim() + std::string(r.limit_scope.empty() ? "" : r.limit_scope) + (src.empty() ? "" : "  " + src) +
-                st.reset());
-    } else {
-        row("limit", "none", st.dim() + std::string("no quota on this device") + st.reset());
-    }
     if (r.container_bytes && (r.has_ledger || *r.container_bytes != live))
-        row("container", human_bytes(*r.container_bytes),
-            scale ? text_bar(*r.container_bytes, scale, 20) + " " + std::to_string(percent(*r.container_bytes, scale)) +
-                        "%"
-                  : "");
-    row("process", human_bytes(live),
-        (scale ? text_bar(live, scale, 20) + " " + std::to_string(percent(live, scale)) + "%  " : "") + st.dim() +
-            (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) +
-            st.reset());
-    if (Bytes pk = r.peak()) {
-        std::string when;
-        // A peak time of 0 means "never": a process that has held nothing has no peak moment.
-        if (r.peak_time_unix_ns && *r.peak_time_unix_ns && r.time_unix_ns && *r.time_unix_ns >= *r.peak_time_unix_ns)
-            when = *r.time_unix_ns - *r.peak_time_unix_ns < 1000000
-                       ? "at the report"
-                       : human_duration_ns(*r.time_unix_ns - *r.peak_time_unix_ns) + " before the report";
-        row("peak", human_bytes(*pk),
-            (scale ? text_bar(*pk, scale, 20) + " " + std::to_string(percent(*pk, scale)) + "%  " : "") + st.dim() +
-                when + st.reset());
-    }
+        print_number(out, st, "container", human_bytes(*r.container_bytes),
+                     scale ? share_of_limit(*r.container_bytes, scale) : "");
+    print_number(out, st, "process", human_bytes(live),
+                 (scale ? share_of_limit(live, scale) + "  " : "") + st.dim() +
+                     (r.live_allocations ? std::to_string(*r.live_allocations) + " live allocations" : std::string()) +
+                     st.reset());
+    if (Bytes pk = r.peak())
+        print_number(out, st, "peak", human_bytes(*pk),
+                     (scale ? share_of_limit(*pk, scale) + "  " : "") + st.dim() + peak_when(r) + st.reset());
+}
+
+void print_request_and_device(std::ostream &out, const Style &st, const Report &r) {
     if (r.failed && r.failed->bytes)
-        row("request", human_bytes(*r.failed->bytes),
-            st.dim() + std::string("asked by ") + (r.failed->api.empty() ? "?" : r.failed->api) + st.reset());
+        print_number(out, st, "request", human_bytes(*r.failed->bytes),
+                     st.dim() + std::string("asked by ") + (r.failed->api.empty() ? "?" : r.failed->api) + st.reset());
     if (r.device_total) {
         std::string dev = r.device_name.empty() ? "device" : r.device_name;
         if (r.device_ordinal) dev += " #" + std::to_string(*r.device_ordinal);
-        row("device", human_bytes(*r.device_total),
-            st.dim() + dev + (r.device_free ? ", " + human_bytes(*r.device_free) + " free" : std::string()) +
-                st.reset());
+        print_number(out, st, "device", human_bytes(*r.device_total),
+                     st.dim() + dev + (r.device_free ? ", " + human_bytes(*r.device_free) + " free" : std::string()) +
+                         st.reset());
     }
+}
+
+void print_timeline(std::ostream &out, const Style &st, const Report &r) {
     uint64_t spark_max = 0;
     std::string spark = sparkline(r, 48, spark_max);
-    if (!spark.empty()) {
-        int64_t span = r.timeline.back().first - r.timeline.front().first;
-        out << "  " << st.dim() << pad_right("timeline", 10) << st.reset() << "             " << st.cyan() << spark
-            << st.reset() << st.dim() << "  max " << human_bytes(spark_max) << " over " << human_duration_ns(span)
-            << st.reset() << "\n";
+    if (spark.empty()) return;
+    int64_t span = r.timeline.back().first - r.timeline.front().first;
+    out << "  " << st.dim() << pad_right("timeline", 10) << st.reset() << "             " << st.cyan() << spark
+        << st.reset() << st.dim() << "  max " << human_bytes(spark_max) << " over " << human_duration_ns(span)
+        << st.reset() << "\n";
+}
+
+// The numbers: the limit, the usage against it, the request, the device and the timeline.
+void print_numbers(std::ostream &out, const Style &st, const Report &r) {
+    print_limit(out, st, r);
+    print_usage(out, st, r);
+    print_request_and_device(out, st, r);
+    print_timeline(out, st, r);
+    out << "\n";
+}
+
+// What the failed call was beside its API and size: the driver's call and result, the thread, and
+// how many calls failed in the episode.
+std::vector<std::string> failed_request_notes(const Report &r, const FailedRequest &f) {
+    std::vector<std::string> bits;
+    if (!f.driver_api.empty() && f.driver_api != f.api) bits.push_back("driver " + f.driver_api);
+    if (f.driver_result) {
+        const char *n = cuda_result_name(*f.driver_result);
+        bits.push_back(n ? n : "CUresult " + std::to_string(*f.driver_result));
+    }
+    if (f.thread) bits.push_back("thread " + std::to_string(*f.thread));
+    if (r.episode_failed_calls && *r.episode_failed_calls > 1)
+        bits.push_back(std::to_string(*r.episode_failed_calls) + " failed calls in this episode");
+    return bits;
+}
+
+void print_failed_request(std::ostream &out, const Style &st, const Report &r, const FailedRequest &f) {
+    out << st.bold() << "Failed request" << st.reset() << "  " << (f.api.empty() ? "?" : f.api) << ' '
+        << human_bytes(f.bytes) << st.dim();
+    std::vector<std::string> bits = failed_request_notes(r, f);
+    for (size_t i = 0; i < bits.size(); ++i) out << (i ? ", " : "  (") << bits[i];
+    if (!bits.empty()) out << ")";
+    out << st.reset() << "\n";
+    if (const Stack *s = r.stack(f.stack)) print_frames(out, st, *s);
+    else out << "    " << st.dim() << "(no stack recorded)" << st.reset() << "\n";
+    out << "\n";
+}
+
+// Who holds the memory: live bytes by stack, or with a tensor view the segments, which the tensors
+// listed above lie in.
+void print_holders(std::ostream &out, const Style &st, const Report &r, const Analysis &a, const TextOptions &opt) {
+    bool segments = a.tensor.present;
+    uint64_t total = print_holders_heading(
+        out, st, segments ? "Segments" : "Top holders",
+        segments ? "  device memory from the driver, by the stack that made it grow: " : "  live bytes by stack: ",
+        "allocation", r.by_stack);
+    size_t shown = std::min(segments ? std::min<size_t>(opt.top, 3) : opt.top, r.by_stack.size());
+    bool tag_segments = !(r.tensor && r.tensor->backend == "cudaMallocAsync");
+    for (size_t i = 0; i < shown; ++i) {
+        const StackBytes &sb = r.by_stack[i];
+        print_holder(out, st, r, sb, total, r.by_stack.front().bytes, phase_tag(r, sb.stack, a.mode, tag_segments));
+    }
+    print_more_stacks(out, st, r.by_stack, shown);
+    out << "\n";
+}
+
+void print_peak(std::ostream &out, const Style &st, const Report &r) {
+    out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset() << "\n";
+    for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
+        out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
+            << clip(where_label(r, r.peak_by_stack[i].stack), 84) << "\n";
+    out << "\n";
+}
+
+void print_cudnn(std::ostream &out, const Style &st, const Report &r, const Cudnn &c) {
+    out << st.bold() << "cuDNN" << st.reset() << "  largest workspace requested "
+        << human_bytes(c.largest_workspace_requested_bytes) << st.dim() << " · cap "
+        << (c.workspace_cap_bytes ? human_bytes(*c.workspace_cap_bytes) : std::string("off")) << " · in use "
+        << human_bytes(c.workspace_in_use_bytes);
+    if (c.workspace_cap_bytes && c.plans_rejected) out << " · " << *c.plans_rejected << " plans rejected by the cap";
+    out << st.reset() << "\n";
+    for (size_t i = 0; i < c.requests_by_stack.size() && i < 3; ++i) {
+        const CudnnStack &cs = c.requests_by_stack[i];
+        out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  "
+            << pad_left(std::to_string(cs.count) + "×", 6) << "  " << clip(where_label(r, cs.stack), 76) << "\n";
     }
     out << "\n";
+}
 
-    // ---- PyTorch's allocator: the tensor view leads ----
-    if (a.tensor.present) print_tensor_view(out, st, r, a, opt);
+// The ledger's processes, worth a section when another process than this one is in it.
+bool shows_container_processes(const Report &r) {
+    return r.ledger_processes.size() > 1 || (r.ledger_processes.size() == 1 && !r.ledger_processes[0].self);
+}
 
-    // ---- the failed request ----
-    if (r.failed) {
-        const FailedRequest &f = *r.failed;
-        out << st.bold() << "Failed request" << st.reset() << "  " << (f.api.empty() ? "?" : f.api) << ' '
-            << human_bytes(f.bytes) << st.dim();
-        std::vector<std::string> bits;
-        if (!f.driver_api.empty() && f.driver_api != f.api) bits.push_back("driver " + f.driver_api);
-        if (f.driver_result) {
-            const char *n = cuda_result_name(*f.driver_result);
-            bits.push_back(n ? n : "CUresult " + std::to_string(*f.driver_result));
-        }
-        if (f.thread) bits.push_back("thread " + std::to_string(*f.thread));
-        if (r.episode_failed_calls && *r.episode_failed_calls > 1)
-            bits.push_back(std::to_string(*r.episode_failed_calls) + " failed calls in this episode");
-        for (size_t i = 0; i < bits.size(); ++i) out << (i ? ", " : "  (") << bits[i];
-        if (!bits.empty()) out << ")";
-        out << st.reset() << "\n";
-        if (const Stack *s = r.stack(f.stack)) print_frames(out, st, *s);
-        else out << "    " << st.dim() << "(no stack recorded)" << st.reset() << "\n";
-        out << "\n";
+void print_container_processes(std::ostream &out, const Style &st, const Report &r) {
+    uint64_t total = 0;
+    for (const LedgerProcess &p : r.ledger_processes) total += p.bytes;
+    out << st.bold() << "Container processes" << st.reset() << st.dim() << "  " << human_bytes(total) << " held"
+        << (r.ledger_path.empty() ? "" : ", ledger " + r.ledger_path) << st.reset() << "\n";
+    for (const LedgerProcess &p : r.ledger_processes) {
+        out << "  " << pad_left(human_bytes(p.bytes), 11) << ' '
+            << pad_left(std::to_string(percent(p.bytes, total)) + "%", 4) << "  pid "
+            << pad_right(std::to_string(p.pid), 8) << clip(p.command, 50) << st.dim()
+            << (p.self ? "  (this process)" : "") << (p.alive ? "" : "  (exited)") << st.reset() << "\n";
     }
+    out << "\n";
+}
 
-    // ---- who holds it (with a tensor view: the segments, which the tensors above lie in) ----
-    if (!r.by_stack.empty()) {
-        bool segments = a.tensor.present;
-        uint64_t total = 0, count = 0;
-        for (const StackBytes &sb : r.by_stack) {
-            total += sb.bytes;
-            count += sb.count;
-        }
-        out << st.bold() << (segments ? "Segments" : "Top holders") << st.reset() << st.dim()
-            << (segments ? "  device memory from the driver, by the stack that made it grow: "
-                         : "  live bytes by stack: ")
-            << human_bytes(total) << " in " << count << " allocation" << (count == 1 ? "" : "s") << ", "
-            << r.by_stack.size() << " stack" << (r.by_stack.size() == 1 ? "" : "s") << st.reset() << "\n";
-        size_t shown = std::min(segments ? std::min<size_t>(opt.top, 3) : opt.top, r.by_stack.size());
-        for (size_t i = 0; i < shown; ++i) {
-            const StackBytes &sb = r.by_stack[i];
-            std::string tag = phase_tag(r, sb.stack, a.mode, !(r.tensor && r.tensor->backend == "cudaMallocAsync"));
-            auto [best, caller] = split_where(where_label(r, sb.stack));
-            out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
-                << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
-                << text_bar(sb.bytes, r.by_stack.front().bytes, 10) << st.reset() << ' '
-                << pad_left(std::to_string(sb.count) + "×", 6) << "  " << clip(best, 62)
-                << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
-            if (!caller.empty())
-                out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
-        }
-        if (r.by_stack.size() > shown) {
-            uint64_t rest = 0;
-            for (size_t i = shown; i < r.by_stack.size(); ++i) rest += r.by_stack[i].bytes;
-            out << "  " << st.dim() << pad_left(human_bytes(rest), 11) << "  in " << r.by_stack.size() - shown
-                << " more stacks (--top N shows more)" << st.reset() << "\n";
-        }
-        out << "\n";
+void print_advice(std::ostream &out, const Style &st, const std::vector<Advice> &advice) {
+    out << st.bold() << "Advice" << st.reset() << "\n";
+    for (const Advice &ad : advice) {
+        out << "  " << st.yellow() << "• " << ad.title << st.reset() << "\n";
+        out << "    " << wrap(ad.detail, kWidth - 4, "    ") << "\n";
     }
+    out << "\n";
+}
 
-    // ---- the peak ----
-    if (!r.peak_by_stack.empty() && r.peak()) {
-        out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset()
-            << "\n";
-        for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
-            out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
-                << clip(where_label(r, r.peak_by_stack[i].stack), 84) << "\n";
-        out << "\n";
-    }
+}  // namespace
 
-    // ---- cuDNN ----
-    if (r.cudnn) {
-        const Cudnn &c = *r.cudnn;
-        out << st.bold() << "cuDNN" << st.reset() << "  largest workspace requested "
-            << human_bytes(c.largest_workspace_requested_bytes) << st.dim() << " · cap "
-            << (c.workspace_cap_bytes ? human_bytes(*c.workspace_cap_bytes) : std::string("off")) << " · in use "
-            << human_bytes(c.workspace_in_use_bytes);
-        if (c.workspace_cap_bytes && c.plans_rejected)
-            out << " · " << *c.plans_rejected << " plans rejected by the cap";
-        out << st.reset() << "\n";
-        for (size_t i = 0; i < c.requests_by_stack.size() && i < 3; ++i) {
-            const CudnnStack &cs = c.requests_by_stack[i];
-            out << "  " << pad_left(human_bytes(cs.largest_bytes), 11) << "  "
-                << pad_left(std::to_string(cs.count) + "×", 6) << "  " << clip(where_label(r, cs.stack), 76) << "\n";
-        }
-        out << "\n";
-    }
-
-    // ---- the container's processes ----
-    if (r.ledger_processes.size() > 1 || (r.ledger_processes.size() == 1 && !r.ledger_processes[0].self)) {
-        uint64_t total = 0;
-        for (const LedgerProcess &p : r.ledger_processes) total += p.bytes;
-        out << st.bold() << "Container processes" << st.reset() << st.dim() << "  " << human_bytes(total) << " held"
-            << (r.ledger_path.empty() ? "" : ", ledger " + r.ledger_path) << st.reset() << "\n";
-        for (const LedgerProcess &p : r.ledger_processes) {
-            out << "  " << pad_left(human_bytes(p.bytes), 11) << ' '
-                << pad_left(std::to_string(percent(p.bytes, total)) + "%", 4) << "  pid "
-                << pad_right(std::to_string(p.pid), 8) << clip(p.command, 50) << st.dim()
-                << (p.self ? "  (this process)" : "") << (p.alive ? "" : "  (exited)") << st.reset() << "\n";
-        }
-        out << "\n";
-    }
-
-    // ---- advice ----
-    if (!a.advice.empty()) {
-        out << st.bold() << "Advice" << st.reset() << "\n";
-        for (const Advice &ad : a.advice) {
-            out << "  " << st.yellow() << "• " << ad.title << st.reset() << "\n";
-            out << "    " << wrap(ad.detail, kWidth - 4, "    ") << "\n";
-        }
-        out << "\n";
-    }
+// The sections top down, each printed only when the report has something to say in it.
+void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out) {
+    Style st{opt.color};
+    print_who(out, st, r);
+    print_what_happened(out, st, r, a);
+    print_numbers(out, st, r);
+    if (a.tensor.present) print_tensor_view(out, st, r, a, opt);  // PyTorch's allocator leads
+    if (r.failed) print_failed_request(out, st, r, *r.failed);
+    if (!r.by_stack.empty()) print_holders(out, st, r, a, opt);
+    if (!r.peak_by_stack.empty() && r.peak()) print_peak(out, st, r);
+    if (r.cudnn) print_cudnn(out, st, r, *r.cudnn);
+    if (shows_container_processes(r)) print_container_processes(out, st, r);
+    if (!a.advice.empty()) print_advice(out, st, a.advice);
     out << st.dim() << "More: gpuguard report --html report.html " << r.name << "   (flame graph, timeline, tables)"
         << st.reset() << "\n";
 }
