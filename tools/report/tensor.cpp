@@ -32,12 +32,8 @@ std::vector<SegmentUse> ranges_of(const TensorView &t) {
     return out;
 }
 
-}  // namespace
-
-TensorFacts tensor_facts(const Report &r) {
-    TensorFacts f;
-    if (!r.tensor || !r.tensor->from_blocks()) return f;
-    const TensorView &t = *r.tensor;
+// PyTorch's totals: at the out-of-memory when there was one, else at the report.
+void read_totals(const TensorView &t, TensorFacts &f) {
     f.present = true;
     f.expandable = !t.mappings.empty() || t.expandable_segments();
     f.complete = t.blocks.size() >= t.block_count && t.coverage_complete;
@@ -52,64 +48,77 @@ TensorFacts tensor_facts(const Report &r) {
         f.reserved = t.reserved.value_or(0);
     }
     f.unallocated = f.reserved > f.allocated ? f.reserved - f.allocated : 0;
+}
 
-    // Blocks by address, then each range's blocks in one pass.
+std::vector<const TensorBlock *> blocks_by_address(const TensorView &t) {
     std::vector<const TensorBlock *> blocks;
     for (const TensorBlock &b : t.blocks) blocks.push_back(&b);
     std::sort(blocks.begin(), blocks.end(),
               [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
-    f.segments = ranges_of(t);
-    std::map<std::string, Pin> pins;
-    std::map<std::string, std::map<std::string, uint64_t>> by_creator;  // holder -> creator -> bytes
-    size_t bi = 0;
-    for (SegmentUse &s : f.segments) {
-        uint64_t end = s.address + s.bytes, cursor = s.address;
-        while (bi < blocks.size() && blocks[bi]->address + blocks[bi]->bytes <= s.address) bi++;
-        std::vector<const TensorBlock *> inside;
-        for (size_t j = bi; j < blocks.size() && blocks[j]->address < end; j++) {
-            const TensorBlock &b = *blocks[j];
-            uint64_t lo = std::max(b.address, s.address), hi = std::min(b.address + b.bytes, end);
-            if (lo > cursor) {
-                s.holes++;
-                s.largest_hole = std::max(s.largest_hole, lo - cursor);
-            }
-            s.allocated += hi - lo;
-            s.blocks++;
-            if (!s.creator.empty()) by_creator[b.stack][s.creator] += hi - lo;
-            cursor = std::max(cursor, hi);
-            inside.push_back(&b);
-        }
-        if (end > cursor) {
+    return blocks;
+}
+
+using BytesByCreator = std::map<std::string, std::map<std::string, uint64_t>>;  // holder -> creator -> bytes
+
+// The blocks inside one range, found from `bi` on (blocks by address, ranges walked by address): the
+// range's allocated bytes, its holes between them, and each holder's bytes by the range's creator.
+std::vector<const TensorBlock *> blocks_inside(SegmentUse &s, const std::vector<const TensorBlock *> &blocks,
+                                               size_t &bi, BytesByCreator &by_creator) {
+    uint64_t end = s.address + s.bytes, cursor = s.address;
+    while (bi < blocks.size() && blocks[bi]->address + blocks[bi]->bytes <= s.address) bi++;
+    std::vector<const TensorBlock *> inside;
+    for (size_t j = bi; j < blocks.size() && blocks[j]->address < end; j++) {
+        const TensorBlock &b = *blocks[j];
+        uint64_t lo = std::max(b.address, s.address), hi = std::min(b.address + b.bytes, end);
+        if (lo > cursor) {
             s.holes++;
-            s.largest_hole = std::max(s.largest_hole, end - cursor);
+            s.largest_hole = std::max(s.largest_hole, lo - cursor);
         }
-        if (s.blocks == 0) {
-            f.releasable += s.bytes;
-            s.holes = 0;  // one whole free range: releasable, not a hole between tensors
-        } else if (s.pinned()) {
-            f.pinned_segments++;
-            f.pinned_free += s.bytes - s.allocated;
-            f.holes += s.holes;
-            f.hole_bytes += s.bytes - s.allocated;
-            std::map<std::string, bool> seen;
-            for (const TensorBlock *b : inside) {
-                Pin &p = pins[b->stack];
-                p.stack = b->stack;
-                p.bytes += b->bytes;
-                p.blocks++;
-                if (!seen[b->stack]) {
-                    seen[b->stack] = true;
-                    p.segments++;
-                    p.free_held += s.bytes - s.allocated;
-                }
-            }
-        }
-        // The largest free range the request could use: one in a segment of its pool.
-        bool request_small = f.request && f.request <= kSmallSize;
-        if (!f.request || s.small_pool == request_small) f.largest_free = std::max(f.largest_free, s.largest_hole);
-        if (s.blocks == 0 && (!f.request || s.small_pool == request_small))
-            f.largest_free = std::max(f.largest_free, s.bytes);
+        s.allocated += hi - lo;
+        s.blocks++;
+        if (!s.creator.empty()) by_creator[b.stack][s.creator] += hi - lo;
+        cursor = std::max(cursor, hi);
+        inside.push_back(&b);
     }
+    if (end > cursor) {
+        s.holes++;
+        s.largest_hole = std::max(s.largest_hole, end - cursor);
+    }
+    return inside;
+}
+
+// A range with live blocks and free space: it counts as pinned, and each stack with a block in it
+// holds its free bytes.
+void count_pinned(const SegmentUse &s, const std::vector<const TensorBlock *> &inside, TensorFacts &f,
+                  std::map<std::string, Pin> &pins) {
+    f.pinned_segments++;
+    f.pinned_free += s.bytes - s.allocated;
+    f.holes += s.holes;
+    f.hole_bytes += s.bytes - s.allocated;
+    std::map<std::string, bool> seen;
+    for (const TensorBlock *b : inside) {
+        Pin &p = pins[b->stack];
+        p.stack = b->stack;
+        p.bytes += b->bytes;
+        p.blocks++;
+        if (!seen[b->stack]) {
+            seen[b->stack] = true;
+            p.segments++;
+            p.free_held += s.bytes - s.allocated;
+        }
+    }
+}
+
+// The largest free range the request could use: one in a segment of its pool.
+void note_largest_free(const SegmentUse &s, TensorFacts &f) {
+    bool request_small = f.request && f.request <= kSmallSize;
+    if (!f.request || s.small_pool == request_small) f.largest_free = std::max(f.largest_free, s.largest_hole);
+    if (s.blocks == 0 && (!f.request || s.small_pool == request_small))
+        f.largest_free = std::max(f.largest_free, s.bytes);
+}
+
+// The pins, most free bytes held first, and for each holder the creator of most of its bytes.
+void finish(const std::map<std::string, Pin> &pins, const BytesByCreator &by_creator, TensorFacts &f) {
     for (auto &[stack, p] : pins) f.pins.push_back(p);
     for (const auto &[holder, creators] : by_creator) {
         auto top = std::max_element(creators.begin(), creators.end(),
@@ -119,6 +128,32 @@ TensorFacts tensor_facts(const Report &r) {
     std::sort(f.pins.begin(), f.pins.end(), [](const Pin &a, const Pin &b) {
         return a.free_held != b.free_held ? a.free_held > b.free_held : a.bytes > b.bytes;
     });
+}
+
+}  // namespace
+
+TensorFacts tensor_facts(const Report &r) {
+    TensorFacts f;
+    if (!r.tensor || !r.tensor->from_blocks()) return f;
+    const TensorView &t = *r.tensor;
+    read_totals(t, f);
+    // Blocks by address, then each range's blocks in one pass.
+    std::vector<const TensorBlock *> blocks = blocks_by_address(t);
+    f.segments = ranges_of(t);
+    std::map<std::string, Pin> pins;
+    BytesByCreator by_creator;
+    size_t bi = 0;
+    for (SegmentUse &s : f.segments) {
+        std::vector<const TensorBlock *> inside = blocks_inside(s, blocks, bi, by_creator);
+        if (s.blocks == 0) {
+            f.releasable += s.bytes;
+            s.holes = 0;  // one whole free range: releasable, not a hole between tensors
+        } else if (s.pinned()) {
+            count_pinned(s, inside, f, pins);
+        }
+        note_largest_free(s, f);
+    }
+    finish(pins, by_creator, f);
     return f;
 }
 
