@@ -46,54 +46,56 @@ void tensor_diagnosis(const Report &r, Analysis &a) {
                         " that live tensors keep from going back to the driver");
 }
 
-}  // namespace
+// The limit refused the request: the limit, what was held against it, and this process's part.
+void diagnose_quota(const Report &r, const Facts &f, Analysis &a) {
+    a.kind = "quota";
+    a.failure = true;
+    a.headline = "OUT OF MEMORY (quota): " + f.api + " of " + human_bytes(f.request) + f.on_device + " was refused";
+    if (!r.limit_bytes) {
+        if (!r.message.empty()) a.why.push_back(r.message);
+        return;
+    }
+    bool per_process = r.limit_scope == "process";
+    uint64_t held = per_process ? f.live : f.container;
+    std::string src = r.limit_source.empty() ? "" : r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
+    a.why.push_back("the " + std::string(per_process ? "per-process" : "container") + " limit is " +
+                    human_bytes(*r.limit_bytes) + (src.empty() ? "" : " (" + src + ")") + "; " +
+                    (per_process ? "this process" : "the container") + " held " + human_bytes(held) +
+                    ", so the request would have made " + human_bytes(held + f.request));
+    if (!per_process && r.container_bytes && *r.container_bytes != f.live)
+        a.why.push_back("this process held " + human_bytes(f.live) + " of the container's " + human_bytes(f.container));
+}
 
-void diagnose(const Report &r, const Facts &f, Analysis &a) {
-    const uint64_t live = f.live, container = f.container, request = f.request, ledger_total = f.ledger_total;
-    const std::string &api = f.api, &on_device = f.on_device;
+// The driver had no memory left: what the device had free, that the quota was not the cause, and how
+// much of the device is held outside the ledger.
+void diagnose_driver_oom(const Report &r, const Facts &f, Analysis &a) {
+    a.kind = "physical";
+    a.failure = true;
+    a.headline = "OUT OF MEMORY (physical memory): " + f.api + " of " + human_bytes(f.request) + f.on_device +
+                 " failed in the driver";
+    if (r.device_total && r.device_free)
+        a.why.push_back("the device had " + human_bytes(*r.device_free) + " free of " + human_bytes(*r.device_total) +
+                        (r.device_name.empty() ? "" : " (" + r.device_name + ")"));
+    if (r.limit_bytes)
+        a.why.push_back("the quota was not the cause: the container held " + human_bytes(f.container) + " of its " +
+                        human_bytes(*r.limit_bytes) + " limit");
+    else a.why.push_back("no gpuguard quota was set on this device");
+    if (r.device_total && r.device_free && *r.device_total > *r.device_free) {
+        uint64_t used = *r.device_total - *r.device_free;
+        if (used > f.container + used / 10 && used - f.container > 256 * MiB)
+            a.why.push_back("about " + human_bytes(used - f.container) +
+                            " of the device is held outside this container's ledger (other containers, or "
+                            "the driver's own context memory)");
+    }
+}
+
+// The headline and the reasons of a report that no failure caused.
+void diagnose_other(const Report &r, const Facts &f, Analysis &a) {
     const std::string &reason = r.reason;
-    if (reason == "quota") {
-        a.kind = "quota";
-        a.failure = true;
-        a.headline = "OUT OF MEMORY (quota): " + api + " of " + human_bytes(request) + on_device + " was refused";
-        if (r.limit_bytes) {
-            bool per_process = r.limit_scope == "process";
-            uint64_t held = per_process ? live : container;
-            std::string src =
-                r.limit_source.empty() ? "" : r.limit_source + (r.limit_spec.empty() ? "" : "=" + r.limit_spec);
-            a.why.push_back("the " + std::string(per_process ? "per-process" : "container") + " limit is " +
-                            human_bytes(*r.limit_bytes) + (src.empty() ? "" : " (" + src + ")") + "; " +
-                            (per_process ? "this process" : "the container") + " held " + human_bytes(held) +
-                            ", so the request would have made " + human_bytes(held + request));
-            if (!per_process && r.container_bytes && *r.container_bytes != live)
-                a.why.push_back("this process held " + human_bytes(live) + " of the container's " +
-                                human_bytes(container));
-        } else if (!r.message.empty()) {
-            a.why.push_back(r.message);
-        }
-    } else if (reason == "driver_oom") {
-        a.kind = "physical";
-        a.failure = true;
-        a.headline = "OUT OF MEMORY (physical memory): " + api + " of " + human_bytes(request) + on_device +
-                     " failed in the driver";
-        if (r.device_total && r.device_free)
-            a.why.push_back("the device had " + human_bytes(*r.device_free) + " free of " +
-                            human_bytes(*r.device_total) + (r.device_name.empty() ? "" : " (" + r.device_name + ")"));
-        if (r.limit_bytes)
-            a.why.push_back("the quota was not the cause: the container held " + human_bytes(container) + " of its " +
-                            human_bytes(*r.limit_bytes) + " limit");
-        else a.why.push_back("no gpuguard quota was set on this device");
-        if (r.device_total && r.device_free && *r.device_total > *r.device_free) {
-            uint64_t used = *r.device_total - *r.device_free;
-            if (used > container + used / 10 && used - container > 256 * MiB)
-                a.why.push_back("about " + human_bytes(used - container) +
-                                " of the device is held outside this container's ledger (other containers, or "
-                                "the driver's own context memory)");
-        }
-    } else if (reason == "exit") {
+    if (reason == "exit") {
         a.kind = "exit";
         a.headline = "Report at exit: no allocation failed";
-        a.why.push_back("the process still held " + human_bytes(live) + " when it exited" +
+        a.why.push_back("the process still held " + human_bytes(f.live) + " when it exited" +
                         (r.live_allocations ? " in " + std::to_string(*r.live_allocations) + " allocations" : ""));
     } else if (reason == "request") {
         a.kind = "request";
@@ -105,32 +107,51 @@ void diagnose(const Report &r, const Facts &f, Analysis &a) {
         a.kind = "warn";
         a.headline = "WARNING: GPU memory crossed the warning threshold";
         if (r.limit_bytes)
-            a.why.push_back("the container held " + human_bytes(container) + " of its " + human_bytes(*r.limit_bytes) +
-                            " limit (" + std::to_string(percent(container, *r.limit_bytes)) + "%)");
+            a.why.push_back("the container held " + human_bytes(f.container) + " of its " +
+                            human_bytes(*r.limit_bytes) + " limit (" +
+                            std::to_string(percent(f.container, *r.limit_bytes)) + "%)");
     } else {
         a.kind = "unknown";
         a.headline = "Report (reason '" + (reason.empty() ? std::string("unknown") : reason) + "')";
     }
-    if (reason == "allocator_oom") {
-        a.kind = "allocator";
-        a.failure = true;
-        a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) + on_device +
-                     " was refused without a driver call failing";
-        a.why.push_back(
-            "PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
-            "driver nor a gpuguard quota");
-    }
-    tensor_diagnosis(r, a);
-    // The shim's message says again what the exit line says; for the other reasons it is the news.
-    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
+}
+
+// PyTorch's own limit refused a request that no driver call saw.
+void diagnose_allocator_oom(const Facts &f, Analysis &a) {
+    a.kind = "allocator";
+    a.failure = true;
+    a.headline = "OUT OF MEMORY (PyTorch's allocator): a request of " + human_bytes(a.tensor.request) + f.on_device +
+                 " was refused without a driver call failing";
+    a.why.push_back(
+        "PyTorch's own limit refused it (torch.cuda.set_per_process_memory_fraction), not the "
+        "driver nor a gpuguard quota");
+}
+
+// The other processes of the container: a sibling that holds most, and those that exited but are
+// still counted.
+void process_notes(const Report &r, const Facts &f, Analysis &a) {
     if (a.sibling)
         a.why.push_back("a sibling process holds most of it: " + process_desc(*a.sibling) + " holds " +
-                        human_bytes(a.sibling->bytes) + ", " + std::to_string(percent(a.sibling->bytes, ledger_total)) +
-                        "% of the container's usage" + (a.sibling->alive ? "" : " (and it is no longer running)"));
+                        human_bytes(a.sibling->bytes) + ", " +
+                        std::to_string(percent(a.sibling->bytes, f.ledger_total)) + "% of the container's usage" +
+                        (a.sibling->alive ? "" : " (and it is no longer running)"));
     for (const LedgerProcess &p : r.ledger_processes)
         if (!p.alive && p.bytes > 0 && !(a.sibling && a.sibling->pid == p.pid))
             a.why.push_back("pid " + std::to_string(p.pid) + " has exited but is still counted for " +
                             human_bytes(p.bytes));
+}
+
+}  // namespace
+
+void diagnose(const Report &r, const Facts &f, Analysis &a) {
+    if (r.reason == "quota") diagnose_quota(r, f, a);
+    else if (r.reason == "driver_oom") diagnose_driver_oom(r, f, a);
+    else diagnose_other(r, f, a);
+    if (r.reason == "allocator_oom") diagnose_allocator_oom(f, a);
+    tensor_diagnosis(r, a);
+    // The shim's message says again what the exit line says; for the other reasons it is the news.
+    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
+    process_notes(r, f, a);
     if (a.failed_phase && *a.failed_phase != Phase::Other)
         a.why.push_back(std::string("the failed request was made in the ") + phase_name(*a.failed_phase));
 }
