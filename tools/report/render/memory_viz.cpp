@@ -207,23 +207,24 @@ json whole_segment(int device, uint64_t address, uint64_t size, const json &fram
     return segment(device, address, size, frames, json::array({block(address, size, true, frames)}));
 }
 
-// The tensor view's segments with their blocks (see the top of this file).
-json segments_with_blocks(const Report &r, const TensorView &tv) {
-    struct Region {
-        uint64_t address, size;
-        std::string stack;  // the stack that made it; "" for mapped ranges (none is recorded)
-        bool expandable;
-        std::vector<const TensorBlock *> blocks;
-    };
-    // Ends saturate: a report's numbers may be anything up to 2^64 - 1 (fuzz_report reads them).
-    auto end_of = [](uint64_t address, uint64_t size) {
-        return size > UINT64_MAX - address ? UINT64_MAX : address + size;
-    };
+// A range of the tensor view: a driver allocation, or a run of adjacent mapped ranges, and the blocks
+// that lie in it in address order.
+struct Region {
+    uint64_t address, size;
+    std::string stack;  // the stack that made it; "" for mapped ranges (none is recorded)
+    bool expandable;
+    std::vector<const TensorBlock *> blocks;
+};
+
+// Ends saturate: a report's numbers may be anything up to 2^64 - 1 (fuzz_report reads them).
+uint64_t end_of(uint64_t address, uint64_t size) { return size > UINT64_MAX - address ? UINT64_MAX : address + size; }
+
+// The driver allocations, then the mapped ranges, by address. Adjacent mapped ranges (sorted by
+// address on load) are one segment, as PyTorch shows an expandable segment's mapped pages; a range
+// overlapping a driver allocation or an earlier range (neither can happen) is left out.
+std::vector<Region> regions_of(const TensorView &tv) {
     std::vector<Region> regions;
     for (const TensorSegment &s : tv.segments) regions.push_back({s.address, s.bytes, s.stack, false, {}});
-    // Adjacent mapped ranges (sorted by address on load) are one segment, as PyTorch shows an
-    // expandable segment's mapped pages; a range overlapping a driver allocation or an earlier range
-    // (neither can happen) is left out.
     size_t last = SIZE_MAX;  // the expandable region being extended
     for (const auto &range : tv.mappings) {
         // Not a structured binding: a C++17 lambda cannot capture one (clang refuses; gcc lets it pass).
@@ -241,17 +242,17 @@ json segments_with_blocks(const Report &r, const TensorView &tv) {
         }
     }
     std::sort(regions.begin(), regions.end(), [](const Region &a, const Region &b) { return a.address < b.address; });
-    std::map<std::string, json> frames_by_stack;
-    auto frames = [&](const std::string &stack) -> const json & {
-        auto it = frames_by_stack.find(stack);
-        return it != frames_by_stack.end() ? it->second : frames_by_stack[stack] = frames_of(r, stack);
-    };
+    return regions;
+}
 
+// Each block into the region it lies in, by address; returns those in no region or overlapping a block
+// before them.
+std::vector<const TensorBlock *> place_blocks(const TensorView &tv, std::vector<Region> &regions) {
     std::vector<const TensorBlock *> blocks;
     for (const TensorBlock &b : tv.blocks) blocks.push_back(&b);
     std::sort(blocks.begin(), blocks.end(),
               [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
-    std::vector<const TensorBlock *> orphans;  // in no segment, or overlapping a block before them
+    std::vector<const TensorBlock *> orphans;
     for (const TensorBlock *b : blocks) {
         auto it = std::upper_bound(regions.begin(), regions.end(), b->address,
                                    [](uint64_t a, const Region &g) { return a < g.address; });
@@ -262,35 +263,59 @@ json segments_with_blocks(const Report &r, const TensorView &tv) {
         if (after_previous) g->blocks.push_back(b);
         else orphans.push_back(b);
     }
+    return orphans;
+}
 
-    json out = json::array();
-    auto noted = [&](const std::string &stack, const char *note) {
-        json f = frames(stack);
+// The frames of each stack, made once: every block of a stack carries them.
+class FramesByStack {
+public:
+    explicit FramesByStack(const Report &r) : r_(r) {}
+    const json &operator()(const std::string &stack) {
+        auto it = frames_.find(stack);
+        return it != frames_.end() ? it->second : frames_[stack] = frames_of(r_, stack);
+    }
+    // A stack's frames under a first frame that says what the segment is.
+    json noted(const std::string &stack, const char *note) {
+        json f = (*this)(stack);
         f.insert(f.begin(), json{{"filename", "gpuguard"}, {"line", 0}, {"name", note}});
         return f;
-    };
-    for (Region &g : regions) {
-        g.size = end_of(g.address, g.size) - g.address;
-        const Stack *made_by = r.stack(g.stack);
-        if (g.blocks.empty() && made_by && !through_caching_allocator(*made_by)) {
-            out.push_back(whole_segment(
-                tv.device, g.address, g.size,
-                noted(g.stack, "[a driver allocation made outside PyTorch's caching allocator: in use, not free]")));
-            continue;
-        }
-        json list = json::array();
-        uint64_t at = g.address;
-        for (const TensorBlock *b : g.blocks) {
-            if (b->address > at) list.push_back(block(at, b->address - at, false, {}));
-            list.push_back(block(b->address, b->bytes, true, frames(b->stack)));
-            at = b->address + b->bytes;
-        }
-        if (at < g.address + g.size) list.push_back(block(at, g.address + g.size - at, false, {}));
-        out.push_back(segment(tv.device, g.address, g.size, frames(g.stack), std::move(list), g.expandable));
     }
+
+private:
+    const Report &r_;
+    std::map<std::string, json> frames_;
+};
+
+// One region as a segment: its blocks as allocated, the gaps between them as free; a driver allocation
+// of no block made outside the caching allocator as one allocated block.
+json region_segment(const Report &r, int device, Region &g, FramesByStack &frames) {
+    g.size = end_of(g.address, g.size) - g.address;
+    const Stack *made_by = r.stack(g.stack);
+    if (g.blocks.empty() && made_by && !through_caching_allocator(*made_by))
+        return whole_segment(
+            device, g.address, g.size,
+            frames.noted(g.stack, "[a driver allocation made outside PyTorch's caching allocator: in use, not free]"));
+    json list = json::array();
+    uint64_t at = g.address;
+    for (const TensorBlock *b : g.blocks) {
+        if (b->address > at) list.push_back(block(at, b->address - at, false, {}));
+        list.push_back(block(b->address, b->bytes, true, frames(b->stack)));
+        at = b->address + b->bytes;
+    }
+    if (at < g.address + g.size) list.push_back(block(at, g.address + g.size - at, false, {}));
+    return segment(device, g.address, g.size, frames(g.stack), std::move(list), g.expandable);
+}
+
+// The tensor view's segments with their blocks (see the top of this file).
+json segments_with_blocks(const Report &r, const TensorView &tv) {
+    std::vector<Region> regions = regions_of(tv);
+    std::vector<const TensorBlock *> orphans = place_blocks(tv, regions);
+    FramesByStack frames(r);
+    json out = json::array();
+    for (Region &g : regions) out.push_back(region_segment(r, tv.device, g, frames));
     for (const TensorBlock *b : orphans)
         out.push_back(whole_segment(tv.device, b->address, end_of(b->address, b->bytes) - b->address,
-                                    noted(b->stack, "[a block in no segment that the report lists]")));
+                                    frames.noted(b->stack, "[a block in no segment that the report lists]")));
     return out;
 }
 
