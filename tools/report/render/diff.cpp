@@ -122,46 +122,51 @@ json diff(const Report &a, const Report &b) {
     return j;
 }
 
-void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) {
-    Style st{opt.color};
-    auto u = [](const json &v) { return v.is_number() ? v.get<uint64_t>() : 0; };
+namespace {
+
+uint64_t bytes_of(const json &v) { return v.is_number() ? v.get<uint64_t>() : 0; }
+
+// One total of both reports, A → B, and the change coloured by its sign.
+void print_total(std::ostream &out, const Style &st, const char *name, const json &va, const json &vb,
+                 const json &delta) {
+    out << "  " << st.dim() << name << st.reset() << "  " << (va.is_number() ? human_bytes(bytes_of(va)) : "unknown")
+        << " → " << (vb.is_number() ? human_bytes(bytes_of(vb)) : "unknown");
+    if (delta.is_number()) {
+        int64_t dv = delta.get<int64_t>();
+        out << "  " << (dv > 0 ? st.red() : dv < 0 ? st.green() : "") << human_delta(dv) << st.reset();
+    }
+    out << "\n";
+}
+
+// The two files, then the live bytes, the peak, and PyTorch's totals when both have a tensor view.
+void print_totals(std::ostream &out, const Style &st, const json &d, const json *tensor) {
     const json &a = d["a"], &b = d["b"];
-    const json *tensor = d.contains("tensor") ? &d["tensor"] : nullptr;
     out << st.bold() << "gpuguard report diff" << st.reset() << st.dim() << "  " << a["file"].get<std::string>()
         << " → " << b["file"].get<std::string>() << st.reset() << "\n\n";
-    auto line = [&](const char *name, const json &va, const json &vb, const json &delta) {
-        out << "  " << st.dim() << name << st.reset() << "  " << (va.is_number() ? human_bytes(u(va)) : "unknown")
-            << " → " << (vb.is_number() ? human_bytes(u(vb)) : "unknown");
-        if (delta.is_number()) {
-            int64_t dv = delta.get<int64_t>();
-            out << "  " << (dv > 0 ? st.red() : dv < 0 ? st.green() : "") << human_delta(dv) << st.reset();
-        }
-        out << "\n";
-    };
-    line("live bytes", a["live_bytes"], b["live_bytes"], d["live_bytes_delta"]);
-    line("peak      ", a["peak_bytes"], b["peak_bytes"], d["peak_bytes_delta"]);
+    print_total(out, st, "live bytes", a["live_bytes"], b["live_bytes"], d["live_bytes_delta"]);
+    print_total(out, st, "peak      ", a["peak_bytes"], b["peak_bytes"], d["peak_bytes_delta"]);
     if (tensor) {
         const json &ta = (*tensor)["a"], &tb = (*tensor)["b"];
-        line("allocated ", ta["allocated_bytes"], tb["allocated_bytes"], (*tensor)["allocated_bytes_delta"]);
-        line("reserved  ", ta["reserved_bytes"], tb["reserved_bytes"], (*tensor)["reserved_bytes_delta"]);
+        print_total(out, st, "allocated ", ta["allocated_bytes"], tb["allocated_bytes"],
+                    (*tensor)["allocated_bytes_delta"]);
+        print_total(out, st, "reserved  ", ta["reserved_bytes"], tb["reserved_bytes"],
+                    (*tensor)["reserved_bytes_delta"]);
         out << "  " << st.dim() << "(allocated and reserved: PyTorch's memory_allocated() and memory_reserved())"
             << st.reset() << "\n";
     }
     out << "\n";
+}
 
-    // One list of stacks: growth first, then shrinkage, then how many did not change. `heading` and
-    // `what` name the list ("" for the driver allocations of reports without tensor views, as before);
-    // `noun` counts a stack's entries. True when the output ends with an empty line.
-    auto changes = [&](const json &stacks, const std::string &heading, const std::string &what, const char *noun) {
-        auto print_row = [&](const json &s) {
-            int64_t dv = s["delta"].get<int64_t>();
-            std::string status = s["status"].get<std::string>();
-            out << "  " << (dv > 0 ? st.red() : st.green()) << human_delta(dv) << st.reset() << "  " << st.dim()
-                << human_bytes(u(s["before"])) << " → " << human_bytes(u(s["after"])) << ", " << u(s["count_before"])
-                << " → " << u(s["count_after"]) << " " << noun
-                << (status == "new" || status == "gone" ? ", " + status : "") << st.reset() << "\n      "
-                << s["where"].get<std::string>() << "\n";
-        };
+// One list of stacks: growth first, then shrinkage, then how many did not change. `heading` and `what`
+// name the list ("" for the driver allocations of reports without tensor views, as before); `noun`
+// counts a stack's entries.
+class ChangeList {
+public:
+    ChangeList(std::ostream &out, const Style &st, const TextOptions &opt, const char *noun)
+        : out_(out), st_(st), opt_(opt), noun_(noun) {}
+
+    // True when the output ends with an empty line.
+    bool print(const json &stacks, const std::string &heading, const std::string &what) {
         size_t grew = 0, shrank = 0, same = 0;
         for (const json &s : stacks) {
             int64_t dv = s["delta"].get<int64_t>();
@@ -169,38 +174,65 @@ void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) 
             else if (dv < 0) ++shrank;
             else ++same;
         }
-        if (grew) {
-            out << st.bold() << (heading.empty() ? "Grew" : heading + " grew") << st.reset() << st.dim() << "  " << grew
-                << " stack" << (grew == 1 ? "" : "s") << ", largest growth first" << st.reset() << "\n";
-            size_t n = 0;
-            for (const json &s : stacks)
-                if (s["delta"].get<int64_t>() > 0 && n++ < opt.top) print_row(s);
-            if (grew > opt.top)
-                out << "  " << st.dim() << "… " << grew - opt.top << " more (--top N)" << st.reset() << "\n";
-            out << "\n";
-        } else {
-            out << (what.empty() ? "No stack grew" : "No stack of " + what + " grew") << ".\n\n";
-        }
-        if (shrank) {
-            out << st.bold() << (heading.empty() ? "Shrank" : heading + " shrank") << st.reset() << st.dim() << "  "
-                << shrank << " stack" << (shrank == 1 ? "" : "s") << st.reset() << "\n";
-            std::vector<const json *> list;
-            for (const json &s : stacks)
-                if (s["delta"].get<int64_t>() < 0) list.push_back(&s);
-            std::reverse(list.begin(), list.end());  // largest decrease first
-            for (size_t i = 0; i < list.size() && i < opt.top; ++i) print_row(*list[i]);
-            out << "\n";
-        }
+        if (grew) print_grew(stacks, heading, grew);
+        else out_ << (what.empty() ? "No stack grew" : "No stack of " + what + " grew") << ".\n\n";
+        if (shrank) print_shrank(stacks, heading, shrank);
         if (same)
-            out << st.dim() << same << " stack" << (same == 1 ? "" : "s") << (what.empty() ? "" : " of " + what)
-                << " unchanged" << st.reset() << "\n";
+            out_ << st_.dim() << same << " stack" << (same == 1 ? "" : "s") << (what.empty() ? "" : " of " + what)
+                 << " unchanged" << st_.reset() << "\n";
         return same == 0;
-    };
+    }
+
+private:
+    void print_row(const json &s) {
+        int64_t dv = s["delta"].get<int64_t>();
+        std::string status = s["status"].get<std::string>();
+        out_ << "  " << (dv > 0 ? st_.red() : st_.green()) << human_delta(dv) << st_.reset() << "  " << st_.dim()
+             << human_bytes(bytes_of(s["before"])) << " → " << human_bytes(bytes_of(s["after"])) << ", "
+             << bytes_of(s["count_before"]) << " → " << bytes_of(s["count_after"]) << " " << noun_
+             << (status == "new" || status == "gone" ? ", " + status : "") << st_.reset() << "\n      "
+             << s["where"].get<std::string>() << "\n";
+    }
+
+    void print_grew(const json &stacks, const std::string &heading, size_t grew) {
+        out_ << st_.bold() << (heading.empty() ? "Grew" : heading + " grew") << st_.reset() << st_.dim() << "  " << grew
+             << " stack" << (grew == 1 ? "" : "s") << ", largest growth first" << st_.reset() << "\n";
+        size_t n = 0;
+        for (const json &s : stacks)
+            if (s["delta"].get<int64_t>() > 0 && n++ < opt_.top) print_row(s);
+        if (grew > opt_.top)
+            out_ << "  " << st_.dim() << "… " << grew - opt_.top << " more (--top N)" << st_.reset() << "\n";
+        out_ << "\n";
+    }
+
+    void print_shrank(const json &stacks, const std::string &heading, size_t shrank) {
+        out_ << st_.bold() << (heading.empty() ? "Shrank" : heading + " shrank") << st_.reset() << st_.dim() << "  "
+             << shrank << " stack" << (shrank == 1 ? "" : "s") << st_.reset() << "\n";
+        std::vector<const json *> list;
+        for (const json &s : stacks)
+            if (s["delta"].get<int64_t>() < 0) list.push_back(&s);
+        std::reverse(list.begin(), list.end());  // largest decrease first
+        for (size_t i = 0; i < list.size() && i < opt_.top; ++i) print_row(*list[i]);
+        out_ << "\n";
+    }
+
+    std::ostream &out_;
+    const Style &st_;
+    const TextOptions &opt_;
+    const char *noun_;
+};
+
+}  // namespace
+
+void render_diff_text(const json &d, const TextOptions &opt, std::ostream &out) {
+    Style st{opt.color};
+    const json *tensor = d.contains("tensor") ? &d["tensor"] : nullptr;
+    print_totals(out, st, d, tensor);
     if (tensor) {
-        if (!changes((*tensor)["stacks"], "Tensors", "tensors", "tensors")) out << "\n";
-        changes(d["stacks"], "Driver allocations", "driver allocations", "allocations");
+        if (!ChangeList(out, st, opt, "tensors").print((*tensor)["stacks"], "Tensors", "tensors")) out << "\n";
+        ChangeList(out, st, opt, "allocations").print(d["stacks"], "Driver allocations", "driver allocations");
     } else {
-        changes(d["stacks"], "", "", "allocations");
+        ChangeList(out, st, opt, "allocations").print(d["stacks"], "", "");
     }
 }
 
