@@ -7,56 +7,37 @@
 
 namespace gg::report {
 
-json render_perfetto(const Report &r, const Analysis &a) {
-    const int64_t pid = r.pid.value_or(1);
-    const std::string who = r.command_line().empty() ? r.name : r.command_line();
-    const int64_t t0 = r.timeline_t0_unix_ns ? *r.timeline_t0_unix_ns : r.start_unix_ns.value_or(0);
-    auto us = [](int64_t ns) { return static_cast<double>(ns) / 1000.0; };
-    // Unix time to the trace's clock; unknown origins put the event at the end of the timeline.
-    auto at = [&](std::optional<int64_t> unix_ns) -> double {
-        if (unix_ns && t0 && *unix_ns >= t0) return us(*unix_ns - t0);
-        return r.timeline.empty() ? 0.0 : us(r.timeline.back().first);
-    };
+namespace {
 
-    json ev = json::array();
-    ev.push_back({{"ph", "M"},
-                  {"name", "process_name"},
-                  {"pid", pid},
-                  {"tid", pid},
-                  {"args", {{"name", who + " (GPU memory, gpuguard)"}}}});
+double micros(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+// Unix time to the trace's clock (t0: its origin); unknown origins put the event at the end of the
+// timeline.
+double trace_time(const Report &r, int64_t t0, std::optional<int64_t> unix_ns) {
+    if (unix_ns && t0 && *unix_ns >= t0) return micros(*unix_ns - t0);
+    return r.timeline.empty() ? 0.0 : micros(r.timeline.back().first);
+}
+
+json counter(const char *track, int64_t pid, double ts, uint64_t bytes) {
+    return {{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", ts}, {"args", {{"bytes", bytes}}}};
+}
+
+// The live bytes as a counter track, carried to the report's moment (`end`) so that the failure sits
+// at the end of a visible line, and the limit as a second track.
+void add_memory_tracks(json &ev, const Report &r, int64_t pid, double end) {
     const char *track = "GPU memory (live bytes)";
-    for (const auto &[t, bytes] : r.timeline)
-        ev.push_back(
-            {{"ph", "C"}, {"name", track}, {"pid", pid}, {"tid", pid}, {"ts", us(t)}, {"args", {{"bytes", bytes}}}});
-    double end = at(r.time_unix_ns);
-    // Carry the track to the report's moment, so the failure sits at the end of a visible line.
-    if (!r.timeline.empty() && end > us(r.timeline.back().first))
-        ev.push_back({{"ph", "C"},
-                      {"name", track},
-                      {"pid", pid},
-                      {"tid", pid},
-                      {"ts", end},
-                      {"args", {{"bytes", r.live_bytes()}}}});
+    for (const auto &[t, bytes] : r.timeline) ev.push_back(counter(track, pid, micros(t), bytes));
+    if (!r.timeline.empty() && end > micros(r.timeline.back().first))
+        ev.push_back(counter(track, pid, end, r.live_bytes()));
     if (r.limit_bytes) {
-        double start = r.timeline.empty() ? 0.0 : us(r.timeline.front().first);
+        double start = r.timeline.empty() ? 0.0 : micros(r.timeline.front().first);
         for (double ts : {start, std::max(start, end)})
-            ev.push_back({{"ph", "C"},
-                          {"name", "GPU memory limit"},
-                          {"pid", pid},
-                          {"tid", pid},
-                          {"ts", ts},
-                          {"args", {{"bytes", *r.limit_bytes}}}});
+            ev.push_back(counter("GPU memory limit", pid, ts, *r.limit_bytes));
     }
-    if (Bytes pk = r.peak(); pk && r.peak_time_unix_ns)
-        ev.push_back({{"ph", "i"},
-                      {"s", "p"},
-                      {"name", "peak " + human_bytes(*pk)},
-                      {"cat", "gpuguard"},
-                      {"pid", pid},
-                      {"tid", pid},
-                      {"ts", at(r.peak_time_unix_ns)},
-                      {"args", {{"bytes", *pk}}}});
+}
 
+// The report as an instant event: global for a failure, on the failed request's thread when known.
+void add_report_event(json &ev, const Report &r, const Analysis &a, int64_t pid, double end) {
     json args = {{"reason", r.reason}, {"summary", a.headline}};
     if (!r.message.empty()) args["message"] = r.message;
     int64_t tid = pid;
@@ -82,7 +63,32 @@ json render_perfetto(const Report &r, const Analysis &a) {
                       {"pid", pid},
                       {"tid", tid},
                       {"args", {{"name", "thread " + std::to_string(tid) + " (failed request)"}}}});
+}
 
+}  // namespace
+
+json render_perfetto(const Report &r, const Analysis &a) {
+    const int64_t pid = r.pid.value_or(1);
+    const std::string who = r.command_line().empty() ? r.name : r.command_line();
+    const int64_t t0 = r.timeline_t0_unix_ns ? *r.timeline_t0_unix_ns : r.start_unix_ns.value_or(0);
+    json ev = json::array();
+    ev.push_back({{"ph", "M"},
+                  {"name", "process_name"},
+                  {"pid", pid},
+                  {"tid", pid},
+                  {"args", {{"name", who + " (GPU memory, gpuguard)"}}}});
+    double end = trace_time(r, t0, r.time_unix_ns);
+    add_memory_tracks(ev, r, pid, end);
+    if (Bytes pk = r.peak(); pk && r.peak_time_unix_ns)
+        ev.push_back({{"ph", "i"},
+                      {"s", "p"},
+                      {"name", "peak " + human_bytes(*pk)},
+                      {"cat", "gpuguard"},
+                      {"pid", pid},
+                      {"tid", pid},
+                      {"ts", trace_time(r, t0, r.peak_time_unix_ns)},
+                      {"args", {{"bytes", *pk}}}});
+    add_report_event(ev, r, a, pid, end);
     return {{"traceEvents", ev},
             {"displayTimeUnit", "ms"},
             {"otherData", {{"exporter", std::string("gpuguard ") + GPUGUARD_VERSION_STRING}, {"report", r.name}}}};
