@@ -68,3 +68,22 @@ floors_check_fails() {
     expect_contains "$out" "a cycle of includes between folders"
 }
 check "the floors check fails on an include that runs up and on a folder it cannot place" floors_check_fails
+
+# Every key of the report format (common/report/schema.h: the keys and the rows' columns) is in
+# docs/report-schema.md, so a field added to the writer is not one a reader of the document cannot find.
+schema_keys_documented() {
+  python3 "$ROOT/tests/lint/schema_keys.py"
+}
+check "every key of common/report/schema.h is in docs/report-schema.md" schema_keys_documented
+
+# The check fails on a document that lacks a key: a copy without "self_view".
+schema_keys_check_fails() {
+  local doc out
+  doc=$(mktemp)
+  sed 's/"self_view"/"view_of_self"/' "$ROOT/docs/report-schema.md" > "$doc"
+  out=$(python3 "$ROOT/tests/lint/schema_keys.py" "$ROOT/common/report/schema.h" "$doc") &&
+    { echo "schema_keys.py passed a document without self_view"; rm -f "$doc"; return 1; }
+  rm -f "$doc"
+  expect_contains "$out" "lacks the key \"self_view\""
+}
+check "the schema keys check fails on a document that lacks a key" schema_keys_check_fails
