@@ -14,7 +14,7 @@ void *real_at(const DriverRow &) {
 }
 
 const DriverRow kDriverRows[] = {
-#define DRIVER_HOOK(symbol, family, since, pts) \
+#define DRIVER_HOOK(symbol, family, since, pts, kind) \
     {#symbol, #family, since, pts != 0, reinterpret_cast<void *>(&::symbol), real_at<offsetof(RealDriver, symbol)>},
 #include "shim/api/hooks.def"
 };

@@ -9,6 +9,7 @@
 #include "common/base/saturating.h"
 #include "common/units/human.h"
 #include "common/units/size_spec.h"
+#include "shim/api/api.h"
 #include "shim/core/state.h"
 #include "shim/device/device.h"
 #include "shim/report/report.h"
@@ -55,17 +56,9 @@ void write_pending_at_exit();
 
 // What a request takes memory for, when it is not an allocation (shim/usage/).
 const char *purpose(Api api) {
-    switch (api) {
-        case Api::cuDevicePrimaryCtxRetain:
-        case Api::cuCtxCreate_v2:
-        case Api::cuCtxCreate_v3:
-        case Api::cuCtxCreate_v4: return "a CUDA context: ";
-        case Api::cuGraphLaunch:
-        case Api::cuGraphLaunch_ptsz:
-        case Api::cuGraphUpload:
-        case Api::cuGraphUpload_ptsz:
-        case Api::cuGraphInstantiateWithParams:
-        case Api::cuGraphInstantiateWithParams_ptsz: return "a CUDA graph's memory: ";
+    switch (hook_kind(api)) {
+        case HookKind::kContext: return "a CUDA context: ";
+        case HookKind::kGraphMemory: return "a CUDA graph's memory: ";
         default: return "";
     }
 }

@@ -56,7 +56,7 @@ RealDriver load_driver() {
     if (!d.handle) d.handle = load_checked("libcuda.so.1", "");
     if (!d.handle) return d;
 #define GG_LOAD(symbol) d.symbol = reinterpret_cast<decltype(d.symbol)>(real_dlsym(d.handle, #symbol));
-#define DRIVER_HOOK(symbol, family, since, pts) GG_LOAD(symbol)
+#define DRIVER_HOOK(symbol, family, since, pts, kind) GG_LOAD(symbol)
 #include "shim/api/hooks.def"
     GG_LOAD(cuCtxGetDevice)
     GG_LOAD(cuDeviceGetUuid_v2)

@@ -14,7 +14,7 @@
 namespace gg {
 
 struct RealDriver {
-#define DRIVER_HOOK(symbol, family, since, pts) decltype(&::symbol) symbol = nullptr;
+#define DRIVER_HOOK(symbol, family, since, pts, kind) decltype(&::symbol) symbol = nullptr;
 #include "shim/api/hooks.def"
     // Functions the shim calls but does not hook.
     decltype(&::cuCtxGetDevice) cuCtxGetDevice = nullptr;

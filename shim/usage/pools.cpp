@@ -50,10 +50,7 @@ uint64_t sub_clamped(std::atomic<uint64_t> &c, uint64_t bytes) {
 
 }  // namespace
 
-bool is_async(Api a) {
-    return a == Api::cuMemAllocAsync || a == Api::cuMemAllocAsync_ptsz || a == Api::cuMemAllocFromPoolAsync ||
-           a == Api::cuMemAllocFromPoolAsync_ptsz;
-}
+bool is_async(Api a) { return hook_kind(a) == HookKind::kAsync; }
 
 void enter(int ordinal) {
     if (ordinal >= 0 && ordinal < kMaxOrdinals) g_devices[ordinal].settle.lock_shared();
