@@ -15,6 +15,7 @@
 #include "common/report/limits.h"
 #include "common/report/schema.h"
 #include "common/settings/settings.h"
+#include "shim/api/api.h"
 #include "shim/base/clock.h"
 #include "shim/core/state.h"
 #include "shim/report/report.h"
@@ -36,6 +37,13 @@ constexpr size_t kMaxStacksListed = 500;
 
 // Whether PyTorch's CUDA library is in the process (its blocks may simply not have been reported:
 // the cudaMallocAsync backend, or a PyTorch without the call).
+// Device memory at an address, which c10's blocks can lie in. The driver API decides, not the program's:
+// cudart's cudaMallocArray is an array all the same.
+bool is_segment(Api driver_api) {
+    HookKind k = hook_kind(driver_api);
+    return k == HookKind::kLinear || k == HookKind::kAsync;
+}
+
 bool c10_cuda_loaded() {
     return dl_iterate_phdr(
                [](dl_phdr_info *info, size_t, void *) -> int {
@@ -117,8 +125,7 @@ void section(json &r) {
     Tracker::Snapshot seg = tracker().snapshot(kMaxSegmentsListed);
     json segments = json::array();
     for (const auto &[address, a] : seg.top)
-        if (a.ordinal == device && a.api != Api::cuMemCreate && a.api != Api::cuArrayCreate_v2 &&
-            a.api != Api::cuArray3DCreate_v2 && a.api != Api::cuMipmappedArrayCreate)
+        if (a.ordinal == device && is_segment(a.driver_api))
             segments.push_back({address, a.bytes, report::referenced_stack(r, a.stack), api_name(a.api)});
     t[key::segments] = segments;
     json mapped = json::array();

@@ -207,6 +207,35 @@ TEST_CASE("the tensor view: blocks freed on another thread, across batches, leav
     torch::reset_after_fork();
 }
 
+// A segment is device memory at an address, by the driver call that made it: through cudart, the
+// program's API (cudaMallocArray) does not tell an array from linear memory, the driver's does.
+TEST_CASE("the tensor view's segments: cudart's linear memory is one, its arrays are not") {
+    Core core("1GiB", /*stack_depth=*/8);
+    torch::reset_after_fork();
+    torch::configure(true, 1024);
+    torch::register_section();
+    guard::DriverCall scope;
+    {
+        guard::RuntimeCall tag(Api::cudaMalloc);
+        allocate(0x7f0000000000, 20 * kMiB, Api::cuMemAlloc_v2);
+    }
+    {
+        guard::RuntimeCall tag(Api::cudaMallocArray);
+        allocate(0x7f0002000000, 4 * kMiB, Api::cuArrayCreate_v2);
+    }
+    torch::on_block(0x7f0000000000, 4 * kMiB, 4 * kMiB, 20 * kMiB, 0);
+    std::string text = report::build(report::Reason::kRequest, "asked", nullptr, 0).dump();
+
+    gg::report::Report r;
+    gg::report::LoadError err;
+    REQUIRE_MESSAGE(gg::report::parse(text, "segments", r, err), err.message);
+    REQUIRE(r.tensor);
+    REQUIRE(r.tensor->segments.size() == 1);
+    CHECK(r.tensor->segments[0].address == 0x7f0000000000);
+    CHECK(r.tensor->segments[0].api == "cudaMalloc");
+    torch::reset_after_fork();
+}
+
 // Issue 18, defect 10: the tensor view's rows (a block's or a segment's stack, a segment's API) are
 // strings of the file like any other, made printable as they are read.
 TEST_CASE("report reader: the tensor view's strings come out without C0 or C1 controls") {
