@@ -168,16 +168,7 @@ std::string row_str(const json &row, size_t i) {
                                                                   : std::string();
 }
 
-TensorView read_tensor_view(const json &t) {
-    TensorView v;
-    v.source = str(t, key::source);
-    v.backend = str(t, key::backend);
-    v.allocator_conf = str(t, key::allocator_conf);
-    v.device = i32(t, key::device).value_or(0);
-    v.allocated = u64(t, key::allocated_bytes);
-    v.reserved = u64(t, key::reserved_bytes);
-    v.peak_allocated = u64(t, key::peak_allocated_bytes);
-    v.peak_reserved = u64(t, key::peak_reserved_bytes);
+void read_tensor_blocks(const json &t, TensorView &v) {
     const json &blocks = obj(t, key::blocks);
     v.block_count = u64(blocks, key::count).value_or(0);
     for (const json &row : arr(blocks, key::list)) {
@@ -191,6 +182,9 @@ TensorView read_tensor_view(const json &t) {
                      [](const TensorBlock &a, const TensorBlock &b) { return a.bytes > b.bytes; });
     v.by_stack = read_stack_bytes(arr(t, key::by_stack));
     v.peak_by_stack = read_stack_bytes(arr(t, key::peak_by_stack));
+}
+
+void read_tensor_segments(const json &t, TensorView &v) {
     for (const json &row : arr(t, key::segments)) {
         auto address = row_u64(row, 0), bytes = row_u64(row, 1);
         if (address && bytes) v.segments.push_back({*address, *bytes, row_str(row, 2), row_str(row, 3)});
@@ -202,6 +196,9 @@ TensorView read_tensor_view(const json &t) {
         if (address && bytes) v.mappings.push_back({*address, *bytes});
     }
     std::sort(v.mappings.begin(), v.mappings.end());
+}
+
+void read_tensor_oom(const json &t, TensorView &v) {
     if (const json *o = field(t, key::oom); o && o->is_object()) {
         TensorOom oom;
         oom.requested = u64(*o, key::requested_bytes).value_or(0);
@@ -211,6 +208,9 @@ TensorView read_tensor_view(const json &t) {
         oom.time_unix_ns = time_ns(*o, key::time_unix_ns);
         v.oom = oom;
     }
+}
+
+void read_tensor_timeline(const json &t, TensorView &v) {
     const json &tl = obj(t, key::timeline);
     v.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
     for (const json &row : arr(tl, key::points)) {
@@ -219,11 +219,17 @@ TensorView read_tensor_view(const json &t) {
     }
     std::stable_sort(v.timeline.begin(), v.timeline.end(),
                      [](const auto &x, const auto &y) { return x.t_ns < y.t_ns; });
+}
+
+void read_tensor_coverage(const json &t, TensorView &v) {
     const json &cov = obj(t, key::coverage);
     if (const json *c = field(cov, key::complete); c && c->is_boolean()) v.coverage_complete = c->get<bool>();
     if (const json *o = field(cov, key::off); o && o->is_boolean()) v.off = o->get<bool>();
     v.unlisted_bytes = u64(cov, key::unlisted_bytes).value_or(0);
     v.switched_off = u64(cov, key::switched_off).value_or(0);
+}
+
+void read_tensor_events(const json &t, TensorView &v) {
     const json &ev = obj(t, key::events);
     v.events_capacity = u64(ev, key::capacity).value_or(0);
     v.events_recorded = u64(ev, key::recorded).value_or(0);
@@ -245,16 +251,28 @@ TensorView read_tensor_view(const json &t) {
         e.device = device && *device < 64 ? int(*device) : v.device;
         v.events.push_back(e);
     }
+}
+
+TensorView read_tensor_view(const json &t) {
+    TensorView v;
+    v.source = str(t, key::source);
+    v.backend = str(t, key::backend);
+    v.allocator_conf = str(t, key::allocator_conf);
+    v.device = i32(t, key::device).value_or(0);
+    v.allocated = u64(t, key::allocated_bytes);
+    v.reserved = u64(t, key::reserved_bytes);
+    v.peak_allocated = u64(t, key::peak_allocated_bytes);
+    v.peak_reserved = u64(t, key::peak_reserved_bytes);
+    read_tensor_blocks(t, v);
+    read_tensor_segments(t, v);
+    read_tensor_oom(t, v);
+    read_tensor_timeline(t, v);
+    read_tensor_coverage(t, v);
+    read_tensor_events(t, v);
     return v;
 }
 
-void read_body(const json &d, Report &r) {
-    r.reason = str(d, key::reason);
-    r.message = str(d, key::message);
-    r.phase = str(d, key::phase);
-    r.gpuguard_version = str(d, key::gpuguard_version);
-    r.time_unix_ns = time_ns(d, key::time_unix_ns);
-
+void read_process(const json &d, Report &r) {
     const json &p = obj(d, key::process);
     r.pid = i64(p, key::pid);
     r.ppid = i64(p, key::ppid);
@@ -271,7 +289,9 @@ void read_body(const json &d, Report &r) {
         if (v.is_string() && report_env::carried(k, v.get<std::string>(), &value))
             r.env[printable(k)] = printable(value);
     }
+}
 
+void read_device_limit_and_usage(const json &d, Report &r) {
     const json &dev = obj(d, key::device);
     r.device_ordinal = i32(dev, key::ordinal);
     r.device_uuid = str(dev, key::uuid);
@@ -291,7 +311,9 @@ void read_body(const json &d, Report &r) {
     r.process_peak_bytes = u64(u, key::process_peak_bytes);
     r.container_bytes = u64(u, key::container_bytes);
     r.live_allocations = u64(u, key::live_allocations);
+}
 
+void read_failed_request(const json &d, Report &r) {
     if (const json *f = field(d, key::failed_request); f && f->is_object()) {
         FailedRequest fr;
         fr.api = str(*f, key::api);
@@ -307,7 +329,9 @@ void read_body(const json &d, Report &r) {
     const json &ep = obj(d, key::episode);
     r.episode_id = i64(ep, key::id);
     r.episode_failed_calls = i64(ep, key::failed_calls);
+}
 
+void read_allocations(const json &d, Report &r) {
     for (auto &[api, c] : obj(d, key::counts_by_api).items()) {
         ApiCounts ac;
         ac.api = printable(api);
@@ -336,7 +360,9 @@ void read_body(const json &d, Report &r) {
                      [](const Allocation &a, const Allocation &b) { return a.bytes > b.bytes; });
 
     r.by_stack = read_stack_bytes(arr(d, key::by_stack));
+}
 
+void read_peak_and_timeline(const json &d, Report &r) {
     const json &pk = obj(d, key::peak);
     r.peak_bytes = u64(pk, key::bytes);
     r.peak_time_unix_ns = time_ns(pk, key::time_unix_ns);
@@ -353,7 +379,9 @@ void read_body(const json &d, Report &r) {
     }
     std::stable_sort(r.timeline.begin(), r.timeline.end(),
                      [](const auto &a, const auto &b) { return a.first < b.first; });
+}
 
+void read_stacks(const json &d, Report &r) {
     for (auto &[id, s] : obj(d, key::stacks).items()) {
         Stack st;
         st.id = printable(id);
@@ -361,7 +389,9 @@ void read_body(const json &d, Report &r) {
             if (f.is_object()) st.frames.push_back(read_frame(f));
         r.stacks[st.id] = std::move(st);
     }
+}
 
+void read_ledger(const json &d, Report &r) {
     if (const json *l = field(d, key::ledger); l && l->is_object()) {
         r.has_ledger = true;
         r.ledger_path = str(*l, key::path);
@@ -387,9 +417,9 @@ void read_body(const json &d, Report &r) {
         std::stable_sort(r.ledger_processes.begin(), r.ledger_processes.end(),
                          [](const LedgerProcess &a, const LedgerProcess &b) { return a.bytes > b.bytes; });
     }
+}
 
-    if (const json *t = field(d, key::tensor_view); t && t->is_object()) r.tensor = read_tensor_view(*t);
-
+void read_cudnn(const json &d, Report &r) {
     if (const json *c = field(d, key::cudnn); c && c->is_object()) {
         Cudnn cd;
         cd.workspace_cap_bytes = u64(*c, key::workspace_cap_bytes);
@@ -407,6 +437,23 @@ void read_body(const json &d, Report &r) {
                          [](const CudnnStack &a, const CudnnStack &b) { return a.largest_bytes > b.largest_bytes; });
         r.cudnn = cd;
     }
+}
+
+void read_body(const json &d, Report &r) {
+    r.reason = str(d, key::reason);
+    r.message = str(d, key::message);
+    r.phase = str(d, key::phase);
+    r.gpuguard_version = str(d, key::gpuguard_version);
+    r.time_unix_ns = time_ns(d, key::time_unix_ns);
+    read_process(d, r);
+    read_device_limit_and_usage(d, r);
+    read_failed_request(d, r);
+    read_allocations(d, r);
+    read_peak_and_timeline(d, r);
+    read_stacks(d, r);
+    read_ledger(d, r);
+    if (const json *t = field(d, key::tensor_view); t && t->is_object()) r.tensor = read_tensor_view(*t);
+    read_cudnn(d, r);
 }
 
 std::string describe(const json &v) {
@@ -504,10 +551,10 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
     return ok;
 }
 
-bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err, const Limits &limits) {
-    out = Report();
-    out.path = name;
-    out.name = name;
+namespace {
+
+// The text as a JSON object, or the line that says why it is none.
+bool parse_json(const std::string &text, const std::string &name, const Limits &limits, json &d, LoadError &err) {
     if (text.size() > limits.max_bytes) {
         err.message =
             name + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
@@ -522,7 +569,6 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
         err.message = name + ": empty file, not a gpuguard report";
         return false;
     }
-    json d;
     try {
         d = json::parse(text, nullptr, /*allow_exceptions=*/false);
     } catch (const std::bad_alloc &) {
@@ -540,6 +586,11 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
         err.message = name + ": not a gpuguard report (the JSON is not an object)";
         return false;
     }
+    return true;
+}
+
+// A gpuguard report of the version this reader reads.
+bool check_schema(const json &d, const std::string &name, LoadError &err) {
     auto schema = d.find(key::schema);
     if (schema == d.end()) {
         err.message = name + ": not a gpuguard report (no 'schema' field)";
@@ -560,16 +611,11 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
                       GPUGUARD_VERSION_STRING + " reads version " + std::to_string(gg::schema::kVersion) + ")";
         return false;
     }
-    try {
-        read_body(d, out);
-    } catch (const std::bad_alloc &) {
-        err.message = name + ": out of memory while reading it";
-        return false;
-    } catch (const std::exception &e) {  // lenient accessors should make this unreachable
-        err.message = name + ": unreadable report: " + e.what();
-        return false;
-    }
-    // The document is what --html embeds whole: the environment the reader does not carry leaves it.
+    return true;
+}
+
+// The document is what --html embeds whole: the environment the reader does not carry leaves it.
+void drop_uncarried_env(json &d) {
     if (auto p = d.find(key::process); p != d.end() && p->is_object()) {
         if (auto env = p->find(key::env); env != p->end() && env->is_object()) {
             json kept = json::object();
@@ -580,6 +626,26 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
             *env = std::move(kept);
         }
     }
+}
+
+}  // namespace
+
+bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err, const Limits &limits) {
+    out = Report();
+    out.path = name;
+    out.name = name;
+    json d;
+    if (!parse_json(text, name, limits, d, err) || !check_schema(d, name, err)) return false;
+    try {
+        read_body(d, out);
+    } catch (const std::bad_alloc &) {
+        err.message = name + ": out of memory while reading it";
+        return false;
+    } catch (const std::exception &e) {  // lenient accessors should make this unreachable
+        err.message = name + ": unreadable report: " + e.what();
+        return false;
+    }
+    drop_uncarried_env(d);
     out.raw = std::move(d);
     return true;
 }
