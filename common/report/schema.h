@@ -175,4 +175,53 @@ constexpr const char off[] = "off";
 constexpr const char off_ns[] = "off_ns";
 }  // namespace key
 
+// The rows of the tensor view and of the timeline are arrays, not objects (a report holds up to 50,000
+// blocks and 65,536 events), so their columns are named here once, in order: the writer puts each value
+// at its column's index (shim/torch/section.cpp), the readers take it from there (tools/report/load.cpp,
+// and report.js through the constants tools/report/schema_js.py makes from these lists), and
+// tensor_view.events.columns writes the events' names into the file.
+#define GG_SCHEMA_POINT_COLUMNS(X) X(t_ns) X(bytes)  // timeline.points: the process's live bytes
+#define GG_SCHEMA_BLOCK_COLUMNS(X) X(address) X(bytes) X(stack) X(age_ns)
+#define GG_SCHEMA_SEGMENT_COLUMNS(X) X(address) X(bytes) X(stack) X(api)
+#define GG_SCHEMA_MAPPING_COLUMNS(X) X(address) X(bytes)
+#define GG_SCHEMA_TENSOR_POINT_COLUMNS(X) X(t_ns) X(allocated) X(reserved)
+#define GG_SCHEMA_EVENT_COLUMNS(X) X(t_ns) X(action) X(address) X(bytes) X(allocated) X(reserved) X(device)
+
+#define GG_SCHEMA_COLUMN_INDEX(name) name,
+#define GG_SCHEMA_COLUMN_NAME(name) #name,
+// A row's columns as indices: point_row::t_ns is 0. kColumns: how many.
+namespace point_row {
+enum Column : unsigned { GG_SCHEMA_POINT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+}
+namespace block_row {
+enum Column : unsigned { GG_SCHEMA_BLOCK_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+}
+namespace segment_row {
+enum Column : unsigned { GG_SCHEMA_SEGMENT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+}
+namespace mapping_row {
+enum Column : unsigned { GG_SCHEMA_MAPPING_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+}
+namespace tensor_point_row {
+enum Column : unsigned { GG_SCHEMA_TENSOR_POINT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+}
+namespace event_row {
+enum Column : unsigned { GG_SCHEMA_EVENT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
+constexpr const char *kNames[] = {GG_SCHEMA_EVENT_COLUMNS(GG_SCHEMA_COLUMN_NAME)};
+}  // namespace event_row
+#undef GG_SCHEMA_COLUMN_INDEX
+#undef GG_SCHEMA_COLUMN_NAME
+
+// The events' action column: one letter each.
+namespace action {
+constexpr char kAlloc = 'a';         // a block handed out
+constexpr char kFree = 'f';          // a block taken back
+constexpr char kOom = 'o';           // a request the allocator could not serve
+constexpr char kSegmentAlloc = 'S';  // device memory got from the driver
+constexpr char kSegmentFree = 's';   // device memory given back
+constexpr bool known(char c) {
+    return c == kAlloc || c == kFree || c == kOom || c == kSegmentAlloc || c == kSegmentFree;
+}
+}  // namespace action
+
 }  // namespace gg::schema

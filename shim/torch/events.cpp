@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include "common/report/schema.h"
 #include "shim/base/race_once.h"
 
 namespace gg::torch {
@@ -18,15 +19,16 @@ EventRing &events() {
     return r ? *r : never_destroyed(g_ring);
 }
 
-const char *action_code(Action a) {
+char action_code(Action a) {
+    namespace code = schema::action;
     switch (a) {
-        case Action::kAlloc: return "a";
-        case Action::kFree: return "f";
-        case Action::kOom: return "o";
-        case Action::kSegmentAlloc: return "S";
-        case Action::kSegmentFree: return "s";
+        case Action::kAlloc: return code::kAlloc;
+        case Action::kFree: return code::kFree;
+        case Action::kOom: return code::kOom;
+        case Action::kSegmentAlloc: return code::kSegmentAlloc;
+        case Action::kSegmentFree: return code::kSegmentFree;
     }
-    return "?";
+    return '?';
 }
 
 void EventRing::configure(size_t capacity) {

@@ -19,7 +19,7 @@ enum class Action : uint8_t {
     kSegmentAlloc,  // device memory the process got from the driver (a segment, or a page mapped)
     kSegmentFree,   // device memory given back to the driver
 };
-const char *action_code(Action a);  // "a", "f", "o", "S", "s": the report's spelling
+char action_code(Action a);  // the report's letter (common/report/schema.h, schema::action)
 
 struct Event {
     uint64_t t_ns;  // mono_ns()

@@ -35,8 +35,6 @@ constexpr size_t kMaxBlocksListed = 50000;
 constexpr size_t kMaxSegmentsListed = 20000;
 constexpr size_t kMaxStacksListed = 500;
 
-// Whether PyTorch's CUDA library is in the process (its blocks may simply not have been reported:
-// the cudaMallocAsync backend, or a PyTorch without the call).
 // Device memory at an address, which c10's blocks can lie in. The driver API decides, not the program's:
 // cudart's cudaMallocArray is an array all the same.
 bool is_segment(Api driver_api) {
@@ -44,6 +42,8 @@ bool is_segment(Api driver_api) {
     return k == HookKind::kLinear || k == HookKind::kAsync;
 }
 
+// Whether PyTorch's CUDA library is in the process (its blocks may simply not have been reported:
+// the cudaMallocAsync backend, or a PyTorch without the call).
 bool c10_cuda_loaded() {
     return dl_iterate_phdr(
                [](dl_phdr_info *info, size_t, void *) -> int {
@@ -87,6 +87,102 @@ json coverage_json(const Tracker::Snapshot &b, int device, uint64_t allocated, u
             {key::off_ns, c.missed_off_ns}};
 }
 
+// A row of the report's layout (common/report/schema.h): each value is put at its column.
+json row_of(unsigned columns) { return json(json::array_t(columns)); }
+
+// The live blocks on `device`, largest first, each with the stack that allocated it.
+json blocks_json(json &r, const Tracker::Snapshot &b, int device) {
+    namespace col = schema::block_row;
+    uint64_t now = mono_ns();
+    json list = json::array();
+    for (const auto &[address, a] : b.top) {
+        if (a.ordinal != device) continue;
+        json row = row_of(col::kColumns);
+        row[col::address] = address;
+        row[col::bytes] = a.bytes;
+        row[col::stack] = report::referenced_stack(r, a.stack);
+        row[col::age_ns] = now - a.t_ns;
+        list.push_back(std::move(row));
+    }
+    return {{key::count, b.live_count}, {key::listed, list.size()}, {key::list, list}};
+}
+
+// The segments the blocks lie in: the device memory this process got from the driver, with the stack
+// that made it grow.
+json segments_json(json &r, int device) {
+    namespace col = schema::segment_row;
+    Tracker::Snapshot seg = tracker().snapshot(kMaxSegmentsListed);
+    json segments = json::array();
+    for (const auto &[address, a] : seg.top) {
+        if (a.ordinal != device || !is_segment(a.driver_api)) continue;
+        json row = row_of(col::kColumns);
+        row[col::address] = address;
+        row[col::bytes] = a.bytes;
+        row[col::stack] = report::referenced_stack(r, a.stack);
+        row[col::api] = api_name(a.api);
+        segments.push_back(std::move(row));
+    }
+    return segments;
+}
+
+// The ranges mapped into expandable segments.
+json mappings_json() {
+    namespace col = schema::mapping_row;
+    json mapped = json::array();
+    for (const auto &[address, bytes] : mappings()) {
+        json row = row_of(col::kColumns);
+        row[col::address] = address;
+        row[col::bytes] = bytes;
+        mapped.push_back(std::move(row));
+    }
+    return mapped;
+}
+
+json oom_json(const State &s) {
+    OutOfMemory oom = last_out_of_memory();
+    if (!oom.seen) return nullptr;
+    return {{key::requested_bytes, oom.requested},
+            {key::allocated_bytes, oom.allocated},
+            {key::reserved_bytes, oom.reserved},
+            {key::device, oom.device},
+            {key::time_unix_ns, s.start_unix_ns + (oom.t_ns - s.start_mono_ns)}};
+}
+
+json timeline_json(const State &s) {
+    namespace col = schema::tensor_point_row;
+    json points = json::array();
+    for (const auto &[tp, v] : timeline()) {
+        json row = row_of(col::kColumns);
+        row[col::t_ns] = tp - s.start_mono_ns;
+        row[col::allocated] = v[0];
+        row[col::reserved] = v[1];
+        points.push_back(std::move(row));
+    }
+    return {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
+}
+
+json events_json(const State &s) {
+    namespace col = schema::event_row;
+    EventRing::Copy ev = events().copy();
+    // The newest rows that a readable report holds (common/report/limits.h); the rest count as dropped.
+    size_t skip = ev.events.size() > report_limits::kMaxEventRows ? ev.events.size() - report_limits::kMaxEventRows : 0;
+    json rows = json::array();
+    for (size_t i = skip; i < ev.events.size(); i++) {
+        const Event &e = ev.events[i];
+        json row = row_of(col::kColumns);
+        row[col::t_ns] = e.t_ns - s.start_mono_ns;
+        row[col::action] = std::string(1, action_code(e.action));
+        row[col::address] = e.address;
+        row[col::bytes] = e.bytes;
+        row[col::allocated] = e.allocated;
+        row[col::reserved] = e.reserved;
+        row[col::device] = int(e.device);
+        rows.push_back(std::move(row));
+    }
+    return {{key::capacity, ev.capacity}, {key::recorded, ev.recorded}, {key::dropped, ev.dropped + skip},
+            {key::left_out, skip},        {key::columns, col::kNames},  {key::rows, rows}};
+}
+
 void section(json &r) {
     bool c10 = active();
     if (!c10 && !c10_cuda_loaded()) return;  // not a PyTorch process: nothing to say
@@ -109,57 +205,16 @@ void section(json &r) {
     t[key::peak_reserved_bytes] = tot.peak_reserved;
     t[key::refusals_recovered] = refusals_recovered();  // refusals PyTorch freed its cache for
 
-    // The live blocks, largest first, each with the stack that allocated it.
-    uint64_t now = mono_ns();
     Tracker::Snapshot b = blocks().snapshot(kMaxBlocksListed);
-    json list = json::array();
-    for (const auto &[address, a] : b.top)
-        if (a.ordinal == device) list.push_back({address, a.bytes, report::referenced_stack(r, a.stack), now - a.t_ns});
-    t[key::blocks] = {{key::count, b.live_count}, {key::listed, list.size()}, {key::list, list}};
+    t[key::blocks] = blocks_json(r, b, device);
     t[key::by_stack] = stack_list(r, b.by_stack);
     t[key::peak_by_stack] = stack_list(r, b.peak_by_stack);
     t[key::coverage] = coverage_json(b, device, tot.allocated, s.start_mono_ns);
-
-    // The segments the blocks lie in: the device memory this process got from the driver (with the
-    // stack that made it grow), and the ranges mapped into expandable segments.
-    Tracker::Snapshot seg = tracker().snapshot(kMaxSegmentsListed);
-    json segments = json::array();
-    for (const auto &[address, a] : seg.top)
-        if (a.ordinal == device && is_segment(a.driver_api))
-            segments.push_back({address, a.bytes, report::referenced_stack(r, a.stack), api_name(a.api)});
-    t[key::segments] = segments;
-    json mapped = json::array();
-    for (const auto &[address, bytes] : mappings()) mapped.push_back({address, bytes});
-    t[key::mappings] = mapped;
-
-    OutOfMemory oom = last_out_of_memory();
-    if (oom.seen)
-        t[key::oom] = {{key::requested_bytes, oom.requested},
-                       {key::allocated_bytes, oom.allocated},
-                       {key::reserved_bytes, oom.reserved},
-                       {key::device, oom.device},
-                       {key::time_unix_ns, s.start_unix_ns + (oom.t_ns - s.start_mono_ns)}};
-    else t[key::oom] = nullptr;
-
-    json points = json::array();
-    for (const auto &[tp, v] : timeline()) points.push_back({tp - s.start_mono_ns, v[0], v[1]});
-    t[key::timeline] = {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
-
-    EventRing::Copy ev = events().copy();
-    // The newest rows that a readable report holds (common/report/limits.h); the rest count as dropped.
-    size_t skip = ev.events.size() > report_limits::kMaxEventRows ? ev.events.size() - report_limits::kMaxEventRows : 0;
-    json rows = json::array();
-    for (size_t i = skip; i < ev.events.size(); i++) {
-        const Event &e = ev.events[i];
-        rows.push_back({e.t_ns - s.start_mono_ns, action_code(e.action), e.address, e.bytes, e.allocated, e.reserved,
-                        int(e.device)});
-    }
-    t[key::events] = {{key::capacity, ev.capacity},
-                      {key::recorded, ev.recorded},
-                      {key::dropped, ev.dropped + skip},
-                      {key::left_out, skip},
-                      {key::columns, {"t_ns", "action", "address", "bytes", "allocated", "reserved", "device"}},
-                      {key::rows, rows}};
+    t[key::segments] = segments_json(r, device);
+    t[key::mappings] = mappings_json();
+    t[key::oom] = oom_json(s);
+    t[key::timeline] = timeline_json(s);
+    t[key::events] = events_json(s);
     r[key::tensor_view] = t;
 }
 

@@ -2,7 +2,7 @@
 """Every key of the report format is documented.
 
 common/report/schema.h spells each key the writer and the readers use (namespace key) and each row's
-columns (the *_columns lists); docs/report-schema.md shows the format. A key is documented when the
+columns (the GG_SCHEMA_<ROW>_COLUMNS lists); docs/report-schema.md shows the format. A key is documented when the
 document has it as a quoted JSON string ("name"), the way its illustration spells keys and columns.
 This prints each key of schema.h the document lacks and exits 1 when there is any.
 
@@ -22,8 +22,8 @@ def schema_keys(text):
     if not block:
         sys.exit('schema_keys: common/report/schema.h has no `namespace key` block')
     keys += re.findall(r'constexpr const char \w+\[\] = "([^"]+)"', block.group(1))
-    for columns in re.findall(r'\w+_columns\[\] = \{(.*?)\};', text, re.S):
-        keys += STRING.findall(columns)
+    for columns in re.findall(r'^#define GG_SCHEMA_\w+_COLUMNS\(X\)(.*)$', text.replace('\\\n', ' '), re.M):
+        keys += re.findall(r'X\((\w+)\)', columns)
     return keys
 
 

@@ -133,6 +133,36 @@ TEST_CASE("the tensor view: c10's blocks, totals and events read back in the com
     allocate(0x7f0002000000, 2 * kMiB, Api::cuMemAlloc_v2);
     std::string text = report::build(report::Reason::kRequest, "asked", nullptr, 0).dump();
 
+    // The rows as the file spells them (docs/report-schema.md): the columns of common/report/schema.h
+    // in the order readers of earlier versions read by position.
+    nlohmann::json tv = nlohmann::json::parse(text)["tensor_view"];
+    CHECK(tv["events"]["columns"].dump() == R"(["t_ns","action","address","bytes","allocated","reserved","device"])");
+    nlohmann::json event = tv["events"]["rows"][1];
+    CHECK(event.size() == 7);
+    CHECK(event[1] == "a");
+    CHECK(event[2] == 0x7f0000400000);
+    CHECK(event[3] == 8 * kMiB);
+    CHECK(event[4] == 12 * kMiB);
+    CHECK(event[5] == 20 * kMiB);
+    CHECK(event[6] == 0);
+    CHECK(tv["events"]["rows"][2][1] == "f");
+    CHECK(tv["events"]["rows"][3][1] == "S");
+    nlohmann::json block = tv["blocks"]["list"][0];
+    CHECK(block.size() == 4);
+    CHECK(block[0] == 0x7f0000400000);
+    CHECK(block[1] == 8 * kMiB);
+    CHECK(block[2].is_string());
+    CHECK(block[3].is_number_unsigned());
+    nlohmann::json segment = tv["segments"][0];
+    CHECK(segment.size() == 4);
+    CHECK(segment[0] == 0x7f0000000000);
+    CHECK(segment[1] == 20 * kMiB);
+    CHECK(segment[3] == "cuMemAlloc_v2");
+    nlohmann::json point = tv["timeline"]["points"][0];
+    CHECK(point.size() == 3);
+    CHECK(point[1].is_number_unsigned());
+    CHECK(point[2] == 20 * kMiB);
+
     gg::report::Report r;
     gg::report::LoadError err;
     REQUIRE_MESSAGE(gg::report::parse(text, "tensor", r, err), err.message);

@@ -171,11 +171,12 @@ std::string row_str(const json &row, size_t i) {
 void read_tensor_blocks(const json &t, TensorView &v) {
     const json &blocks = obj(t, key::blocks);
     v.block_count = u64(blocks, key::count).value_or(0);
+    namespace col = schema::block_row;
     for (const json &row : arr(blocks, key::list)) {
-        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
+        auto address = row_u64(row, col::address), bytes = row_u64(row, col::bytes);
         if (!address || !bytes) continue;
-        TensorBlock b{*address, *bytes, row_str(row, 2), std::nullopt};
-        if (auto age = row_u64(row, 3); age && *age < uint64_t(kMaxTimeNs)) b.age_ns = int64_t(*age);
+        TensorBlock b{*address, *bytes, row_str(row, col::stack), std::nullopt};
+        if (auto age = row_u64(row, col::age_ns); age && *age < uint64_t(kMaxTimeNs)) b.age_ns = int64_t(*age);
         v.blocks.push_back(b);
     }
     std::stable_sort(v.blocks.begin(), v.blocks.end(),
@@ -185,14 +186,17 @@ void read_tensor_blocks(const json &t, TensorView &v) {
 }
 
 void read_tensor_segments(const json &t, TensorView &v) {
+    namespace seg = schema::segment_row;
     for (const json &row : arr(t, key::segments)) {
-        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
-        if (address && bytes) v.segments.push_back({*address, *bytes, row_str(row, 2), row_str(row, 3)});
+        auto address = row_u64(row, seg::address), bytes = row_u64(row, seg::bytes);
+        if (address && bytes)
+            v.segments.push_back({*address, *bytes, row_str(row, seg::stack), row_str(row, seg::api)});
     }
     std::sort(v.segments.begin(), v.segments.end(),
               [](const TensorSegment &a, const TensorSegment &b) { return a.address < b.address; });
+    namespace mapping = schema::mapping_row;
     for (const json &row : arr(t, key::mappings)) {
-        auto address = row_u64(row, 0), bytes = row_u64(row, 1);
+        auto address = row_u64(row, mapping::address), bytes = row_u64(row, mapping::bytes);
         if (address && bytes) v.mappings.push_back({*address, *bytes});
     }
     std::sort(v.mappings.begin(), v.mappings.end());
@@ -213,8 +217,9 @@ void read_tensor_oom(const json &t, TensorView &v) {
 void read_tensor_timeline(const json &t, TensorView &v) {
     const json &tl = obj(t, key::timeline);
     v.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
+    namespace col = schema::tensor_point_row;
     for (const json &row : arr(tl, key::points)) {
-        auto at = row_u64(row, 0), a = row_u64(row, 1), res = row_u64(row, 2);
+        auto at = row_u64(row, col::t_ns), a = row_u64(row, col::allocated), res = row_u64(row, col::reserved);
         if (at && a && res && *at < uint64_t(kMaxTimeNs)) v.timeline.push_back({int64_t(*at), *a, *res});
     }
     std::stable_sort(v.timeline.begin(), v.timeline.end(),
@@ -229,16 +234,24 @@ void read_tensor_coverage(const json &t, TensorView &v) {
     v.switched_off = u64(cov, key::switched_off).value_or(0);
 }
 
+// The model's actions are the file's letters (an event's action is its letter, cast).
+static_assert(TensorEvent::kAlloc == schema::action::kAlloc && TensorEvent::kFree == schema::action::kFree &&
+                  TensorEvent::kOom == schema::action::kOom &&
+                  TensorEvent::kSegmentAlloc == schema::action::kSegmentAlloc &&
+                  TensorEvent::kSegmentFree == schema::action::kSegmentFree,
+              "tools/report/model.h's TensorEvent::Action spells common/report/schema.h's action letters");
+
 void read_tensor_events(const json &t, TensorView &v) {
     const json &ev = obj(t, key::events);
     v.events_capacity = u64(ev, key::capacity).value_or(0);
     v.events_recorded = u64(ev, key::recorded).value_or(0);
     v.events_dropped = u64(ev, key::dropped).value_or(0);
+    namespace col = schema::event_row;
     for (const json &row : arr(ev, key::rows)) {
-        std::string action = row_str(row, 1);
-        auto at = row_u64(row, 0), address = row_u64(row, 2), bytes = row_u64(row, 3), a = row_u64(row, 4),
-             res = row_u64(row, 5), device = row_u64(row, 6);
-        if (action.size() != 1 || !strchr("afoSs", action[0]) || !at || *at >= uint64_t(kMaxTimeNs) || !address ||
+        std::string action = row_str(row, col::action);
+        auto at = row_u64(row, col::t_ns), address = row_u64(row, col::address), bytes = row_u64(row, col::bytes),
+             a = row_u64(row, col::allocated), res = row_u64(row, col::reserved), device = row_u64(row, col::device);
+        if (action.size() != 1 || !schema::action::known(action[0]) || !at || *at >= uint64_t(kMaxTimeNs) || !address ||
             !bytes || !a || !res)
             continue;
         TensorEvent e;
@@ -370,10 +383,12 @@ void read_peak_and_timeline(const json &d, Report &r) {
 
     const json &tl = obj(d, key::timeline);
     r.timeline_t0_unix_ns = time_ns(tl, key::t0_unix_ns);
+    namespace col = schema::point_row;
     for (const json &pt : arr(tl, key::points)) {
-        if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number()) continue;
-        auto t = double_to_i64(pt[0].get<double>());
-        double b = pt[1].get<double>();
+        if (!pt.is_array() || pt.size() < col::kColumns || !pt[col::t_ns].is_number() || !pt[col::bytes].is_number())
+            continue;
+        auto t = double_to_i64(pt[col::t_ns].get<double>());
+        double b = pt[col::bytes].get<double>();
         if (!t || *t < 0 || *t >= kMaxTimeNs) continue;
         r.timeline.emplace_back(*t, b < 0 ? 0 : double_to_u64(b).value_or(UINT64_MAX));
     }
