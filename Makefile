@@ -162,10 +162,19 @@ $(CLI): $(call obj,$(TOOL_SRC)) $(COMMON_LIB) $(BUILD)/tools/embedded.o $(FLOOR_
 	  -static-libstdc++ -static-libgcc -ldl -pthread
 
 # The HTML viewer's page, script and style live in tools/report/web/ as real files and are embedded here.
+# The script is embedded after the row layouts of common/report/schema.h, made into JavaScript
+# (COLUMN.<row>.<column>) by tools/report/schema_js.py, so that it reads a row as the command does.
 WEB_FILES := $(wildcard tools/report/web/*)
-$(BUILD)/tools/embedded.o: $(WEB_FILES) tools/report/embed.sh
+WEB_SCRIPT_DEPS := tools/report/web/report.js common/report/schema.h tools/report/schema_js.py
+web_embedded = $(filter-out tools/report/web/report.js,$(WEB_FILES)) $(1)/tools/web/report.js
+%/tools/web/report.js: $(WEB_SCRIPT_DEPS)
 	@mkdir -p $(dir $@)
-	tools/report/embed.sh $(BUILD)/tools/embedded.cpp $(WEB_FILES)
+	python3 tools/report/schema_js.py common/report/schema.h > $@.tmp
+	cat tools/report/web/report.js >> $@.tmp
+	mv $@.tmp $@
+$(BUILD)/tools/embedded.o: $(call web_embedded,$(BUILD)) tools/report/embed.sh
+	@mkdir -p $(dir $@)
+	tools/report/embed.sh $(BUILD)/tools/embedded.cpp $(call web_embedded,$(BUILD))
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $(BUILD)/tools/embedded.cpp -o $@
 
 # Test doubles: each is a shared library with the soname of the library it stands in for.
@@ -296,9 +305,9 @@ FUZZ_DEPS_fuzz_whatif    := $(COMMON_SRC) tools/report/model.cpp $(sort $(wildca
 $(FUZZ_BUILD)/obj/%.o: % | fuzz-check
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
-$(FUZZ_BUILD)/tools/embedded.cpp: $(WEB_FILES) tools/report/embed.sh
+$(FUZZ_BUILD)/tools/embedded.cpp: $(call web_embedded,$(FUZZ_BUILD)) tools/report/embed.sh
 	@mkdir -p $(dir $@)
-	tools/report/embed.sh $@ $(WEB_FILES)
+	tools/report/embed.sh $@ $(call web_embedded,$(FUZZ_BUILD))
 .SECONDEXPANSION:
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: $$(call fuzz_obj,tests/fuzz/$$*.cpp $$(FUZZ_DEPS_$$*))
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $^ -ldl

@@ -11,6 +11,10 @@
 // driver allocations, what memory_reserved() and nvidia-smi count). The switch in the header picks
 // which one the flame graph and the tables show; by tensor first, since that names the code holding
 // the memory. Reports without one show the segments only, as before, and no switch.
+//
+// Rows (timeline points, blocks, segments, mappings) are arrays: their columns are read by name from
+// COLUMN, which the build puts before this script (tools/report/schema_js.py, from
+// common/report/schema.h), so that this page reads a row as the shim writes it.
 'use strict';
 
 (function () {
@@ -212,16 +216,18 @@
     const host = document.getElementById('timeline');
     host.textContent = '';
     const tl = obj(R.timeline);
-    const pts = arr(tl.points).filter(p => Array.isArray(p) && num(p[0]) !== null && num(p[1]) !== null)
-      .map(p => [p[0], p[1]]).sort((a, b) => a[0] - b[0]);
+    const P = COLUMN.point, TP = COLUMN.tensor_point;
+    const pts = arr(tl.points).filter(p => Array.isArray(p) && num(p[P.t_ns]) !== null && num(p[P.bytes]) !== null)
+      .map(p => [p[P.t_ns], p[P.bytes]]).sort((a, b) => a[0] - b[0]);
     // PyTorch's allocated and reserved ([t_ns, allocated, reserved]), moved onto the process timeline's
     // clock: both count from the process's first hooked call, but each file says its own t0.
     const tvl = TV ? obj(TV.timeline) : {};
     const tvT0 = num(tvl.t0_unix_ns);
     const t0u = num(tl.t0_unix_ns) !== null ? num(tl.t0_unix_ns) : tvT0;
     const shift = t0u !== null && tvT0 !== null ? tvT0 - t0u : 0;
-    const tvPts = arr(tvl.points).filter(p => Array.isArray(p) && num(p[0]) !== null && num(p[1]) !== null && num(p[2]) !== null)
-      .map(p => [p[0] + shift, p[1], p[2]]).sort((a, b) => a[0] - b[0]);
+    const tvPts = arr(tvl.points)
+      .filter(p => Array.isArray(p) && num(p[TP.t_ns]) !== null && num(p[TP.allocated]) !== null && num(p[TP.reserved]) !== null)
+      .map(p => [p[TP.t_ns] + shift, p[TP.allocated], p[TP.reserved]]).sort((a, b) => a[0] - b[0]);
     // The report's own moment, on the timeline's clock: where the failure goes.
     let tEnd = pts.length ? pts[pts.length - 1][0] : 0;
     if (tvPts.length) tEnd = Math.max(tEnd, tvPts[tvPts.length - 1][0]);
@@ -661,10 +667,11 @@
 
   // Where a block lies: the segment (a driver allocation) or mapped range (of an expandable segment)
   // holding its address.
-  const regions = !hasTensors ? [] : arr(TV.segments).filter(g => Array.isArray(g) && num(g[0]) !== null && num(g[1]) !== null)
-    .map(g => ({address: g[0], size: g[1], mapped: false}))
-    .concat(arr(TV.mappings).filter(g => Array.isArray(g) && num(g[0]) !== null && num(g[1]) !== null)
-      .map(g => ({address: g[0], size: g[1], mapped: true})))
+  const SEG = COLUMN.segment, MAP = COLUMN.mapping, BLK = COLUMN.block;
+  const regions = !hasTensors ? [] : arr(TV.segments).filter(g => Array.isArray(g) && num(g[SEG.address]) !== null && num(g[SEG.bytes]) !== null)
+    .map(g => ({address: g[SEG.address], size: g[SEG.bytes], mapped: false}))
+    .concat(arr(TV.mappings).filter(g => Array.isArray(g) && num(g[MAP.address]) !== null && num(g[MAP.bytes]) !== null)
+      .map(g => ({address: g[MAP.address], size: g[MAP.bytes], mapped: true})))
     .sort((a, b) => a.address - b.address);
   function regionOf(address) {
     let lo = 0, hi = regions.length - 1, found = null;
@@ -681,9 +688,10 @@
   const TENSOR_ROWS = 1000;
   function drawTensorBlocks() {
     const blocks = obj(TV.blocks);
-    const listed = arr(blocks.list).filter(b => Array.isArray(b) && num(b[0]) !== null && num(b[1]) !== null);
-    const rows = listed.sort((a, b) => b[1] - a[1]).slice(0, TENSOR_ROWS)
-      .map(b => ({address: b[0], bytes: b[1], stack: typeof b[2] === 'string' ? b[2] : null, age_ns: num(b[3]), region: regionOf(b[0])}));
+    const listed = arr(blocks.list).filter(b => Array.isArray(b) && num(b[BLK.address]) !== null && num(b[BLK.bytes]) !== null);
+    const rows = listed.sort((a, b) => b[BLK.bytes] - a[BLK.bytes]).slice(0, TENSOR_ROWS)
+      .map(b => ({address: b[BLK.address], bytes: b[BLK.bytes], stack: typeof b[BLK.stack] === 'string' ? b[BLK.stack] : null,
+                  age_ns: num(b[BLK.age_ns]), region: regionOf(b[BLK.address])}));
     const max = rows.reduce((m, r) => Math.max(m, r.bytes), 0);
     const count = Math.max(num(blocks.count) || 0, listed.length);
     if (count > rows.length) {
