@@ -190,25 +190,20 @@ constexpr const char off_ns[] = "off_ns";
 #define GG_SCHEMA_COLUMN_INDEX(name) name,
 #define GG_SCHEMA_COLUMN_NAME(name) #name,
 // A row's columns as indices: point_row::t_ns is 0. kColumns: how many.
-namespace point_row {
-enum Column : unsigned { GG_SCHEMA_POINT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
-}
-namespace block_row {
-enum Column : unsigned { GG_SCHEMA_BLOCK_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
-}
-namespace segment_row {
-enum Column : unsigned { GG_SCHEMA_SEGMENT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
-}
-namespace mapping_row {
-enum Column : unsigned { GG_SCHEMA_MAPPING_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
-}
-namespace tensor_point_row {
-enum Column : unsigned { GG_SCHEMA_TENSOR_POINT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
-}
+#define GG_SCHEMA_ROW(row, COLUMNS)                                      \
+    namespace row {                                                      \
+    enum Column : unsigned { COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns }; \
+    }
+GG_SCHEMA_ROW(point_row, GG_SCHEMA_POINT_COLUMNS)
+GG_SCHEMA_ROW(block_row, GG_SCHEMA_BLOCK_COLUMNS)
+GG_SCHEMA_ROW(segment_row, GG_SCHEMA_SEGMENT_COLUMNS)
+GG_SCHEMA_ROW(mapping_row, GG_SCHEMA_MAPPING_COLUMNS)
+GG_SCHEMA_ROW(tensor_point_row, GG_SCHEMA_TENSOR_POINT_COLUMNS)
+GG_SCHEMA_ROW(event_row, GG_SCHEMA_EVENT_COLUMNS)
 namespace event_row {
-enum Column : unsigned { GG_SCHEMA_EVENT_COLUMNS(GG_SCHEMA_COLUMN_INDEX) kColumns };
 constexpr const char *kNames[] = {GG_SCHEMA_EVENT_COLUMNS(GG_SCHEMA_COLUMN_NAME)};
-}  // namespace event_row
+}
+#undef GG_SCHEMA_ROW
 #undef GG_SCHEMA_COLUMN_INDEX
 #undef GG_SCHEMA_COLUMN_NAME
 
