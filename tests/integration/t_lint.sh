@@ -87,3 +87,25 @@ schema_keys_check_fails() {
   expect_contains "$out" "lacks the key \"self_view\""
 }
 check "the schema keys check fails on a document that lacks a key" schema_keys_check_fails
+
+# Long functions are split by what they do (issue 31): at most 2 production functions over 80 lines,
+# none over 120 (tests/lint/function_length.py).
+functions_short() {
+  python3 "$ROOT/tests/lint/function_length.py" "$ROOT"
+}
+check "at most 2 production functions are over 80 lines and none over 120" functions_short
+
+# The check fails on a function over 120 lines: a copy of the tree with one planted.
+function_length_check_fails() {
+  local copy out
+  copy=$(mktemp -d)
+  (cd "$ROOT" && git ls-files -z common shim tools | xargs -0 cp --parents -t "$copy")
+  git -C "$copy" init -q
+  { echo 'int planted_long_function(int x) {'; for ((i = 0; i < 125; i++)); do echo "    x += $i;"; done
+    echo '    return x;'; echo '}'; } > "$copy/tools/planted.cpp"
+  git -C "$copy" add -A
+  out=$(python3 "$ROOT/tests/lint/function_length.py" "$copy") && { echo "function_length.py passed a tree that breaks it"; rm -rf "$copy"; return 1; }
+  rm -rf "$copy"
+  expect_contains "$out" "tools/planted.cpp:1  planted_long_function" && expect_contains "$out" "1 over 120"
+}
+check "the function length check fails on a function over 120 lines" function_length_check_fails
