@@ -50,8 +50,6 @@ uint64_t sub_clamped(std::atomic<uint64_t> &c, uint64_t bytes) {
 
 }  // namespace
 
-bool is_async(Api a) { return hook_kind(a) == HookKind::kAsync; }
-
 void enter(int ordinal) {
     if (ordinal >= 0 && ordinal < kMaxOrdinals) g_devices[ordinal].settle.lock_shared();
 }

@@ -40,7 +40,8 @@
 
 namespace gg::usage::pools {
 
-bool is_async(Api driver_api);
+// Inline: the quota's admission, commit and free ask it of every allocation (hooks.def's kind column).
+inline bool is_async(Api driver_api) { return hook_kind(driver_api) == HookKind::kAsync; }
 
 // An async allocation's or free's hold on the device's readings: shared, from before its first change
 // of the ledger to after its last (ordinal out of range: nothing).
