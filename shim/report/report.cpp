@@ -317,8 +317,14 @@ json top_allocations_section(const Tracker::Snapshot &snap, std::set<stacks::Sta
 }
 
 json timeline_section(const State &s, const Tracker::Snapshot &snap) {
+    namespace col = schema::point_row;
     json points = json::array();
-    for (const auto &[t, b] : snap.timeline) points.push_back({t - s.start_mono_ns, b});
+    for (const auto &[t, b] : snap.timeline) {
+        json row = json(json::array_t(col::kColumns));
+        row[col::t_ns] = t - s.start_mono_ns;
+        row[col::bytes] = b;
+        points.push_back(std::move(row));
+    }
     return {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
 }
 
