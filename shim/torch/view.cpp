@@ -305,7 +305,8 @@ std::vector<std::pair<uint64_t, uint64_t>> mappings() {
 }
 
 void lock_for_fork() {
-    g_pending.lock_for_fork();  // first: an append may apply, and so take the locks below
+    g_switch_mu.lock();         // first: a switch back on settles the log and clears the table
+    g_pending.lock_for_fork();  // then: an append may apply, and so take the locks below
     g_mu.lock();
     totals_timeline().lock_for_fork();
     table().lock_for_fork();
@@ -316,6 +317,7 @@ void unlock_after_fork() {
     totals_timeline().unlock_after_fork();
     g_mu.unlock();
     g_pending.unlock_after_fork();
+    g_switch_mu.unlock();
 }
 
 void reset_after_fork() {
