@@ -69,8 +69,9 @@ public:
 private:
     template <class Apply>
     void flush(Apply &apply) {
-        if (n_) apply(static_cast<const BlockEvent *>(events_), n_);
-        n_ = 0;
+        int n = n_;
+        n_ = 0;  // first: an apply that throws part-way (no host memory) must not apply them twice
+        if (n) apply(static_cast<const BlockEvent *>(events_), n);
     }
 
     FutexLock mu_;  // with n_: the one line every append changes, beside the slot it writes

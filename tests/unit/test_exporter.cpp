@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "tools/exporter/metrics.h"
+#include "tools/exporter/server.h"
 
 using namespace gg;
 
@@ -230,4 +232,46 @@ TEST_CASE("exporter: secrets in a command line are redacted, the rest kept") {
         CAPTURE(in);
         CHECK(exporter::redact_secrets(in) == want);
     }
+}
+
+// Review of the poll() server: ppoll() lets SIGTERM in only when it would sleep, so while a descriptor
+// is ready at every round (a flood of connections) the handler never ran and the exporter never
+// stopped. A pipe with data waiting stands in for the flood: as the "listening" descriptor it is
+// readable at every round (accept4 fails on it, and it stays readable).
+TEST_CASE("exporter server: SIGTERM stops it while a descriptor is ready at every round") {
+    int p[2];
+    REQUIRE(pipe(p) == 0);
+    REQUIRE(write(p[1], "x", 1) == 1);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        gg::exporter::serve(
+            p[0], gg::exporter::ServerLimits(), [](const std::string &) { return std::string(); },
+            [] { kill(getppid(), SIGUSR1); });
+        _exit(0);
+    }
+    // Ready once the child said so (its handler is installed then): SIGUSR1 blocked here and waited for.
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, &old);
+    int sig = 0;
+    timespec ready_wait{10, 0};
+    sig = sigtimedwait(&usr1, nullptr, &ready_wait);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    REQUIRE(sig == SIGUSR1);
+    kill(child, SIGTERM);
+    // A generous watchdog tells "stopped" from "never stops" (not a measure of speed).
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 1000 && (done = waitpid(child, &status, WNOHANG)) == 0; i++) usleep(10000);
+    bool stopped = done == child;
+    if (!stopped) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+    }
+    CHECK_MESSAGE(stopped, "the server ignored SIGTERM while a descriptor was always ready");
+    CHECK((stopped && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    close(p[0]);
+    close(p[1]);
 }

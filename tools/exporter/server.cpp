@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,10 +88,16 @@ void make_room(std::vector<Connection> &conns) {
     conns.erase(conns.begin() + (long)victim);
 }
 
+// At most max_connections a round: a flood of connections is served in turns with the connections
+// already open, not drained whole before them.
 void accept_all(int listen_fd, std::vector<Connection> &conns, const ServerLimits &limits) {
-    for (;;) {
+    for (int accepted = 0; accepted < limits.max_connections; accepted++) {
         int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) return;  // EAGAIN: none left; anything else (EMFILE, a reset) is retried at the next wakeup
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !conns.empty()) {
+            make_room(conns);  // out of descriptors: the oldest reader goes, as when full
+            fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        }
+        if (fd < 0) return;  // EAGAIN: none left; anything else (a reset) is retried at the next wakeup
         if ((int)conns.size() >= limits.max_connections) make_room(conns);
         int64_t t = now_ms();
         conns.push_back({fd, t, t + limits.request_deadline_ms, "", "", 0});
@@ -166,7 +173,28 @@ int listen_on(const std::string &spec, std::string *bound, std::string *why) {
     return fd;
 }
 
-void serve(int listen_fd, const ServerLimits &limits, const Responder &respond, const std::function<void()> &ready) {
+namespace {
+
+// Whether SIGTERM or SIGINT waits, blocked: ppoll() lets them in only when it would sleep, so while
+// some socket is ready at every round (a flood of connections) it never runs the handler.
+bool stop_pending() {
+    sigset_t pending;
+    return sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
+}
+
+// The connections the process's descriptors allow, a few kept for the ledgers a scrape opens.
+ServerLimits within_descriptors(ServerLimits limits) {
+    rlimit nofile{};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+        limits.max_connections = (int)std::max<rlim_t>(
+            1, std::min<rlim_t>((rlim_t)limits.max_connections, nofile.rlim_cur > 64 ? nofile.rlim_cur - 64 : 1));
+    return limits;
+}
+
+}  // namespace
+
+void serve(int listen_fd, const ServerLimits &asked, const Responder &respond, const std::function<void()> &ready) {
+    const ServerLimits limits = within_descriptors(asked);
     struct sigaction sa {};
     sa.sa_handler = on_stop;
     sigaction(SIGTERM, &sa, nullptr);
@@ -180,7 +208,7 @@ void serve(int listen_fd, const ServerLimits &limits, const Responder &respond, 
     sigdelset(&unblocked, SIGINT);
     ready();
     std::vector<Connection> conns;
-    while (!g_stop) step(listen_fd, conns, limits, respond, unblocked);
+    while (!g_stop && !stop_pending()) step(listen_fd, conns, limits, respond, unblocked);
     for (const Connection &c : conns) close(c.fd);
 }
 
