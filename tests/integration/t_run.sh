@@ -135,6 +135,40 @@ bad_inputs() {
 check "missing command 127, not executable 126, missing library 127, bad report folder / no command / corrupt ledger 2" \
   bad_inputs
 
+# Issue 30, item 7: a mistyped option names the closest known one; `--limit 8 GB` unquoted (GB taken
+# for the command) says the limit and its unit must be one word.
+typo_and_split_limit() {
+  local err rc
+  err=$("$CLI" run --limt 1GiB -- true 2>&1); rc=$?
+  expect_eq "$rc" 2 "the exit status for --limt" &&
+    expect_eq "$err" "gpuguard: run: unknown option '--limt' (did you mean --limit?)" "the message" || return 1
+  err=$("$CLI" run --xyzzy -- true 2>&1)
+  expect_not_contains "$err" "did you mean" "an option far from every known one (no guess)" || return 1
+  err=$("$CLI" run --limit 8 gb -- true 2>&1); rc=$?
+  expect_eq "$rc" 2 "the exit status for --limit 8 gb" &&
+    expect_eq "$err" "gpuguard: --limit 8 gb: the limit and its unit must be one word: --limit 8gb" "the message" || return 1
+  err=$("$CLI" run --limit 8GiB --ledger "$TMP/l_b" B 2>&1); rc=$?
+  expect_eq "$rc" 127 "a command named B after a limit with its unit (run as a command)"
+}
+check "a mistyped option gets the closest known one; --limit 8 GB (a space) is refused with the fix, exit 2" \
+  typo_and_split_limit
+
+# Issue 30, item 7: the option made a relative ledger absolute without a word, where the variable
+# printed one line; both now print the same note, with the path passed on.
+relative_ledger_is_said() {
+  local err
+  mkdir -p "$TMP/rel" && cd "$TMP/rel" || return 1
+  err=$("$CLI" run --ledger rel.ledger -- true 2>&1 >/dev/null)
+  expect_eq "$err" "gpuguard: note: --ledger rel.ledger is a relative path: each working directory gets a ledger of its own, so processes started in another one do not share the quota (use an absolute path); run passes on $TMP/rel/rel.ledger" "the option's note" || { cd "$TMP"; return 1; }
+  err=$(GPUGUARD_LEDGER=rel.ledger "$CLI" run -- true 2>&1 >/dev/null)
+  cd "$TMP" || return 1
+  expect_contains "$err" "gpuguard: note: GPUGUARD_LEDGER=rel.ledger is a relative path: each working directory" "the variable's note" &&
+    expect_eq "$(wc -l <<<"$err")" 1 "lines for the variable" || return 1
+  err=$("$CLI" run --ledger "$TMP/rel/abs.ledger" -- true 2>&1 >/dev/null)
+  expect_eq "$err" "" "an absolute ledger: no note"
+}
+check "a relative ledger (option or variable) is one note naming the absolute path run passes on" relative_ledger_is_said
+
 options_then_command_options() {
   # The first word that is not an option is the command; what follows is its own.
   local out

@@ -11,6 +11,7 @@
 //   }
 #pragma once
 #include <string>
+#include <vector>
 
 namespace gg::tool {
 
@@ -35,7 +36,9 @@ public:
     std::string take();
 
     bool failed() const { return !error_.empty(); }
-    // Prints the error (the last option's, or `message`) as a usage error and returns 2.
+    // Prints the error (the last option's, or `message`) as a usage error and returns 2. When the
+    // current argument is an option none of the names tried at it matches, the hint names the closest
+    // of them (`--limt`: "did you mean --limit?") in place of the pointer to --help.
     int usage_error(const std::string &message = "") const;
 
 private:
@@ -44,7 +47,16 @@ private:
     char **argv_;
     int i_ = 1;
     std::string error_;
+    // The names flag() and option() compared with argument i_, the known options a typo is near.
+    std::vector<std::string> tried_;
+    int tried_at_ = -1;
+
+    void note_tried(const char *name);
+    std::string closest_tried(const std::string &arg) const;
 };
+
+// The number of single-character edits (insert, delete, substitute) that turn `a` into `b`.
+size_t edit_distance(const std::string &a, const std::string &b);
 
 // Prints "gpuguard: MESSAGE" on stderr and returns `status`.
 int fail(int status, const std::string &message);

@@ -2,6 +2,7 @@
 // environment, puts libgpuguard.so first in LD_PRELOAD, creates the ledger with the limit, and then
 // either exec()s the command (so its exit status and signals are the command's own) or, as PID 1 or
 // with --init, supervises it like tini: forwards signals, reaps orphans, exits with the child's status.
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -156,6 +157,19 @@ int read_options(Args &a, RunOptions *o) {
     return 0;
 }
 
+// `--limit 8 GB` unquoted makes GB the command, which the shell would report as "command not found: GB"
+// with no word about the space; a bare number followed by a unit word is refused with the fix.
+int refuse_split_limit(const RunOptions &o, const char *command) {
+    static const char *const kUnits[] = {"B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"};
+    bool bare_number = !o.limit.empty() && strspn(o.limit.c_str(), "0123456789.") == o.limit.size();
+    if (!o.have_limit || !bare_number) return 0;
+    for (const char *unit : kUnits)
+        if (!strcasecmp(command, unit))
+            return fail(2, "--limit " + o.limit + " " + command +
+                               ": the limit and its unit must be one word: --limit " + o.limit + command);
+    return 0;
+}
+
 // The shim to preload, checked: 0, or the exit status that refuses it.
 int find_shim(std::string *lib) {
     std::string why;
@@ -220,21 +234,30 @@ int set_report_dir(const Args &a, RunOptions o, const gg::settings::Lookup &env)
     return 0;
 }
 
+// A relative ledger path means one ledger per working directory, which the shim says in one line when
+// it reads the variable; run pins the path to this directory, and says the same line for the option
+// as for the variable, with the path it passes on.
+void note_relative_ledger(const std::string &problem, const std::string &absolute) {
+    if (!problem.empty()) fprintf(stderr, "gpuguard: note: %s; run passes on %s\n", problem.c_str(), absolute.c_str());
+}
+
 // The ledger's path: the option's, else the variable's, made absolute and passed on explicitly, since
 // the default depends on the user id, which a command that drops privileges would change. "" for a
 // per-process ledger; 0, or the exit status of a usage error.
 int ledger_path_of(const Args &a, const RunOptions &o, const gg::settings::Lookup &env, std::string *path) {
+    std::string problem;
     if (o.have_ledger) {
         if (o.ledger.empty()) return a.usage_error("--ledger is empty (use --ledger none for a per-process quota)");
         *path = gg::settings::is_per_process_ledger(o.ledger) ? "" : gg::tool::absolute_path(o.ledger);
-        setenv("GPUGUARD_LEDGER", path->empty() ? "none" : path->c_str(), 1);
+        std::string relative = gg::settings::problem(Id::kLedger, o.ledger);
+        if (!relative.empty()) problem = "--ledger " + o.ledger + " is " + relative;
     } else {
-        *path = gg::settings::read_ledger_path(env);
-        if (!path->empty()) {
-            *path = gg::tool::absolute_path(*path);
-            setenv("GPUGUARD_LEDGER", path->c_str(), 1);
-        }
+        *path = gg::settings::read_ledger_path(env, &problem);
+        if (path->empty()) return 0;
+        *path = gg::tool::absolute_path(*path);
     }
+    note_relative_ledger(problem, *path);
+    setenv("GPUGUARD_LEDGER", path->empty() ? "none" : path->c_str(), 1);
     return 0;
 }
 
@@ -279,6 +302,7 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     char **cmd = a.rest();
+    if (int code = refuse_split_limit(o, cmd[0])) return code;
     std::string lib, limit_text, resolved, ledger_path, why;
     if (int code = find_shim(&lib)) return code;
     if (int code = set_limit(a, o, &limit_text)) return code;
