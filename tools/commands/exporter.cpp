@@ -121,6 +121,15 @@ struct Options {
 };
 
 // The server's bounds: true when the current argument was one of them (*status 2 when it was bad).
+// A --listen without a numeric port is bad usage (exit 2), caught here; a host or port the system
+// refuses is "cannot listen" (exit 1), found by listen_on.
+bool has_numeric_port(const std::string &spec) {
+    size_t colon = spec.rfind(':');
+    if (colon == std::string::npos || colon + 1 == spec.size() || spec.size() - colon > 6) return false;
+    return spec.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+           std::stoul(spec.substr(colon + 1)) <= 65535;
+}
+
 bool limit_option(Args &a, Options &o, int *status) {
     std::string v;
     if (a.option("--max-connections", "a number", &v)) {
@@ -159,7 +168,8 @@ int parse(int argc, char **argv, Options &o) {
         } else if (a.flag("--command-label")) {
             o.labels.command = true;
         } else if (a.option("--listen", "HOST:PORT", &o.listen)) {
-            if (a.failed() || o.listen.empty()) return a.usage_error("--listen needs HOST:PORT");
+            if (a.failed() || !has_numeric_port(o.listen))
+                return a.usage_error("--listen " + o.listen + " is not HOST:PORT");
         } else if (a.option("--ledger", "a path", &v)) {
             if (a.failed() || v.empty()) return a.usage_error("--ledger needs a path");
             o.ledgers.push_back(v);
