@@ -379,6 +379,30 @@ usage_errors() {
 }
 check "bad usage exits 2 with a message; --help exits 0" usage_errors
 
+# Issue 30, item 7: the summary printed a report's whole message (a program's gpuguard_report() text,
+# up to 4 KiB, many lines); it prints its first line, cut at about 200 characters with an ellipsis.
+long_message_is_one_line() {
+  local out long
+  long=$(printf 'Z%.0s' $(seq 300))
+  python3 - "$DATA/diff_a.json" "$TMP/long_message.json" "$long" <<'PY' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["message"] = "checkpoint 3: " + sys.argv[3] + "\nsecond line of the program's text\nthird line\n"
+json.dump(r, open(sys.argv[2], "w"))
+PY
+  # The text page wraps long lines, so the cut is counted in Z's: 200 characters less "checkpoint 3: ".
+  out=$("$CLI" report "$TMP/long_message.json") || return 1
+  expect_eq "$(grep -oE "Z{10,}" <<<"$out" | tr -d "\n" | wc -c)" 186 "the Z's of the first line shown (runs of ten or more: the temporary path may hold a Z)" &&
+    expect_contains "$out" "Z…" "the ellipsis where it was cut" &&
+    expect_not_contains "$out" "second line of the program's text" "the message's second line" || return 1
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["message"]="short one\n"; json.dump(r, open(sys.argv[2], "w"))' \
+    "$DATA/diff_a.json" "$TMP/short_message.json" || return 1
+  out=$("$CLI" report "$TMP/short_message.json") || return 1
+  expect_contains "$out" "short one" "a one-line message" && expect_not_contains "$out" "short one…" "no ellipsis on a whole line"
+}
+check "the summary gives one line of a report's message: its first, cut at ~200 characters with an ellipsis" \
+  long_message_is_one_line
+
 # Issue 20: `gpuguard report reports/gpuguard-quota-*.json`, as the README writes it, failed once the
 # folder held two reports, and `gpuguard report FOLDER` said "empty file". Several reports or a
 # folder: the newest is read and named; --all reads each, oldest first.

@@ -7,6 +7,21 @@ namespace {
 
 constexpr uint64_t MiB = 1024ull * 1024;
 
+// A report's message can be a program's whole gpuguard_report() text (up to 4 KiB, many lines): the
+// summary gives its first line, cut at about 200 characters (on a UTF-8 boundary) with an ellipsis,
+// so that the advice stays a summary; the report's JSON keeps all of it.
+std::string message_line(const std::string &message) {
+    constexpr size_t kMaxChars = 200;
+    size_t last = message.find_last_not_of(" \n\r\t");  // a trailing newline cuts nothing
+    std::string whole = message.substr(0, last == std::string::npos ? 0 : last + 1);
+    std::string line = whole.substr(0, whole.find('\n'));
+    size_t end = std::min(line.size(), kMaxChars);
+    while (end > 0 && end < line.size() && (static_cast<unsigned char>(line[end]) & 0xC0) == 0x80) end--;
+    bool cut = end < whole.size();
+    line.resize(end);
+    return cut ? line + "…" : line;
+}
+
 // The lines a tensor view adds under the headline: PyTorch's allocated and reserved bytes, the free
 // holes against the request, and whether the out-of-memory is fragmentation: the request would fit in
 // what the limit leaves beside the live tensors, but no free block is that large and the segments
@@ -52,7 +67,7 @@ void diagnose_quota(const Report &r, const Facts &f, Analysis &a) {
     a.failure = true;
     a.headline = "OUT OF MEMORY (quota): " + f.api + " of " + human_bytes(f.request) + f.on_device + " was refused";
     if (!r.limit_bytes) {
-        if (!r.message.empty()) a.why.push_back(r.message);
+        if (!r.message.empty()) a.why.push_back(message_line(r.message));
         return;
     }
     bool per_process = r.limit_scope == "process";
@@ -150,7 +165,7 @@ void diagnose(const Report &r, const Facts &f, Analysis &a) {
     if (r.reason == "allocator_oom") diagnose_allocator_oom(f, a);
     tensor_diagnosis(r, a);
     // The shim's message says again what the exit line says; for the other reasons it is the news.
-    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(r.message);
+    if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(message_line(r.message));
     process_notes(r, f, a);
     if (a.failed_phase && *a.failed_phase != Phase::Other)
         a.why.push_back(std::string("the failed request was made in the ") + phase_name(*a.failed_phase));
