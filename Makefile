@@ -340,12 +340,20 @@ $(BUILD)/tests/soak/soak: $(call obj,tests/soak/soak.cpp) $(COMMON_LIB)
 soak:
 	@SOAK_BUILD=$(SOAK_BUILD) SOAK_MINUTES=$(SOAK_MINUTES) tests/soak/run.sh
 
+# libunwind.so.8 goes to lib/gpuguard/, where the shim looks for it and no other program does; the
+# binaries are stripped of what loading them does not need (`make install STRIP=` keeps it all); the
+# man page is made from the command's help (packaging/deb/man.sh, as the .deb's).
+STRIP ?= strip --strip-unneeded
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/gpuguard
+	install -d $(DESTDIR)$(PREFIX)/lib/gpuguard $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/gpuguard \
+	  $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 $(UNWIND_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(UNWIND_SO) $(DESTDIR)$(PREFIX)/lib/gpuguard/
 	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(STRIP),$(STRIP) $(DESTDIR)$(PREFIX)/lib/$(notdir $(LIB)) $(DESTDIR)$(PREFIX)/lib/gpuguard/$(notdir $(UNWIND_SO)) \
+	  $(DESTDIR)$(PREFIX)/bin/$(notdir $(CLI)))
 	install -m 0644 include/gpuguard/gpuguard.h $(DESTDIR)$(PREFIX)/include/gpuguard/
+	packaging/deb/man.sh $(CLI) $(VERSION) > $(DESTDIR)$(PREFIX)/share/man/man1/gpuguard.1
 
 # Packages, into dist/: `make wheel` the manylinux wheel (the shim, its libunwind, the command as the
 # wheel's script, the Python package in python/gpuguard; packaging/wheel/build.py), `make deb` the

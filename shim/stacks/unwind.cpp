@@ -72,8 +72,11 @@ BacktraceFn load_libunwind() {
         std::string dir = self.dli_fname;
         size_t slash = dir.rfind('/');
         if (slash != std::string::npos) {
-            std::string beside = dir.substr(0, slash + 1) + "libunwind.so.8";
-            if (BacktraceFn fn = open_libunwind(beside.c_str())) return fn;
+            // `make install` puts it in lib/gpuguard/, below the shim, where no other program finds it.
+            for (const char *place : {"libunwind.so.8", "gpuguard/libunwind.so.8"}) {
+                std::string path = dir.substr(0, slash + 1) + place;
+                if (BacktraceFn fn = open_libunwind(path.c_str())) return fn;
+            }
         }
     }
     return open_libunwind("libunwind.so.8");
