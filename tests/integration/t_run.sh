@@ -169,6 +169,22 @@ relative_ledger_is_said() {
 }
 check "a relative ledger (option or variable) is one note naming the absolute path run passes on" relative_ledger_is_said
 
+# Issue 30, item 7: in a virtual environment without a kernelspec of its own, a notebook's kernel can
+# be another Python, where `%load_ext gpuguard` finds no module; run says so when it starts Jupyter.
+venv_kernel_note() {
+  local err
+  mkdir -p "$TMP/venv/bin" && printf '#!/bin/sh\nexit 0\n' > "$TMP/venv/bin/jupyter-lab" && chmod +x "$TMP/venv/bin/jupyter-lab"
+  err=$(VIRTUAL_ENV=$TMP/venv "$CLI" run --ledger none -- "$TMP/venv/bin/jupyter-lab" 2>&1) || return 1
+  expect_contains "$err" "gpuguard: note: the virtual environment $TMP/venv has no Jupyter kernel of its own" "the note" &&
+    expect_contains "$err" "python -m ipykernel install --sys-prefix" "the fix" || return 1
+  mkdir -p "$TMP/venv/share/jupyter/kernels/python3" && echo '{}' > "$TMP/venv/share/jupyter/kernels/python3/kernel.json"
+  err=$(VIRTUAL_ENV=$TMP/venv "$CLI" run --ledger none -- "$TMP/venv/bin/jupyter-lab" 2>&1) || return 1
+  expect_eq "$err" "" "with the kernelspec installed" || return 1
+  err=$(VIRTUAL_ENV=$TMP/venv-none "$CLI" run --ledger none -- true 2>&1) || return 1
+  expect_eq "$err" "" "a command that is not Jupyter"
+}
+check "run starting Jupyter in a virtual environment without its own kernel says how to add one" venv_kernel_note
+
 options_then_command_options() {
   # The first word that is not an option is the command; what follows is its own.
   local out

@@ -170,6 +170,21 @@ int refuse_split_limit(const RunOptions &o, const char *command) {
     return 0;
 }
 
+// `%load_ext gpuguard` in a notebook of a virtual environment finds no module when the kernel is not
+// the environment's Python (no kernelspec of its own); run can see that case before Jupyter starts.
+void note_venv_kernel(const char *command) {
+    const char *venv = gg::settings::env("VIRTUAL_ENV");
+    const char *name = strrchr(command, '/') ? strrchr(command, '/') + 1 : command;
+    if (!venv || !*venv || strncmp(name, "jupyter", 7) != 0) return;
+    std::string kernel = std::string(venv) + "/share/jupyter/kernels/python3/kernel.json";
+    if (access(kernel.c_str(), F_OK) == 0) return;
+    fprintf(stderr,
+            "gpuguard: note: the virtual environment %s has no Jupyter kernel of its own, so a notebook may "
+            "start another Python, where %%load_ext gpuguard finds no module; add one with "
+            "'python -m ipykernel install --sys-prefix'\n",
+            venv);
+}
+
 // The shim to preload, checked: 0, or the exit status that refuses it.
 int find_shim(std::string *lib) {
     std::string why;
@@ -303,6 +318,7 @@ int cmd_run(int argc, char **argv) {
     }
     char **cmd = a.rest();
     if (int code = refuse_split_limit(o, cmd[0])) return code;
+    note_venv_kernel(cmd[0]);
     std::string lib, limit_text, resolved, ledger_path, why;
     if (int code = find_shim(&lib)) return code;
     if (int code = set_limit(a, o, &limit_text)) return code;
