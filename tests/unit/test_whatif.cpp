@@ -2,6 +2,8 @@
 // out by hand from c10's rules, and the replay of hand-made event histories.
 #include <doctest/doctest.h>
 
+#include <iterator>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -545,5 +547,85 @@ TEST_CASE("model: a refusal visits only the blocks it gives back, however fragme
         m.empty_cache();  // now one free block, the whole segment (its one page): given back
         CHECK(m.blocks_visited_on_refusal() == 1);
         CHECK(m.reserved() == 0);
+    }
+}
+
+TEST_CASE("model: the smallest growth the limit refused is kept, what the limit search skips by") {
+    CachingAllocatorModel m(limited(20 * MiB));
+    CHECK(m.smallest_refused_by_limit() == UINT64_MAX);
+    REQUIRE(m.malloc(20 * MiB));
+    CHECK(m.smallest_refused_by_limit() == UINT64_MAX);
+    CHECK(m.malloc(30 * MiB) == 0);  // a segment of 30 MiB on top of 20
+    CHECK(m.smallest_refused_by_limit() == 50 * MiB);
+    CHECK(m.malloc(12 * MiB) == 0);  // 12 MiB on top of 20: the smaller one is kept
+    CHECK(m.smallest_refused_by_limit() == 32 * MiB);
+    CHECK(m.malloc(40 * MiB) == 0);
+    CHECK(m.smallest_refused_by_limit() == 32 * MiB);
+}
+
+namespace {
+
+// A history of random requests and frees (some refused), small enough to replay at every limit.
+Trace random_trace(std::mt19937_64 &rng) {
+    const uint64_t sizes[] = {512, 300 * 1024, 1 * MiB, 3 * MiB, 12 * MiB, 25 * MiB, 50 * MiB};
+    Trace tr;
+    std::vector<uint64_t> live;
+    uint64_t next = 1ull << 40;
+    for (int i = 0; i < 60; i++) {
+        uint64_t bytes = sizes[rng() % std::size(sizes)];
+        unsigned pick = rng() % 10;
+        if (pick < 5 || live.empty()) {
+            tr.ops.push_back({'a', next, bytes, 0, 0});
+            live.push_back(next);
+            next += 64 * MiB;
+        } else if (pick < 9) {
+            size_t at = rng() % live.size();
+            tr.ops.push_back({'f', live[at], 0, 0, 0});
+            live.erase(live.begin() + at);
+        } else {
+            tr.ops.push_back({'o', 0, bytes * 2, 0, 0});
+        }
+    }
+    return tr;
+}
+
+// The search as it was before it reused replays: plain bisection, one replay a step.
+std::optional<uint64_t> bisected_limit(const Trace &trace, const Config &config, uint64_t at_least) {
+    const uint64_t step = 2 * MiB;
+    Replay unlimited = replay(trace, config, kNoLimit, true);
+    if (!unlimited.ok) return std::nullopt;
+    uint64_t hi = (unlimited.peak_reserved + step - 1) / step, lo = std::min(at_least / step, hi);
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (replay(trace, config, mid * step, true).ok) hi = mid;
+        else lo = mid + 1;
+    }
+    return hi * step;
+}
+
+}  // namespace
+
+TEST_CASE("replay: the limit search that reuses its replays finds what plain bisection finds") {
+    std::mt19937_64 rng(29);
+    for (int t = 0; t < 200; t++) {
+        Trace tr = random_trace(rng);
+        Config c;
+        c.expandable = t % 3 == 1;
+        if (t % 3 == 2) c.max_split_size = 32 * MiB;
+        uint64_t at_least = (rng() % 4) * 16 * MiB;
+        CAPTURE(t);
+        CHECK(smallest_limit(tr, c, at_least) == bisected_limit(tr, c, at_least));
+        // The skip's premise: between a replay's peak and the smallest growth refused, the same replay.
+        Replay probe = replay(tr, c, 100 * MiB, true);
+        if (probe.ok && probe.peak_reserved > 0) {
+            Replay at_peak = replay(tr, c, probe.peak_reserved, true);
+            CHECK(at_peak.ok);
+            CHECK(at_peak.peak_reserved == probe.peak_reserved);
+            CHECK(at_peak.refusals == probe.refusals);
+        } else if (!probe.ok && probe.smallest_refused != UINT64_MAX) {
+            Replay below = replay(tr, c, probe.smallest_refused - 512, true);
+            CHECK_FALSE(below.ok);
+            CHECK(below.failed_at == probe.failed_at);
+        }
     }
 }

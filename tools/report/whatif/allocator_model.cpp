@@ -51,6 +51,12 @@ CachingAllocatorModel::~CachingAllocatorModel() {
     }
 }
 
+bool CachingAllocatorModel::fits(uint64_t bytes) {
+    if (bytes <= options_.limit && reserved_ <= options_.limit - bytes) return true;
+    smallest_refused_ = std::min(smallest_refused_, bytes > UINT64_MAX - reserved_ ? UINT64_MAX : reserved_ + bytes);
+    return false;
+}
+
 void CachingAllocatorModel::grew(uint64_t bytes) {
     reserved_ += bytes;
     peak_reserved_ = std::max(peak_reserved_, reserved_);

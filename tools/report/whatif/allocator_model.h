@@ -125,6 +125,10 @@ public:
     // Free blocks the refusals looked at to give memory back: what a refusal costs, for tests (each
     // block given back is counted once; a cache that gives nothing back costs nothing to ask).
     uint64_t blocks_visited_on_refusal() const { return visited_on_refusal_; }
+    // The smallest reserved-plus-growth the limit refused (UINT64_MAX: none). Under any limit from
+    // peak_reserved() up to below this, the model makes exactly the same choices: what the replay's
+    // limit search uses to skip limits.
+    uint64_t smallest_refused_by_limit() const { return smallest_refused_; }
     uint64_t block_bytes(uint64_t address) const;  // 0: no live block there
     uint64_t largest_free() const;                 // the largest mapped free block of either pool
     std::vector<SegmentInfo> segments() const;     // by address
@@ -170,7 +174,7 @@ private:
 
     Pool &pool_of(const Segment *s) { return s->small ? small_ : large_; }
     uint64_t page_of(const Pool &p) const { return p.small ? kSmallBuffer : kLargeBuffer; }
-    bool fits(uint64_t bytes) const { return bytes <= options_.limit && reserved_ <= options_.limit - bytes; }
+    bool fits(uint64_t bytes);
     void grew(uint64_t bytes);
 
     Block *get_free_block(Pool &pool, uint64_t size);
@@ -203,6 +207,7 @@ private:
     std::unordered_map<uint64_t, Block *> live_;
     uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0, ooms_ = 0;
     uint64_t visited_on_refusal_ = 0;
+    uint64_t smallest_refused_ = UINT64_MAX;
 };
 
 }  // namespace gg::whatif

@@ -123,6 +123,12 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
     o.limit = limit;
     CachingAllocatorModel m(o);
     Replay out;
+    auto ended = [&]() {
+        out.peak_allocated = m.peak_allocated();
+        out.peak_reserved = m.peak_reserved();
+        out.smallest_refused = m.smallest_refused_by_limit();
+        return out;
+    };
     auto failed = [&](size_t at, uint64_t bytes, bool refusal) {
         if (!out.ok) return;
         out.ok = false;
@@ -156,7 +162,7 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
         }
         out.blocks_not_served++;
         failed(kAtSeeds, bytes, false);
-        if (stop) return out;
+        if (stop) return ended();
     }
     for (size_t i = 0; i < trace.ops.size(); i++) {
         const Trace::Op &op = trace.ops[i];
@@ -186,23 +192,34 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
         out.compared++;
         out.within += diff <= kAgreement;
         out.largest_difference = std::max(out.largest_difference, diff);
-        if (stop && !out.ok) return out;
+        if (stop && !out.ok) return ended();
     }
     if (trace.final_request) refused_request(trace.ops.size(), *trace.final_request);
-    out.peak_allocated = m.peak_allocated();
-    out.peak_reserved = m.peak_reserved();
-    return out;
+    return ended();
 }
 
 std::optional<uint64_t> smallest_limit(const Trace &trace, const Config &config, uint64_t at_least) {
-    Replay unlimited = replay(trace, config, kNoLimit, true);
-    if (!unlimited.ok) return std::nullopt;  // a request no limit serves
+    // Limits [from, to) known to replay as one did (the model chooses the same under each), and whether
+    // that replay served everything: a probe that falls in one needs no replay of its own.
+    struct Known {
+        uint64_t from, to;
+        bool ok;
+    };
+    std::vector<Known> known;
+    auto serves = [&](uint64_t limit) {
+        for (const Known &k : known)
+            if (k.from <= limit && limit < k.to) return k.ok;
+        Replay r = replay(trace, config, limit, true);
+        known.push_back({r.peak_reserved, std::max(r.smallest_refused, limit + 1), r.ok});
+        return r.ok;
+    };
+    if (!serves(kNoLimit)) return std::nullopt;  // a request no limit serves
     // Bisection over multiples of the step in [lo, hi], where hi serves everything.
-    uint64_t hi = (unlimited.peak_reserved + kLimitStep - 1) / kLimitStep;
+    uint64_t hi = (known[0].from + kLimitStep - 1) / kLimitStep;
     uint64_t lo = std::min(at_least / kLimitStep, hi);
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (replay(trace, config, mid * kLimitStep, true).ok) hi = mid;
+        if (serves(mid * kLimitStep)) hi = mid;
         else lo = mid + 1;
     }
     return hi * kLimitStep;

@@ -73,7 +73,8 @@ struct Replay {
     size_t blocks_not_served = 0;                        // recorded blocks the model could not hand out
     size_t refusals = 0, refused_too = 0;                // requests PyTorch refused, and those the model refused too
     bool last_refusal_refused = false;
-    uint64_t peak_allocated = 0, peak_reserved = 0;
+    uint64_t peak_allocated = 0, peak_reserved = 0;  // up to where it ended
+    uint64_t smallest_refused = UINT64_MAX;          // CachingAllocatorModel::smallest_refused_by_limit
     // The model's reserved against PyTorch's after each op.
     size_t compared = 0, within = 0;  // within 2 MiB
     uint64_t largest_difference = 0;
@@ -85,9 +86,12 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
 
 // The smallest limit (a multiple of 2 MiB, the unit of every segment and page) at which the replay
 // serves everything, searched by bisection from `at_least` up to the peak reserved of a replay
-// without a limit (which serves everything by construction). Bisection assumes that more memory
-// never hurts, which holds for the caching allocator but for rare orders of events. Unknown when
-// nothing serves it (a request larger than any device).
+// without a limit (which serves everything by construction). The model chooses the same under every
+// limit from a replay's peak reserved up to below the smallest growth that limit refused, so a probe in
+// that range of an earlier replay takes its answer instead of replaying: the same answers as plain
+// bisection, with far fewer replays where the budget is loose. Bisection assumes that more
+// memory never hurts, which holds for the caching allocator but for rare orders of events. Unknown when nothing serves
+// it (a request larger than any device).
 std::optional<uint64_t> smallest_limit(const Trace &trace, const Config &config, uint64_t at_least);
 
 struct Budget {
