@@ -607,6 +607,7 @@ std::optional<uint64_t> bisected_limit(const Trace &trace, const Config &config,
 
 TEST_CASE("replay: the limit search that reuses its replays finds what plain bisection finds") {
     std::mt19937_64 rng(29);
+    int served = 0, failed = 0;  // probes of the premise of each kind
     for (int t = 0; t < 200; t++) {
         Trace tr = random_trace(rng);
         Config c;
@@ -616,16 +617,20 @@ TEST_CASE("replay: the limit search that reuses its replays finds what plain bis
         CAPTURE(t);
         CHECK(smallest_limit(tr, c, at_least) == bisected_limit(tr, c, at_least));
         // The skip's premise: between a replay's peak and the smallest growth refused, the same replay.
-        Replay probe = replay(tr, c, 100 * MiB, true);
+        Replay probe = replay(tr, c, (rng() % 400) * MiB, true);
         if (probe.ok && probe.peak_reserved > 0) {
             Replay at_peak = replay(tr, c, probe.peak_reserved, true);
             CHECK(at_peak.ok);
             CHECK(at_peak.peak_reserved == probe.peak_reserved);
             CHECK(at_peak.refusals == probe.refusals);
+            served++;
         } else if (!probe.ok && probe.smallest_refused != UINT64_MAX) {
             Replay below = replay(tr, c, probe.smallest_refused - 512, true);
             CHECK_FALSE(below.ok);
             CHECK(below.failed_at == probe.failed_at);
+            failed++;
         }
     }
+    CHECK(served > 10);
+    CHECK(failed > 10);
 }
