@@ -144,7 +144,9 @@ PY
     "the messages: U+FFFD for a surrogate and a NUL, bytes as UTF-8, the first 4 KiB between characters" || return 1
   local big; big=$(ls -S gpuguard-request-*.json | head -1)
   "$CLI" report --no-color "$big" > summary.txt 2>&1 || { cat summary.txt; return 1; }
-  expect_contains summary.txt "[message cut: " "the summary of the largest report"
+  # The summary shows one line of a message, cut with an ellipsis (the report keeps its first 4 KiB).
+  expect_contains summary.txt "yyyyyyyy…" "the summary of the largest report" &&
+    expect_eq "$(grep -c yyyy summary.txt)" 1 "lines of the message in the summary"
 }
 
 notebook_frame_is_sandboxed() {
@@ -184,12 +186,19 @@ check "%gpuguard's report frame is sandboxed to its scripts" notebook_frame_is_s
 frame_runs_its_script() {
   notebook_frame_is_sandboxed || return 1
   { echo "<html><body>"; cat out.txt; echo "</body></html>"; } > page.html
-  local profile; profile=$(mktemp -d "$TMP/chromium.XXXXXX")
-  env -u LD_PRELOAD timeout 90 "$BROWSER" --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions \
-    --user-data-dir="$profile" --hide-scrollbars --window-size=1200,800 --virtual-time-budget=5000 \
-    --screenshot="$TMP/shot.png" "file://$TMP/page.html" > chromium.log 2>&1 || { tail -5 chromium.log; return 1; }
-  local accent; read -r _ _ _ _ accent < <(python3 "$ROOT/tests/browser/png_stats.py" shot.png 47,111,222,30)
-  ((accent > 1000)) || { echo "    the frame drew ${accent:-no} pixels of the accent colour: its script did not run" >&2; return 1; }
+  # Up to three shots, with more virtual time each: on a loaded machine (CI's 2 cores) the frame's own
+  # process was seen to miss a 5 s budget.
+  local profile accent budget
+  for budget in 5000 15000 30000; do
+    profile=$(mktemp -d "$TMP/chromium.XXXXXX")
+    env -u LD_PRELOAD timeout 90 "$BROWSER" --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions \
+      --user-data-dir="$profile" --hide-scrollbars --window-size=1200,800 --virtual-time-budget=$budget \
+      --screenshot="$TMP/shot.png" "file://$TMP/page.html" > chromium.log 2>&1 || { tail -5 chromium.log; return 1; }
+    read -r _ _ _ _ accent < <(python3 "$ROOT/tests/browser/png_stats.py" shot.png 47,111,222,30)
+    ((accent > 1000)) && return 0
+  done
+  echo "    the frame drew ${accent:-no} pixels of the accent colour: its script did not run" >&2
+  return 1
 }
 BROWSER=$(command -v chromium || command -v chromium-browser || true)
 if [[ -n $BROWSER ]]; then
