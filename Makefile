@@ -84,7 +84,7 @@ FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so
               $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
-.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench fuzz soak wheel deb
+.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench container-test fuzz soak wheel deb
 all: deps-check $(LIB) $(UNWIND_SO) $(CLI)
 
 # Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
@@ -275,6 +275,11 @@ bench: all $(FAKES) $(BENCH_BIN)
 
 gpu-test: all
 	@BUILD=$(BUILD) tests/gpu/run.sh
+
+# Containers made as a runtime makes them (unshare + chroot into a debootstrap root): root and, the
+# first time, the network; not in `make test` or .ci/run.
+container-test: all $(FAKES) $(BUILD)/tests/bin/drv_linked $(BUILD)/tests/bin/fake_truth
+	@BUILD=$(BUILD) tests/containers/run.sh
 
 # The profiled shim (build-profile) times the shim's own share of each call in the training loop.
 gpu-bench: all
