@@ -236,10 +236,16 @@ if large and not failures:
     # The write deadline: once it has passed, the server has given up on the first non-reader, so
     # that reading it now ends (end of file or a reset) short of the body it was promised. Waiting
     # for it here makes the check the same on a quiet machine, where the honest scrapes end first.
-    time.sleep(max(0.0, asked + write_timeout + 0.5 - time.monotonic()))
+    # The deadline runs from the response's first byte, which a slow exporter (a sanitized build
+    # makes the 12 MB body for seconds) sends well after the request: wait for that byte, then past it.
+    held.settimeout(30)
+    try:
+        held.recv(1, socket.MSG_PEEK)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    time.sleep(max(0.0, asked + write_timeout + 0.5 - time.monotonic(), write_timeout + 0.5))
     # A wider window now, or what the kernel still holds for it (megabytes) trickles in 4 KiB at a time.
     held.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    held.settimeout(30)
     got = b""
     try:
         while chunk := held.recv(1 << 20):
