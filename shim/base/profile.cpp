@@ -23,6 +23,7 @@ constexpr const char *kNames[kSteps] = {
     "    stack: Python site key",
     "    stack: Python frames",
     "    stack: intern",
+    "    stack: check by native frames",
     "free: whole hook",
     "  take (untrack)",
     "  driver's cuMemFree",

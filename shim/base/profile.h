@@ -22,6 +22,7 @@ enum Step {
     kCapturePythonKey,
     kCapturePython,
     kCaptureIntern,
+    kCaptureCheck,  // a reuse's check, by the native frames up to the eval loop
     kFreeTotal,
     kFreeTake,
     kFreeDriver,

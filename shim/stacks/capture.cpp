@@ -47,16 +47,29 @@ bool stop_at_eval_loop(uintptr_t ip) { return py::is_eval_loop(ip); }
 // simply made again.)
 PerThread<reuse::SiteCache> g_sites;
 
+// Whether two native frames are the same for a site: equal, or both inside the eval loop, where
+// exactly moves as CPython specialises its instructions (shim/stacks/reuse.h).
+bool same_native_frame(uintptr_t a, uintptr_t b) { return a == b || (py::is_eval_loop(a) && py::is_eval_loop(b)); }
+
 // Whether two stacks of one site key are the same: equal, or different only in where inside the
-// eval loop a native frame stood (shim/stacks/reuse.h). Only at checks, so the copies do not matter.
+// eval loop a native frame stood. Only where a check found other native frames, so the copies do not
+// matter.
 bool same_site_stack(StackId a, StackId b) {
     if (a == b) return true;
     std::vector<uintptr_t> wa, wb;
     uint32_t na = 0, nb = 0;
     if (!table::get(a, &wa, &na) || !table::get(b, &wb, &nb) || na != nb || wa.size() != wb.size()) return false;
     for (size_t i = 0; i < wa.size(); ++i)
-        if (wa[i] != wb[i] && !(i < na && py::is_eval_loop(wa[i]) && py::is_eval_loop(wb[i]))) return false;
+        if (wa[i] != wb[i] && !(i < na && same_native_frame(wa[i], wb[i]))) return false;
     return true;
+}
+
+// How many of a walk's n frames a stack keeps: with Python frames (`cut`), those up to and including
+// the innermost eval loop, whichever unwinder walked on past it (see stop_at_eval_loop).
+int native_kept(const uintptr_t *frames, int n, bool cut) {
+    int kept = 0;
+    while (kept < n && !(cut && kept > 0 && py::is_eval_loop(frames[kept - 1]))) kept++;
+    return kept;
 }
 
 // Where capture()'s caller stands in a walk: found by its return address, robust to inlining and tail
@@ -145,6 +158,26 @@ StackId capture_native(int skip, int depth, void *return_address) {
     return id;
 }
 
+// A reuse due for its check, confirmed by its native frames alone. Under one Python key (every
+// Python frame's code object and instruction) only the native frames between the allocation and the
+// innermost eval loop can differ, so the cached stack is still the answer when those are the same (up
+// to where in the eval loop the innermost one stood). The walk stops at the eval loop and the caching
+// walker recalls it from the stack words it read before (shim/stacks/walk_memo.h), where a full
+// capture would describe every Python frame and unwind anew: 10 µs a check on the GPU machine, for
+// every site at each of its 11 checks in the first 1024 reuses (BENCHMARKS.md). False sends the
+// capture on to unwind and compare in full, as before.
+bool confirmed_by_native_frames(StackId cached, int skip, int depth, void *return_address) {
+    GG_PROFILE_STEP(kCaptureCheck);
+    uintptr_t fresh[kMaxDepth], kept[kMaxDepth];
+    int n = native_kept(fresh, caller_frames(fresh, skip, depth, return_address, stop_at_eval_loop), true);
+    uint32_t n_native = 0, words = table::copy(cached, kept, kMaxDepth, &n_native);
+    // Without Python words the cached stack was not cut at the eval loop: nothing to compare it with.
+    if (words == n_native || n_native != uint32_t(n)) return false;
+    for (int i = 0; i < n; ++i)
+        if (!same_native_frame(fresh[i], kept[i])) return false;
+    return true;
+}
+
 // A Python site's lookup in this thread's site cache (shim/stacks/reuse.h), before anything is
 // unwound or described: `answer` is set when the cached stack is the answer. Otherwise the capture
 // goes on to unwind, and tells the cache what it found (`sites` null: unwound every time).
@@ -173,6 +206,11 @@ bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_addres
         kind = census::Kind::kPythonExtended;
     }
     census::note(kind, census::Outcome(int(site.verdict)));
+    if (site.verdict == reuse::SiteCache::Verdict::kCheck &&
+        confirmed_by_native_frames(site.cached, skip, depth, return_address)) {
+        reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
+        site.verdict = reuse::SiteCache::Verdict::kReuse;
+    }
     if (site.verdict == reuse::SiteCache::Verdict::kReuse) {
         reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
         *answer = site.cached;
@@ -225,9 +263,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         // a deep interpreter stack.
         int n = caller_frames(words, skip, depth, return_address, cut ? stop_at_eval_loop : nullptr);
         reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
-        // With Python frames, the innermost eval-loop frame is the last native frame kept, whichever
-        // unwinder walked on past it (see stop_at_eval_loop).
-        while (n_native < n && !(cut && n_native > 0 && py::is_eval_loop(words[n_native - 1]))) n_native++;
+        n_native = native_kept(words, n, cut);
     }
     if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
 

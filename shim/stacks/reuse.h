@@ -11,7 +11,9 @@
 // shim/python/frames.h, site_key) and the number of frames skipped (not the stack pointer: the C
 // stack's depth under one Python stack changes as CPython specialises calls, shim/stacks/capture.cpp).
 // Two native paths under one Python instruction share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then
-// every 1024th, is checked by unwinding anyway. A check that finds another stack replaces the cached
+// every 1024th, is checked by the native frames between the allocation and the innermost eval loop (the only part that
+// can differ under one key; a walk the walk memo recalls), and only a check that finds other frames unwinds in full
+// (shim/stacks/capture.cpp, confirmed_by_native_frames). A check that finds another stack replaces the cached
 // one and starts the schedule again (a library takes another path once it has warmed up, and keeps to
 // it); the third time a site's stack changes, the site is unstable (one Python line whose calls take
 // several native paths: a generate() step's first token and the next ones). An unstable site's key

@@ -72,6 +72,9 @@ void grow(Shard &s) {
     s.slots.swap(bigger);
 }
 
+// The entry of an id, with its shard's lock held by the caller; null when there is none.
+const Entry *entry_of(Shard &s, uint32_t local) { return local < s.entries.size() ? &s.entries[local] : nullptr; }
+
 }  // namespace
 
 uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag) {
@@ -115,14 +118,24 @@ uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag) {
 bool get(uint32_t id, std::vector<uintptr_t> *words, uint32_t *tag) {
     if (id == 0) return false;
     Shard &s = shards()[(id - 1) % kShards];
-    uint32_t local = (id - 1) / kShards;
     std::lock_guard<std::mutex> lock(s.mu);
-    if (local >= s.entries.size()) return false;
-    const Entry &e = s.entries[local];
-    const uintptr_t *w = s.chunks[e.chunk].get() + e.off;
-    words->assign(w, w + e.n);
-    *tag = e.tag;
+    const Entry *e = entry_of(s, (id - 1) / kShards);
+    if (!e) return false;
+    const uintptr_t *w = s.chunks[e->chunk].get() + e->off;
+    words->assign(w, w + e->n);
+    *tag = e->tag;
     return true;
+}
+
+uint32_t copy(uint32_t id, uintptr_t *out, uint32_t max, uint32_t *tag) {
+    if (id == 0) return 0;
+    Shard &s = shards()[(id - 1) % kShards];
+    std::lock_guard<std::mutex> lock(s.mu);
+    const Entry *e = entry_of(s, (id - 1) / kShards);
+    if (!e) return 0;
+    memcpy(out, s.chunks[e->chunk].get() + e->off, sizeof(uintptr_t) * (e->n < max ? e->n : max));
+    *tag = e->tag;
+    return e->n;
 }
 
 size_t count() { return g_count.load(std::memory_order_relaxed); }

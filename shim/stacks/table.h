@@ -15,6 +15,10 @@ uint32_t intern(const uintptr_t *words, uint32_t n, uint32_t tag);
 // Copies out the words and tag of an id; false for 0 or an id never returned by intern().
 bool get(uint32_t id, std::vector<uintptr_t> *words, uint32_t *tag);
 
+// Copies the first min(n, max) words of an id into out[] without allocating (a capture's hot path);
+// returns n, the id's whole length, and sets its tag. 0 for 0 or an id never returned by intern().
+uint32_t copy(uint32_t id, uintptr_t *out, uint32_t max, uint32_t *tag);
+
 // Distinct stacks interned so far.
 size_t count();
 

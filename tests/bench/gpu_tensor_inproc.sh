@@ -68,7 +68,7 @@ if any_row:
           "interval for that median (sign test), and the quartiles.")
 names = {"c10 block: the tensor view's share": "whole", "block: stack (capture)": "stack", "stack: Python site key": "python key",
          "stack: Python frames": "python frames", "stack: native site key": "native key", "stack: native unwind": "native unwind",
-         "stack: intern": "intern", "block: pending log (append)": "log",
+         "stack: intern": "intern", "stack: check by native frames": "check", "block: pending log (append)": "log",
          "block: apply a batch (table, totals, ring)": "apply (a batch)"}
 prof = sorted(glob.glob(os.path.join(sys.argv[2], "inproc_profile_*.txt")))
 if prof:

@@ -209,6 +209,21 @@ TEST_SUITE("stacks") {
         CHECK(gg::stacks::table::intern(w, 0, 0) == 0);
     }
 
+    TEST_CASE("stack table: copy gives an id's length and tag, and at most the words asked for") {
+        uintptr_t w[] = {0x1100, 0x2200, 0x3300, 0x4400};
+        uint32_t id = gg::stacks::table::intern(w, 4, 1);
+        REQUIRE(id != 0);
+        uintptr_t out[4] = {0, 0, 0, 0};
+        uint32_t tag = 0;
+        CHECK(gg::stacks::table::copy(id, out, 2, &tag) == 4);
+        CHECK(tag == 1);
+        CHECK((out[0] == 0x1100 && out[1] == 0x2200 && out[2] == 0 && out[3] == 0));
+        CHECK(gg::stacks::table::copy(id, out, 4, &tag) == 4);
+        CHECK(out[3] == 0x4400);
+        CHECK(gg::stacks::table::copy(0, out, 4, &tag) == 0);
+        CHECK(gg::stacks::table::copy(id + (1u << 24), out, 4, &tag) == 0);  // never returned by intern
+    }
+
     TEST_CASE("Python frames stand before the eval-loop frame that ran them") {
         using gg::stacks::merge_order;
         auto order = [](const std::vector<bool> &eval, const std::vector<bool> &entry) {
