@@ -3,22 +3,15 @@
 // pin them, fragmentation told from a limit that is simply too small, and phases told by the frames.
 #include <doctest/doctest.h>
 
+#include "report_frames.h"
 #include "tools/report/analysis.h"
 
 using namespace gg::report;
+using gg::testing::py;
 
 namespace {
 
 constexpr uint64_t MiB = 1ull << 20;
-
-Frame py(const std::string &file, const std::string &function, int line) {
-    Frame f;
-    f.python = true;
-    f.file = file;
-    f.function = function;
-    f.line = line;
-    return f;
-}
 
 // A quota report of the fragmentation case: 110 segments of 20 MiB, each with every other 4 MiB
 // block live (two or three of five), allocated by one line; then a request of `request`.
