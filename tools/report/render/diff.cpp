@@ -8,6 +8,8 @@
 // the caching allocator ask the driver for more.
 #include "tools/report/render.h"
 
+#include "tools/report/analysis/holders.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -21,7 +23,7 @@ struct Side {
 };
 struct Row {
     std::string where;
-    std::vector<std::string> frames;
+    std::vector<std::string> frames, chain;  // chain: caller_chain(), to tell rows of one `where` apart
     Side a, b;
 };
 
@@ -32,12 +34,30 @@ void collect(const Report &r, const std::vector<StackBytes> &list, bool second, 
         Row &row = rows[key];
         if (row.where.empty()) {
             row.where = where_label(r, sb.stack);
-            if (s)
+            if (s) {
                 for (const Frame *f : frames_outermost_first(*s)) row.frames.push_back(frame_label(*f));
+                row.chain = caller_chain(*s);
+            }
         }
         Side &side = second ? row.b : row.a;
         side.bytes += sb.bytes;
         side.count += sb.count;
+    }
+}
+
+// Rows of two stacks that name the same place (a helper that every allocation goes through) read alike:
+// each such row's `where` goes on through its callers up to the one that tells it apart
+// (tools/report/analysis/holders.h).
+void tell_rows_apart(std::map<std::string, Row> &rows) {
+    std::map<std::string, std::vector<Row *>> by_where;
+    for (auto &kv : rows) by_where[kv.second.where].push_back(&kv.second);
+    for (auto &[where, group] : by_where) {
+        if (group.size() < 2) continue;
+        std::vector<std::vector<std::string>> chains;
+        for (const Row *row : group) chains.push_back(row->chain);
+        std::vector<std::string> apart = tell_apart(chains);
+        for (size_t i = 0; i < group.size(); ++i)
+            if (apart[i].find(" ← ") != std::string::npos) group[i]->where = apart[i];
     }
 }
 
@@ -63,6 +83,7 @@ json compare_stacks(const Report &a, const std::vector<StackBytes> &in_a, const 
     std::map<std::string, Row> rows;
     collect(a, in_a, false, rows);
     collect(b, in_b, true, rows);
+    tell_rows_apart(rows);
     std::vector<const Row *> order;
     for (const auto &kv : rows) order.push_back(&kv.second);
     std::stable_sort(order.begin(), order.end(), [](const Row *x, const Row *y) {

@@ -3,6 +3,7 @@
 #include "tools/report/render.h"
 
 #include "tools/cli/text.h"
+#include "tools/report/analysis/holders.h"
 
 #include <algorithm>
 #include <cctype>
@@ -129,16 +130,58 @@ std::string text_bar(uint64_t part, uint64_t whole, int width) {
 
 namespace {
 
+// A frame's label in `width` columns: a long Python frame loses the end of its function's name rather
+// than its file and line, which tell two frames of one function apart (a native frame's symbol says
+// more than its module, and is kept).
+std::string clip_frame(const std::string &frame, size_t width) {
+    size_t where = frame.rfind(" (");
+    if (display_width(frame) <= width || where == std::string::npos || frame.find(':', where) == std::string::npos)
+        return clip(frame, width);
+    std::string place = frame.substr(where);
+    size_t place_width = display_width(place);
+    if (place_width + 2 > width) return clip(frame, width);
+    return clip(frame.substr(0, where), width - place_width) + place;
+}
+
+// The callers of a holder's label ("best ← caller ← …" without its best frame), under it from column
+// `indent`: as many frames a line as fit, never cut where they fit, since the frame that tells two
+// holders apart may be the last.
+void print_callers(std::ostream &out, const Style &st, size_t indent, const std::string &callers) {
+    const std::string sep = " ← ";
+    const size_t width = kWidth - indent - 2;
+    std::string line;
+    for (size_t at = 0; at <= callers.size();) {
+        size_t end = std::min(callers.find(sep, at), callers.size());
+        std::string frame = callers.substr(at, end - at);
+        if (!line.empty() && display_width(line + sep + frame) > width) {
+            out << std::string(indent, ' ') << st.dim() << "← " << line << st.reset() << "\n";
+            line.clear();
+        }
+        line += (line.empty() ? "" : sep) + clip_frame(frame, width);
+        at = end + sep.size();
+    }
+    if (!line.empty()) out << std::string(indent, ' ') << st.dim() << "← " << line << st.reset() << "\n";
+}
+
 // One holder of live memory: its bytes, its share of the list's total, a bar against the largest
-// holder, how many allocations, where it was made, and the program's own caller under a library frame.
-void print_holder(std::ostream &out, const Style &st, const Report &r, const StackBytes &sb, uint64_t total,
+// holder, how many allocations, where it was made (holder_labels: with the callers that tell it from
+// the others listed), and the callers on the lines under it.
+void print_holder(std::ostream &out, const Style &st, const StackBytes &sb, const std::string &label, uint64_t total,
                   uint64_t largest, const std::string &tag) {
-    auto [best, caller] = split_where(where_label(r, sb.stack));
+    auto [best, callers] = split_where(label);
     out << "  " << pad_left(human_bytes(sb.bytes), 11) << ' '
         << pad_left(std::to_string(percent(sb.bytes, total)) + "%", 4) << ' ' << st.cyan()
         << text_bar(sb.bytes, largest, 10) << st.reset() << ' ' << pad_left(std::to_string(sb.count) + "×", 6) << "  "
-        << clip(best, 62) << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset()) << "\n";
-    if (!caller.empty()) out << std::string(38, ' ') << st.dim() << "← " << clip(caller, 60) << st.reset() << "\n";
+        << clip_frame(best, 62) << (tag.empty() ? "" : std::string("  ") + st.dim() + "[" + tag + "]" + st.reset())
+        << "\n";
+    if (!callers.empty()) print_callers(out, st, 38, callers);
+}
+
+// The labels of the first `shown` holders of a list, told apart from each other.
+std::vector<std::string> shown_labels(const Report &r, const std::vector<StackBytes> &list, size_t shown) {
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < shown && i < list.size(); ++i) ids.push_back(list[i].stack);
+    return holder_labels(r, ids);
 }
 
 // The heading of a list of holders: its title, then what it counts and its totals. Returns the total
@@ -211,9 +254,10 @@ void print_tensor_holders(std::ostream &out, const Style &st, const Report &r, c
     const TensorView &v = *r.tensor;
     uint64_t total = print_holders_heading(out, st, "Top holders", "  live tensors by stack: ", "tensor", v.by_stack);
     size_t shown = std::min(opt.top, v.by_stack.size());
+    std::vector<std::string> labels = shown_labels(r, v.by_stack, shown);
     for (size_t i = 0; i < shown; ++i) {
         const StackBytes &sb = v.by_stack[i];
-        print_holder(out, st, r, sb, total, v.by_stack.front().bytes, phase_tag(r, sb.stack, a.mode, false));
+        print_holder(out, st, sb, labels[i], total, v.by_stack.front().bytes, phase_tag(r, sb.stack, a.mode, false));
         auto creator = a.tensor.segment_creator.find(sb.stack);
         if (creator != a.tensor.segment_creator.end() && creator->second != sb.stack) {
             std::string made = where_label(r, creator->second);
@@ -376,9 +420,11 @@ void print_holders(std::ostream &out, const Style &st, const Report &r, const An
         "allocation", r.by_stack);
     size_t shown = std::min(segments ? std::min<size_t>(opt.top, 3) : opt.top, r.by_stack.size());
     bool tag_segments = !(r.tensor && r.tensor->backend == "cudaMallocAsync");
+    std::vector<std::string> labels = shown_labels(r, r.by_stack, shown);
     for (size_t i = 0; i < shown; ++i) {
         const StackBytes &sb = r.by_stack[i];
-        print_holder(out, st, r, sb, total, r.by_stack.front().bytes, phase_tag(r, sb.stack, a.mode, tag_segments));
+        print_holder(out, st, sb, labels[i], total, r.by_stack.front().bytes,
+                     phase_tag(r, sb.stack, a.mode, tag_segments));
     }
     print_more_stacks(out, st, r.by_stack, shown);
     out << "\n";
@@ -386,9 +432,13 @@ void print_holders(std::ostream &out, const Style &st, const Report &r, const An
 
 void print_peak(std::ostream &out, const Style &st, const Report &r) {
     out << st.bold() << "At the peak" << st.reset() << st.dim() << "  " << human_bytes(r.peak()) << st.reset() << "\n";
-    for (size_t i = 0; i < r.peak_by_stack.size() && i < 3; ++i)
-        out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  "
-            << clip(where_label(r, r.peak_by_stack[i].stack), 84) << "\n";
+    size_t shown = std::min<size_t>(r.peak_by_stack.size(), 3);
+    std::vector<std::string> labels = shown_labels(r, r.peak_by_stack, shown);
+    for (size_t i = 0; i < shown; ++i) {
+        auto [best, callers] = split_where(labels[i]);
+        out << "  " << pad_left(human_bytes(r.peak_by_stack[i].bytes), 11) << "  " << clip_frame(best, 84) << "\n";
+        if (!callers.empty()) print_callers(out, st, 15, callers);
+    }
     out << "\n";
 }
 
