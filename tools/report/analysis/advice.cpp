@@ -1,5 +1,6 @@
 // The advice of a report: what to change (tools/report/analysis/parts.h).
 #include <algorithm>
+#include <cmath>
 
 #include "tools/report/analysis/parts.h"
 
@@ -66,7 +67,7 @@ void replay_advice(Analysis &a) {
 }
 
 // Advice by where the memory is held: the largest phase, when it holds at least 30%.
-void phase_advice(const Report &r, Analysis &a, uint64_t total) {
+void phase_advice(Analysis &a, uint64_t total) {
     if (total == 0) return;
     int best = -1;
     for (int p = 0; p < kPhases; ++p)
@@ -111,22 +112,89 @@ void phase_advice(const Report &r, Analysis &a, uint64_t total) {
                                 "bucket_cap_mb, gradient_as_bucket_view=True (buckets share the gradients' "
                                 "memory), or NCCL_BUFFSIZE for NCCL's own."});
             break;
-        case Phase::KvCache: {
-            std::string at;
-            for (const StackBytes &sb : a.tensor.present ? r.tensor->by_stack : r.by_stack)
-                if (const Stack *s = r.stack(sb.stack))
-                    if (const Frame *f = kv_cache_frame(*s)) {
-                        at = " at " + frame_label(*f);
-                        break;
-                    }
-            a.advice.push_back({"kv-cache", "The KV cache" + at + " holds " + share,
-                                "It grows with every generated token, for every sequence of the batch: cap "
-                                "max_new_tokens or the batch size, or use a static, quantized or offloaded cache "
-                                "(transformers' cache_implementation)."});
-            break;
-        }
+        case Phase::KvCache: break;  // kv_cache_advice(), whichever phase is largest
         case Phase::Other: break;
     }
+}
+
+// What this process could have used when its allocation failed: under the quota, the limit less the
+// container's other processes (none under a per-process limit); out of device memory, the device's
+// free memory and what the process holds (`holds`). 0 when the report does not say (PyTorch's own
+// limit, set_per_process_memory_fraction, is not in it).
+uint64_t memory_for_process(const Report &r, const Facts &f, const Analysis &a, uint64_t holds) {
+    if (a.kind == "quota" && r.limit_bytes) {
+        uint64_t others = r.limit_scope == "process" || f.container < f.live ? 0 : f.container - f.live;
+        return *r.limit_bytes > others ? *r.limit_bytes - others : 0;
+    }
+    return a.kind == "physical" && r.device_free ? *r.device_free + holds : 0;
+}
+
+// The largest 1/n not above `share` (0 < share < 1), as people say it: "half", "a third", "1/12".
+std::string fraction_words(long double share) {
+    static const char *const words[] = {"half", "a third", "a quarter", "a fifth"};
+    uint64_t n = std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(1.0L / share)));
+    return n - 2 < sizeof words / sizeof *words ? words[n - 2] : "1/" + std::to_string(n);
+}
+
+// At what size the KV cache would have let this failure pass, from the report's own numbers: what the
+// process may use, what it held beside the cache, and the cache with the failed request when that
+// request was the cache growing. The cache is batch × tokens × a constant, so the share of it that
+// fits is the share of batch × tokens that fits. The report knows neither the batch nor the tokens:
+// it gives the share. Other holders are taken as they were; a smaller batch shrinks its activations
+// too, so the share errs low.
+std::string kv_cache_fit(const Report &r, const Facts &f, const Analysis &a, uint64_t kv) {
+    if (!a.failure) return "No allocation failed in this report, so there is no size the cache had to fit under.";
+    const TensorFacts &t = a.tensor;
+    // In the measure of the holders: tensors (beside what the process holds outside PyTorch), or
+    // the driver's allocations.
+    uint64_t outside = t.present && f.live > t.reserved ? f.live - t.reserved : 0;
+    uint64_t may_use = memory_for_process(r, f, a, t.present ? t.reserved : f.live);
+    if (may_use == 0)
+        return "The report holds neither the limit that refused the request nor the device's free memory, so it "
+               "cannot say at what size the cache would fit.";
+    uint64_t request = t.present && t.request ? t.request : f.request;
+    bool cache_asked = a.failed_phase == Phase::KvCache;  // the failed request was the cache growing
+    uint64_t cache = kv + (cache_asked ? request : 0);
+    uint64_t rest = f.held_total - kv + (cache_asked ? 0 : request) + outside;
+    if (rest >= may_use)
+        return "Even with no KV cache the rest (" + human_bytes(rest) + ") would not fit in the " +
+               human_bytes(may_use) + " this process may use: a smaller cache alone does not make this run fit.";
+    uint64_t room = may_use - rest;
+    if (room >= cache)
+        return "The cache and the rest (" + human_bytes(cache + rest) + ") fit in the " + human_bytes(may_use) +
+               " this process may use: its size is not what failed here.";
+    long double share = static_cast<long double>(room) / cache;
+    std::string fits = std::to_string(static_cast<int>(share * 100)) + "%";
+    return "The run fits with at most " + human_bytes(room) + " of cache beside the other " + human_bytes(rest) +
+           " held, in the " + human_bytes(may_use) + " this process may use: " + fits + " of the " +
+           human_bytes(cache) + " the cache needed" + (cache_asked ? " with the failed request" : "") +
+           ", so batch × tokens within " + fits + " of what they were when it failed (" + fraction_words(share) +
+           " the batch at the same length, say). The report knows neither the batch nor the tokens: it can give "
+           "only this share.";
+}
+
+// The KV cache, whenever it holds a tenth of what is held: how much, the frame that grows it, what
+// shrinks it, and at what size the run would fit.
+void kv_cache_advice(const Report &r, const Facts &f, Analysis &a) {
+    uint64_t kv = a.phase_bytes[static_cast<int>(Phase::KvCache)];
+    if (kv == 0 || f.held_total == 0 || percent(kv, f.held_total) < 10) return;
+    std::string at;
+    for (const StackBytes &sb : a.tensor.present ? r.tensor->by_stack : r.by_stack)
+        if (const Stack *s = r.stack(sb.stack))
+            if (const Frame *fr = kv_cache_frame(*s)) {
+                at = " at " + frame_label(*fr);
+                break;
+            }
+    a.advice.push_back(
+        {"kv-cache",
+         "The KV cache" + at + " holds " + human_bytes(kv) + " (" + std::to_string(percent(kv, f.held_total)) + "% " +
+             (a.tensor.present ? "of the tensors" : "of live memory") + ")",
+         "It grows with every token, for every sequence of the batch: batch size × (prompt length + "
+         "max_new_tokens). A smaller batch, a shorter prompt or max_new_tokens shrink it; a quantized cache "
+         "(generate(..., cache_implementation=\"quantized\"), QuantizedCache) keeps keys and values in 4 or 2 "
+         "bits; a static cache (cache_implementation=\"static\") takes its whole length at the start, so a run "
+         "too long fails before the work, not after it. " +
+             kv_cache_fit(r, f, a, kv)});
 }
 
 }  // namespace
@@ -179,7 +247,8 @@ void advise(const Report &r, const Facts &f, Analysis &a) {
 
     if (a.fragmentation) fragmentation_advice(r, a);
     replay_advice(a);
-    phase_advice(r, a, held_total);
+    phase_advice(a, held_total);
+    kv_cache_advice(r, f, a);
 
     if (r.cudnn && r.cudnn->largest_workspace_requested_bytes && *r.cudnn->largest_workspace_requested_bytes > 0) {
         const Cudnn &c = *r.cudnn;
