@@ -115,3 +115,14 @@ TEST_CASE("holders: under a library frame, the program's own caller that where_l
           "_conv_forward (torch/nn/modules/conv.py:549) ← forward (torch/nn/modules/conv.py:554) ← _call_impl "
           "(torch/nn/modules/module.py:1762) ← … ← forward (work/model.py:34)");
 }
+
+TEST_CASE("holders: told_apart changes only the labels two holders share, and keeps their program frame") {
+    std::vector<std::string> labels =
+        told_apart({"lib (site/x.py:1) ← run (app.py:5)", "lib (site/x.py:1) ← run (app.py:5)", "other (app.py:9)"},
+                   {{"lib (site/x.py:1)", "a (site/y.py:2)", "run (app.py:5)"},
+                    {"lib (site/x.py:1)", "b (site/y.py:3)", "run (app.py:5)"},
+                    {"other (app.py:9)"}});
+    CHECK(labels[0] == "lib (site/x.py:1) ← a (site/y.py:2) ← run (app.py:5)");
+    CHECK(labels[1] == "lib (site/x.py:1) ← b (site/y.py:3) ← run (app.py:5)");
+    CHECK(labels[2] == "other (app.py:9)");
+}

@@ -77,25 +77,30 @@ std::vector<std::string> tell_apart(const std::vector<std::vector<std::string>> 
     return out;
 }
 
-std::vector<std::string> holder_labels(const Report &r, const std::vector<std::string> &stack_ids) {
-    std::vector<std::string> labels;
+std::vector<std::string> told_apart(std::vector<std::string> labels,
+                                    const std::vector<std::vector<std::string>> &chains) {
     std::map<std::string, std::vector<size_t>> by_label;
-    for (size_t i = 0; i < stack_ids.size(); ++i) {
-        labels.push_back(where_label(r, stack_ids[i]));
-        by_label[labels.back()].push_back(i);
-    }
+    for (size_t i = 0; i < labels.size(); ++i) by_label[labels[i]].push_back(i);
     for (const auto &[label, group] : by_label) {
         if (group.size() < 2) continue;
-        std::vector<std::vector<std::string>> chains;
-        for (size_t i : group) {
-            const Stack *s = r.stack(stack_ids[i]);
-            chains.push_back(s ? caller_chain(*s) : std::vector<std::string>{});
-        }
-        std::vector<size_t> needed = frames_to_tell_apart(chains);
+        std::vector<std::vector<std::string>> group_chains;
+        for (size_t i : group) group_chains.push_back(chains[i]);
+        std::vector<size_t> needed = frames_to_tell_apart(group_chains);
         for (size_t k = 0; k < group.size(); ++k)
-            if (needed[k] > 1) labels[group[k]] = with_program_caller(chains[k], needed[k], label);
+            if (needed[k] > 1) labels[group[k]] = with_program_caller(group_chains[k], needed[k], label);
     }
     return labels;
+}
+
+std::vector<std::string> holder_labels(const Report &r, const std::vector<std::string> &stack_ids) {
+    std::vector<std::string> labels;
+    std::vector<std::vector<std::string>> chains;
+    for (const std::string &id : stack_ids) {
+        labels.push_back(where_label(r, id));
+        const Stack *s = r.stack(id);
+        chains.push_back(s ? caller_chain(*s) : std::vector<std::string>{});
+    }
+    return told_apart(std::move(labels), chains);
 }
 
 }  // namespace gg::report

@@ -38,9 +38,14 @@ std::vector<std::string> tell_apart(const std::vector<std::vector<std::string>> 
 std::vector<size_t> frames_to_tell_apart(const std::vector<std::vector<std::string>> &chains);
 std::string chain_text(const std::vector<std::string> &chain, size_t needed, size_t cap = kChainCap);
 
-// The labels of a list of holders (stack ids of `r`), in its order: where_label(), or where two or
-// more of them have the same one, tell_apart()'s text of their caller chains, followed by the
-// program's own frame that where_label() named under a library frame when the chain stops short of it.
+// Labels of holders told apart: `labels` as where_label() gave them, and each holder's caller_chain().
+// A label that two or more holders share becomes tell_apart()'s text of the holder's chain, followed
+// by the program's own frame that where_label() named under a library frame ("best ← caller") when
+// the chain stops short of it. The others stay as they are.
+std::vector<std::string> told_apart(std::vector<std::string> labels,
+                                    const std::vector<std::vector<std::string>> &chains);
+
+// told_apart() for a list of holders (stack ids of `r`), in its order.
 std::vector<std::string> holder_labels(const Report &r, const std::vector<std::string> &stack_ids);
 
 }  // namespace gg::report

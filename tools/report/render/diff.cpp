@@ -49,16 +49,15 @@ void collect(const Report &r, const std::vector<StackBytes> &list, bool second, 
 // each such row's `where` goes on through its callers up to the one that tells it apart
 // (tools/report/analysis/holders.h).
 void tell_rows_apart(std::map<std::string, Row> &rows) {
-    std::map<std::string, std::vector<Row *>> by_where;
-    for (auto &kv : rows) by_where[kv.second.where].push_back(&kv.second);
-    for (auto &[where, group] : by_where) {
-        if (group.size() < 2) continue;
-        std::vector<std::vector<std::string>> chains;
-        for (const Row *row : group) chains.push_back(row->chain);
-        std::vector<std::string> apart = tell_apart(chains);
-        for (size_t i = 0; i < group.size(); ++i)
-            if (apart[i].find(" ← ") != std::string::npos) group[i]->where = apart[i];
+    std::vector<std::string> wheres;
+    std::vector<std::vector<std::string>> chains;
+    for (const auto &kv : rows) {
+        wheres.push_back(kv.second.where);
+        chains.push_back(kv.second.chain);
     }
+    wheres = told_apart(std::move(wheres), chains);
+    size_t i = 0;
+    for (auto &kv : rows) kv.second.where = wheres[i++];
 }
 
 json side_json(const Report &r) {
