@@ -113,22 +113,36 @@ std::string short_symbol(const std::string &symbol) {
     return s;
 }
 
+namespace {
+
+// "alloc_until_oom.c:56" for a native frame its module's debug info named, else "".
+std::string source_line_of(const Frame &f) {
+    if (f.source_file.empty()) return "";
+    return base_name(f.source_file) + (f.source_line ? ":" + std::to_string(*f.source_line) : "");
+}
+
+}  // namespace
+
 std::string frame_label(const Frame &f) {
     if (f.python) {
         std::string where = short_python_file(f.file);
         if (f.line) where += ":" + std::to_string(*f.line);
         return (f.function.empty() ? std::string("<python>") : f.function) + " (" + where + ")";
     }
-    std::string mod = base_name(f.module);
+    std::string mod = base_name(f.module), source = source_line_of(f);
+    if (!f.symbol.empty() && !source.empty()) return short_symbol(f.symbol) + " (" + source + ")";
     if (!f.symbol.empty()) return short_symbol(f.symbol) + (mod.empty() ? "" : " (" + mod + ")");
-    if (!mod.empty()) return mod + "+" + (f.offset.empty() ? f.ip : f.offset);
-    return f.ip.empty() ? std::string("[unknown]") : f.ip;
+    std::string raw = !mod.empty() ? mod + "+" + (f.offset.empty() ? f.ip : f.offset) : f.ip;
+    if (raw.empty()) raw = "[unknown]";
+    return source.empty() ? raw : raw + " (" + source + ")";
 }
 
 std::string frame_key(const Frame &f) {
     if (f.python) return "py\x1f" + f.file + "\x1f" + f.function + "\x1f" + (f.line ? std::to_string(*f.line) : "");
-    // Instruction pointers move with ASLR; a symbol, or module + offset, does not.
-    return "c\x1f" + base_name(f.module) + "\x1f" + (f.symbol.empty() ? f.offset : f.symbol);
+    // Instruction pointers move with ASLR; a symbol, or module + offset, does not. A source line tells
+    // apart two calls in one function, as a Python frame's line does.
+    return "c\x1f" + base_name(f.module) + "\x1f" + (f.symbol.empty() ? f.offset : f.symbol) + "\x1f" + f.source_file +
+           (f.source_line ? ":" + std::to_string(*f.source_line) : "");
 }
 
 std::string stack_key(const Stack &s) {

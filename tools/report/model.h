@@ -31,6 +31,9 @@ struct Frame {
     std::optional<int64_t> line;
     // native frames
     std::string module, symbol, offset, ip, build_id;
+    // Where the module's debug info puts the frame (tools/report/symbolize.h); empty when not named.
+    std::string source_file;
+    std::optional<int64_t> source_line;
 };
 
 struct Stack {
@@ -242,7 +245,8 @@ std::string short_python_file(const std::string &file);
 std::string short_symbol(const std::string &symbol);
 
 // One line per frame, for people: "step (train.py:42)", "c10::cuda::CUDACachingAllocator::malloc
-// (libc10_cuda.so)", "libfoo.so+0x1234" when unsymbolized.
+// (libc10_cuda.so)", "main (alloc_until_oom.c:56)" when debug info named it, "libfoo.so+0x1234" when
+// unsymbolized.
 std::string frame_label(const Frame &f);
 // A key that identifies a frame across runs (no addresses): used to merge flame-graph nodes and to
 // match stacks between two reports.
