@@ -221,7 +221,7 @@ $(BUILD)/obj/tests/fake/fake_c10_cuda.cpp.o: CXXFLAGS += -fplt
 # The unit tests also link the command's report reader and analysis: to read back what the shim's
 # writer wrote, and to test the diagnosis and the what-if (tools/report/whatif/) on reports made up in
 # the test; and the exporter's metrics, to render ledger snapshots no running process can produce.
-UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp tools/report/phases.cpp tools/report/tensor.cpp \
+UNIT_TOOLS := tools/report/load.cpp tools/report/model.cpp tools/report/phases.cpp tools/report/tensor.cpp tools/report/symbolize.cpp \
               $(sort $(wildcard tools/report/analysis/*.cpp tools/report/whatif/*.cpp)) tools/exporter/metrics.cpp tools/exporter/server.cpp
 $(UNIT): $(call obj,$(UNIT_SRC) $(UNIT_TOOLS)) $(CORE_LIB) $(COMMON_LIB)
 	@mkdir -p $(dir $@)

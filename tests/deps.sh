@@ -13,8 +13,10 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # util-linux: unshare, mount and mountpoint for the hostile-environment checks (t_hostile.sh: PID
 # namespaces, a small tmpfs; skipped with the reason where root is not there). Essential in Debian, so
 # normally present. dpkg-dev unpacks Debian's source of libunwind, which the shipped libunwind.so.8 is
-# built from (packaging/libunwind/fetch.sh).
-for pkg in libunwind-dev nlohmann-json3-dev doctest-dev util-linux dpkg-dev; do have "$pkg" || need+=("$pkg"); done
+# built from (packaging/libunwind/fetch.sh). libdw-dev: elfutils' headers, which `gpuguard report`
+# compiles against to name native frames (tools/report/symbolize.h); the command loads libdw.so.1 with
+# dlopen at run time, so it does not need it installed to start.
+for pkg in libunwind-dev nlohmann-json3-dev doctest-dev util-linux dpkg-dev libdw-dev; do have "$pkg" || need+=("$pkg"); done
 # chromium drives the HTML report's browser test; prometheus (its server and promtool) checks the
 # exporter (t_exporter.sh); clang + its runtimes build the fuzz targets.
 if [[ ${GPUGUARD_DEPS_BROWSER:-1} == 1 ]]; then have chromium || need+=(chromium); fi

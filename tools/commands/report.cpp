@@ -3,6 +3,7 @@
 // 2 bad usage or an input file that is not a readable gpuguard report.
 #include "tools/commands/commands.h"
 #include "tools/report/render.h"
+#include "tools/report/symbolize.h"
 #include "tools/report/whatif/replay.h"
 
 #include "common/base/log.h"
@@ -50,6 +51,10 @@ const char kUsage[] =
     "                     have avoided the OOM under the same limit, the smallest limit the run needed\n"
     "                     (with --json: the answers as JSON)\n"
     "  --text             print the summary too when writing files\n"
+    "  --no-symbolize     leave native frames as module+offset (by default they are named from the\n"
+    "                     module's debug info, read with elfutils' libdw.so.1 when it is installed)\n"
+    "  --debug-dir DIR    where separate debug files are, as DIR/.build-id/xx/yyyy.debug\n"
+    "                     (default /usr/lib/debug)\n"
     "  --all              every report given, oldest first, not only the newest: summaries under their\n"
     "                     file names, or with --json one JSON document a line\n"
     "  -h, --help         this help\n"
@@ -69,6 +74,7 @@ const char kDiffUsage[] =
     "  --top N      how many stacks to list in each direction (default 10)\n"
     "  --json       print the comparison as JSON\n"
     "  --no-color   plain text\n"
+    "  --no-symbolize, --debug-dir DIR   as for gpuguard report\n"
     "  -h, --help   this help\n";
 
 bool colour_wanted(bool no_color) {
@@ -108,6 +114,12 @@ bool write_output(const std::string &path, const std::string &data, const char *
     return true;
 }
 
+// How native frames are named after loading; `off` with --no-symbolize.
+struct Naming {
+    bool off = false;
+    SymbolizeOptions options;
+};
+
 bool load_or_say(const std::string &path, Report &r) {
     LoadError err;
     if (load(path, r, err)) return true;
@@ -115,9 +127,22 @@ bool load_or_say(const std::string &path, Report &r) {
     return false;
 }
 
+// Names the native frames once, in the model, before anything renders: every view then shows them.
+void name_frames(Report &r, const Naming &naming) {
+    if (naming.off) return;
+    for (const std::string &note : symbolize(r, naming.options)) gg::log_error("%s", note.c_str());
+}
+
+// --no-symbolize and --debug-dir, for both forms of the command. False when the option was not one.
+bool naming_option(Args &a, Naming &naming) {
+    if (a.flag("--no-symbolize")) return naming.off = true;
+    return a.option("--debug-dir", "a folder", &naming.options.debug_dir);
+}
+
 int run_diff(int argc, char **argv) {
     TextOptions opt;
     bool no_color = false, as_json = false;
+    Naming naming;
     std::vector<std::string> files;
     Args a("report diff", argc, argv);
     while (!a.done()) {
@@ -125,6 +150,8 @@ int run_diff(int argc, char **argv) {
         if (a.flag("-h") || a.flag("--help")) {
             fputs(kDiffUsage, stdout);
             return 0;
+        } else if (naming_option(a, naming)) {
+            if (a.failed()) return a.usage_error();
         } else if (a.flag("--no-color") || a.flag("--no-colour")) {
             no_color = true;
         } else if (a.flag("--json")) {
@@ -141,6 +168,8 @@ int run_diff(int argc, char **argv) {
     if (files.size() != 2) return a.usage_error("needs two reports, A and B");
     Report before, after;
     if (!load_or_say(files[0], before) || !load_or_say(files[1], after)) return 2;
+    name_frames(before, naming);
+    name_frames(after, naming);
     json d = diff(before, after);
     if (as_json) {
         std::cout << d.dump(2) << "\n";
@@ -151,9 +180,10 @@ int run_diff(int argc, char **argv) {
     return std::cout ? 0 : 1;
 }
 
-int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_json, bool also_text, bool at_peak,
-               bool what_if, const std::string &html, const std::string &folded, const std::string &speedscope,
-               const std::string &perfetto, const std::string &memory_viz, int to_stdout, bool one_line);
+int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
+               bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
+               const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
+               bool one_line);
 
 }  // namespace
 
@@ -163,6 +193,7 @@ int cmd_report(int argc, char **argv) {
     TextOptions opt;
     bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false, all = false;
     std::string html, folded, speedscope, perfetto, memory_viz;
+    Naming naming;
     std::vector<std::string> files;
     Args a("report", argc, argv);
     const char *file_name = "a file name (or '-' for standard output)";
@@ -173,6 +204,8 @@ int cmd_report(int argc, char **argv) {
             return 0;
         } else if (a.flag("--no-color") || a.flag("--no-colour")) {
             no_color = true;
+        } else if (naming_option(a, naming)) {
+            if (a.failed()) return a.usage_error();
         } else if (a.flag("--json")) {
             as_json = true;
         } else if (a.flag("--text")) {
@@ -218,17 +251,19 @@ int cmd_report(int argc, char **argv) {
     for (size_t i = 0; i < files.size(); i++) {
         // Several summaries each under their file's name; several JSON documents one per line (JSON Lines).
         if (files.size() > 1 && !as_json) std::cout << (i ? "\n" : "") << "== " << files[i] << "\n";
-        status = std::max(status, report_one(files[i], opt, no_color, as_json, also_text, at_peak, what_if, html,
-                                             folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1));
+        status =
+            std::max(status, report_one(files[i], naming, opt, no_color, as_json, also_text, at_peak, what_if, html,
+                                        folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1));
     }
     return status;
 }
 
 namespace {
 
-int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_json, bool also_text, bool at_peak,
-               bool what_if, const std::string &html, const std::string &folded, const std::string &speedscope,
-               const std::string &perfetto, const std::string &memory_viz, int to_stdout, bool one_line) {
+int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
+               bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
+               const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
+               bool one_line) {
     bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
     Report r;
     if (!load_or_say(file, r)) return 2;
@@ -236,6 +271,7 @@ int report_one(const std::string &file, TextOptions opt, bool no_color, bool as_
         std::string why = gg::whatif::cannot_replay(r);
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
     }
+    name_frames(r, naming);
     Analysis an = analyze(r);
 
     int status = 0;
