@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,8 +26,8 @@ namespace {
 // clang-format off
 #define GG_LIBDW_FUNCTIONS(X)                                                                            \
     X(dwfl_begin) X(dwfl_end) X(dwfl_report_begin) X(dwfl_report_elf) X(dwfl_report_end)                \
-    X(dwfl_module_build_id) X(dwfl_module_getelf) X(dwfl_module_getdwarf) X(dwfl_module_addrinfo)        \
-    X(dwfl_module_getsrc) X(dwfl_lineinfo)
+    X(dwfl_module_build_id) X(dwfl_module_getelf) X(dwfl_module_getdwarf) X(dwfl_module_getsymtab)       \
+    X(dwfl_module_getsym_info) X(dwfl_module_getsrc) X(dwfl_lineinfo)
 // clang-format on
 
 struct Libdw {
@@ -157,6 +158,12 @@ struct Names {
 // Why a module's frames keep module + offset. Ordered as the notes are printed.
 enum class Problem { kNone, kUnchecked, kNotHere, kNotElf, kOtherBuild, kNoDebugInfo, kTooMany };
 
+// A function of a module's symbol table: where it starts and ends, and its name's index.
+struct Function {
+    GElf_Addr start = 0, end = 0;
+    size_t name = 0;
+};
+
 struct Module {
     Dwfl *dwfl = nullptr;
     Dwfl_Module *mod = nullptr;
@@ -166,6 +173,11 @@ struct Module {
     std::string path, detail;   // detail: the reason the file could not be read, or the build ids
     bool left_unnamed = false;  // a frame of it kept module + offset
     std::unordered_map<std::string, Names> by_offset;
+    // Sorted by start, made on the first lookup: libdw's dwfl_module_addrinfo scans the whole table on
+    // each call, which took a minute for 100,000 frames of a large program.
+    std::vector<Function> functions;
+    std::vector<std::string> function_names;  // demangled
+    bool functions_read = false;
 };
 
 class Symbolizer {
@@ -256,10 +268,7 @@ private:
         if (!made || !m.mod || !parse_offset(offset, off) || off == 0) return it->second;
         // The offset is a return address: the call it returns from ends one byte before it.
         GElf_Addr address = off - 1 + m.bias;
-        GElf_Off from_symbol = 0;
-        GElf_Sym sym{};
-        if (const char *s = dw_.dwfl_module_addrinfo(m.mod, address, &from_symbol, &sym, nullptr, nullptr, nullptr))
-            it->second.symbol = demangled(s);
+        if (const std::string *function = function_at(m, address)) it->second.symbol = *function;
         if (Dwfl_Line *line = dw_.dwfl_module_getsrc(m.mod, address)) {
             int lineno = 0;
             if (const char *file = dw_.dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
@@ -268,6 +277,37 @@ private:
             }
         }
         return it->second;
+    }
+
+    // The function of the symbol table (.symtab, of the debug file when the module has one, else
+    // .dynsym) that holds `address`; null when none does.
+    const std::string *function_at(Module &m, GElf_Addr address) {
+        if (!m.functions_read) read_functions(m);
+        auto after = std::upper_bound(m.functions.begin(), m.functions.end(), address,
+                                      [](GElf_Addr a, const Function &f) { return a < f.start; });
+        if (after == m.functions.begin()) return nullptr;
+        const Function &f = *(after - 1);
+        return address < f.end ? &m.function_names[f.name] : nullptr;
+    }
+
+    void read_functions(Module &m) {
+        m.functions_read = true;
+        int count = dw_.dwfl_module_getsymtab(m.mod);
+        for (int i = 1; i < count; i++) {  // entry 0 is the null symbol
+            GElf_Sym sym{};
+            GElf_Addr start = 0;
+            GElf_Word section = 0;
+            const char *name = dw_.dwfl_module_getsym_info(m.mod, i, &sym, &start, &section, nullptr, nullptr);
+            int type = GELF_ST_TYPE(sym.st_info);
+            if (!name || !*name || section == SHN_UNDEF || sym.st_size == 0 ||
+                (type != STT_FUNC && type != STT_GNU_IFUNC))
+                continue;
+            m.functions.push_back({start, start + sym.st_size, m.function_names.size()});
+            m.function_names.push_back(demangled(name));
+        }
+        // Aliases share a start: any of them names the code; the first one listed stays.
+        std::stable_sort(m.functions.begin(), m.functions.end(),
+                         [](const Function &a, const Function &b) { return a.start < b.start; });
     }
 
     const Libdw &dw_;
