@@ -89,6 +89,17 @@ TEST_CASE("a binary whose build id is not the report's names nothing, and says s
     CHECK(notes.find("the report's 00112233") != std::string::npos);
 }
 
+TEST_CASE("a report's build id of any length is said in a short line") {
+    int line = 0;
+    Frame f = recorded_frame(symbolize_test_call_site(&line));
+    f.build_id = std::string(100000, 'a'), f.symbol.clear();
+    Report r = report_of({f});
+    std::vector<std::string> notes = symbolize(r);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].size() < f.module.size() + 300);
+    CHECK(notes[0].find("the report's " + std::string(64, 'a') + "...)") != std::string::npos);
+}
+
 TEST_CASE("a module the report gives no build id for is not opened: nothing could check it") {
     int line = 0;
     Frame f = recorded_frame(symbolize_test_call_site(&line));

@@ -251,7 +251,9 @@ private:
         if (here != build_id) {
             // Another build at the same path: its names would be wrong ones, worse than none.
             m.problem = Problem::kOtherBuild;
-            m.detail = "its build id is " + (here.empty() ? std::string("none") : here) + ", the report's " + build_id;
+            // A real build id is 40 hex digits; a report's may be anything, and stays one short line here.
+            m.detail = "its build id is " + (here.empty() ? std::string("none") : here) + ", the report's " +
+                       build_id.substr(0, 64) + (build_id.size() > 64 ? "..." : "");
             m.mod = nullptr;
             return;
         }
