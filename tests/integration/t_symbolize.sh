@@ -104,3 +104,23 @@ EOF
     expect_contains err "gpuguard: cannot read /dev/zero (not a regular file)" "stderr"
 }
 check "a report naming /dev/zero, /etc/shadow or a FIFO as modules renders, without reading them" hostile_module_paths_are_not_opened
+
+# Where elfutils is not installed (an image the wheel or the .deb lands in): libdw.so.1 hidden under
+# /dev/null in a mount namespace of this test's own.
+libdw_paths() { ldconfig -p | awk '/libdw\.so\.1 /{print $NF}' | xargs -r realpath | sort -u; }
+can_hide_libdw() { [[ -n $(libdw_paths) ]] && unshare --mount true 2>/dev/null; }
+without_libdw_one_line_and_module_offset() {
+  fresh
+  build_example "$TMP/alloc_until_oom" -g -O0 || return 1
+  local report; report=$(oom_report "$TMP/alloc_until_oom") || return 1
+  # shellcheck disable=SC2016
+  unshare --mount sh -c 'for p in $1; do mount --bind /dev/null "$p" || exit 3; done; shift; exec "$@"' sh \
+    "$(libdw_paths)" "$CLI" report --no-color "$report" >out 2>err || return 1
+  expect_unnamed &&
+    expect_eq "$(cat err)" "gpuguard: libdw.so.1 is not installed: native frames stay as module+offset (apt-get install libdw1 names them from debug info)" "stderr"
+}
+if can_hide_libdw; then
+  check "without libdw.so.1 the report renders with module+offset, and one gpuguard: line says how to get names" without_libdw_one_line_and_module_offset
+else
+  skip "without libdw.so.1: one line, module+offset" "libdw.so.1 is not installed here, or unshare --mount is not allowed (needs root)"
+fi
