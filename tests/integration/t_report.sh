@@ -194,7 +194,10 @@ addr = {seg["address"] for seg in s["segments"]}
 assert 0x7f09a0000000 in addr                           # real allocations keep their address
 oom = s["device_traces"][0][-1]
 assert oom["action"] == "oom" and oom["size"] == 1 << 30 and oom["device_free"] == (8 << 30) - 7680 * (1 << 20)
-assert oom["frames"][0]["name"].startswith("cudaMalloc") or oom["frames"][0]["filename"].endswith("libcudart.so.12")
+# Python frames first (what memory_viz shows first), then the native ones down to the driver call.
+py = [f["filename"].endswith(".py") for f in oom["frames"]]
+assert py[0] and py == sorted(py, reverse=True), oom["frames"]
+assert any(f["name"].startswith("cudaMalloc") or f["filename"].endswith("libcudart.so.12") for f in oom["frames"])
 PY
 }
 check "--memory-viz writes a pickled PyTorch snapshot: segments tiled by blocks, an oom trace event" memory_viz_format
@@ -291,7 +294,7 @@ import json, pickle, pickletools, sys
 raw = open(sys.argv[1], "rb").read(); d = json.load(open(sys.argv[2]))
 assert {"LONG_BINPUT", "LONG_BINGET"} <= {op.name for op, _, _ in pickletools.genops(raw)}
 s = pickle.loads(raw)
-names = {b["address"]: b["frames"][-1]["name"] for seg in s["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"}
+names = {b["address"]: [f["name"] for f in b["frames"] if f["filename"].endswith(".py")][-1] for seg in s["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"}
 for i, b in enumerate(d["tensor_view"]["blocks"]["list"]):
     assert names[b[0]] == "f%d" % (i // 2), (names[b[0]], i)
 PY

@@ -23,16 +23,20 @@
 // top_allocations become one more segment per stack, at a made-up address above 2^48 (no device
 // pointer lives there; below 2^53 so JavaScript numbers keep it exact), whose innermost frame says so.
 //
-// device_traces holds one "oom" event when the report is a failure (the tensor view's refused request
-// when there is one); the report's recent block events carry no stacks and expandable segments' maps
-// carry no addresses in them, so they are not replayed: the "Active Memory Timeline" view shows the
-// live blocks as one flat step.
+// device_traces, with a tensor view: the report's ring of block events (tensor_view.events) as
+// PyTorch's trace entries, oldest first, so that the "Active Memory Timeline" replays the run: alloc,
+// free_requested + free_completed, segment_alloc/segment_free, oom. The ring records no stacks; an
+// alloc whose block is still live at the report carries that block's frames (a segment_alloc its
+// segment's), the others a first frame saying they were freed. Without a ring, one "oom" entry when the
+// report is a failure. Frames are Python first, then native, each innermost first (frames_of).
 #include "tools/report/render.h"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace gg::report {
@@ -146,18 +150,23 @@ private:
     std::unordered_map<std::string, uint64_t> memo_;  // strings written, by their memo index
 };
 
+// Python frames first, then native ones, each innermost first: memory_viz lists a block's frames in
+// order, and PyTorch's own snapshot (stacks="python", the default) holds the program's lines only, so
+// the first frames should be the program's, not libc10's. Native frames follow for stacks without
+// Python and for what called into the driver.
 json frames_of(const Report &r, const std::string &stack_id) {
-    json frames = json::array();
+    json python = json::array(), native = json::array();
     const Stack *s = r.stack(stack_id);
-    if (!s) return frames;
-    for (const Frame &f : s->frames) {  // innermost first, like PyTorch's
-        if (f.python) frames.push_back({{"filename", f.file}, {"line", f.line.value_or(0)}, {"name", f.function}});
+    if (!s) return python;
+    for (const Frame &f : s->frames) {
+        if (f.python) python.push_back({{"filename", f.file}, {"line", f.line.value_or(0)}, {"name", f.function}});
         else if (!(base_name(f.module).rfind("libgpuguard", 0) == 0))
-            frames.push_back({{"filename", f.module},
+            native.push_back({{"filename", f.module},
                               {"line", 0},
                               {"name", f.symbol.empty() ? base_name(f.module) + "+" + f.offset : f.symbol}});
     }
-    return frames;
+    for (json &f : native) python.push_back(std::move(f));
+    return python;
 }
 
 uint64_t parse_address(const std::string &s) {
@@ -356,6 +365,124 @@ json driver_segments(const Report &r, int default_device, int &max_device) {
 constexpr int kMaxTraceDevices = 64;
 int trace_device(int device, int fallback) { return device >= 0 && device < kMaxTraceDevices ? device : fallback; }
 
+// The first frame of an event whose block or segment was freed before the report: the event ring
+// records no stacks, and the report keeps those of live blocks and segments only.
+constexpr const char *kFreedNote =
+    "[freed before the report: gpuguard keeps the stacks of live blocks and segments only]";
+
+// For each of the ring's events, the stack of what it made when the report still lists that: an alloc
+// (a segment got) that is the last event at its address, whose block (segment) is live at the report.
+std::vector<const std::string *> live_makers(const TensorView &tv) {
+    std::unordered_map<uint64_t, const TensorBlock *> blocks;
+    for (const TensorBlock &b : tv.blocks) blocks.emplace(b.address, &b);
+    std::unordered_map<uint64_t, const TensorSegment *> segments;
+    for (const TensorSegment &s : tv.segments) segments.emplace(s.address, &s);
+    std::vector<const std::string *> maker(tv.events.size(), nullptr);
+    std::unordered_set<uint64_t> blocks_later, segments_later;  // addresses with an event after this one
+    for (size_t i = tv.events.size(); i-- > 0;) {
+        const TensorEvent &e = tv.events[i];
+        if (e.action == TensorEvent::kAlloc || e.action == TensorEvent::kFree) {
+            if (!blocks_later.insert(e.address).second || e.action != TensorEvent::kAlloc) continue;
+            auto it = blocks.find(e.address);
+            if (it != blocks.end() && it->second->bytes == e.bytes) maker[i] = &it->second->stack;
+        } else if (e.action == TensorEvent::kSegmentAlloc || e.action == TensorEvent::kSegmentFree) {
+            if (!segments_later.insert(e.address).second || e.action != TensorEvent::kSegmentAlloc) continue;
+            auto it = segments.find(e.address);
+            if (it != segments.end() && it->second->bytes == e.bytes) maker[i] = &it->second->stack;
+        }
+    }
+    return maker;
+}
+
+json trace_entry(const char *action, uint64_t address, uint64_t size, int64_t time_us, json frames) {
+    return {{"action", action}, {"addr", address},    {"size", size},
+            {"stream", 0},      {"time_us", time_us}, {"frames", std::move(frames)}};
+}
+
+// The request the report is about, as PyTorch's "oom" trace entry: the request c10 refused when the
+// tensor view has one (a report of reason allocator_oom has no failed driver call), else the failed
+// driver call.
+struct FinalOom {
+    uint64_t size = 0, device_free = 0;
+    int device = 0;
+    int64_t time_us = 0;
+    json frames;
+};
+
+std::optional<FinalOom> final_oom(const Report &r, int default_device) {
+    FinalOom oom;
+    oom.device = default_device;
+    std::optional<int64_t> time = r.time_unix_ns;
+    if (r.tensor && r.tensor->oom) {
+        oom.size = r.tensor->oom->requested;
+        oom.device = trace_device(r.tensor->oom->device, default_device);
+        if (r.tensor->oom->time_unix_ns) time = r.tensor->oom->time_unix_ns;
+    } else if (r.failed && r.failed->bytes && (r.reason == "quota" || r.reason == "driver_oom")) {
+        oom.size = *r.failed->bytes;
+    } else {
+        return std::nullopt;
+    }
+    // device_free: for a quota refusal, what the limit still allowed; else what the driver had.
+    if (r.reason == "quota" && r.limit_bytes) {
+        uint64_t held = r.limit_scope == "process" ? r.live_bytes() : r.container_bytes.value_or(r.live_bytes());
+        oom.device_free = *r.limit_bytes > held ? *r.limit_bytes - held : 0;
+    } else {
+        oom.device_free = r.device_free.value_or(0);
+    }
+    oom.time_us = time ? *time / 1000 : 0;
+    oom.frames = r.failed ? frames_of(r, r.failed->stack) : json::array();
+    return oom;
+}
+
+json oom_entry(const FinalOom &oom) {
+    json e = trace_entry("oom", 0, oom.size, oom.time_us, oom.frames);
+    e["device_free"] = oom.device_free;
+    return e;
+}
+
+// The ring's block events as PyTorch's trace entries, oldest first, onto each event's device. A free is
+// free_requested then free_completed, adjacent, as the native allocator records a free on its own
+// stream (memory_viz folds the pair into one "free"). Segment events of a cuMemCreate handle (address
+// 0: expandable segments' physical pages) have no range to show and are left out: the pages' mappings
+// are not in the ring. Returns whether the ring holds the final oom (its last refusal of that size),
+// which then carries the report's figures.
+bool add_ring_events(const Report &r, const TensorView &tv, const std::optional<FinalOom> &oom, int default_device,
+                     json &traces) {
+    const std::vector<const std::string *> maker = live_makers(tv);
+    size_t final_oom_at = SIZE_MAX;
+    for (size_t i = 0; oom && i < tv.events.size(); i++)
+        if (tv.events[i].action == TensorEvent::kOom && tv.events[i].bytes == oom->size) final_oom_at = i;
+    const int64_t t0 = tv.timeline_t0_unix_ns.value_or(0);
+    FramesByStack frames(r);
+    const json freed = json::array({{{"filename", "gpuguard"}, {"line", 0}, {"name", kFreedNote}}});
+    for (size_t i = 0; i < tv.events.size(); i++) {
+        const TensorEvent &e = tv.events[i];
+        json &list = traces[static_cast<size_t>(trace_device(e.device, default_device))];
+        const int64_t time_us = (t0 + e.t_ns) / 1000;
+        const json &made_by = maker[i] ? frames(*maker[i]) : freed;
+        switch (e.action) {
+            case TensorEvent::kAlloc: list.push_back(trace_entry("alloc", e.address, e.bytes, time_us, made_by)); break;
+            case TensorEvent::kFree:
+                list.push_back(trace_entry("free_requested", e.address, e.bytes, time_us, freed));
+                list.push_back(trace_entry("free_completed", e.address, e.bytes, time_us, freed));
+                break;
+            case TensorEvent::kSegmentAlloc:
+                if (e.address) list.push_back(trace_entry("segment_alloc", e.address, e.bytes, time_us, made_by));
+                break;
+            case TensorEvent::kSegmentFree:
+                if (e.address) list.push_back(trace_entry("segment_free", e.address, e.bytes, time_us, freed));
+                break;
+            case TensorEvent::kOom: {
+                // An earlier refusal: what the device had free then is not known.
+                FinalOom earlier{e.bytes, 0, e.device, time_us, json::array()};
+                list.push_back(oom_entry(i == final_oom_at ? *oom : earlier));
+                break;
+            }
+        }
+    }
+    return final_oom_at != SIZE_MAX;
+}
+
 }  // namespace
 
 std::string render_memory_viz(const Report &r) {
@@ -367,44 +494,19 @@ std::string render_memory_viz(const Report &r) {
     if (tv) {
         segments = segments_with_blocks(r, *tv);
         max_device = std::max(max_device, trace_device(tv->device, default_device));
+        for (const TensorEvent &e : tv->events)
+            max_device = std::max(max_device, trace_device(e.device, default_device));
     } else {
         segments = driver_segments(r, default_device, max_device);
     }
+    const std::optional<FinalOom> oom = final_oom(r, default_device);
+    if (oom) max_device = std::max(max_device, oom->device);
+    max_device = std::min(max_device, kMaxTraceDevices - 1);
 
-    // The oom event: the request c10 refused when the tensor view has one (a report of reason
-    // allocator_oom has no failed driver call), else the failed driver call.
-    std::optional<uint64_t> oom_size;
-    int oom_device = default_device;
-    std::optional<int64_t> oom_time = r.time_unix_ns;
-    if (r.tensor && r.tensor->oom) {
-        oom_size = r.tensor->oom->requested;
-        oom_device = trace_device(r.tensor->oom->device, default_device);
-        if (r.tensor->oom->time_unix_ns) oom_time = r.tensor->oom->time_unix_ns;
-    } else if (r.failed && r.failed->bytes && (r.reason == "quota" || r.reason == "driver_oom")) {
-        oom_size = *r.failed->bytes;
-    }
-    max_device = std::min(std::max(max_device, oom_device), kMaxTraceDevices - 1);
     json traces = json::array();
     for (int d = 0; d <= max_device; ++d) traces.push_back(json::array());
-    if (oom_size) {
-        // device_free: for a quota refusal, what the limit still allowed; else what the driver had.
-        uint64_t free = 0;
-        if (r.reason == "quota" && r.limit_bytes) {
-            uint64_t held = r.limit_scope == "process" ? r.live_bytes() : r.container_bytes.value_or(r.live_bytes());
-            free = *r.limit_bytes > held ? *r.limit_bytes - held : 0;
-        } else {
-            free = r.device_free.value_or(0);
-        }
-        double time_us = oom_time ? static_cast<double>(*oom_time) / 1000.0 : 0.0;
-        traces[static_cast<size_t>(oom_device)].push_back(
-            {{"action", "oom"},
-             {"addr", 0},
-             {"size", *oom_size},
-             {"stream", 0},
-             {"device_free", free},
-             {"time_us", static_cast<int64_t>(time_us)},
-             {"frames", r.failed ? frames_of(r, r.failed->stack) : json::array()}});
-    }
+    bool oom_in_ring = tv && add_ring_events(r, *tv, oom, default_device, traces);
+    if (oom && !oom_in_ring) traces[static_cast<size_t>(oom->device)].push_back(oom_entry(*oom));
 
     json snapshot = {{"segments", segments}, {"device_traces", traces}};
     Pickler p;
