@@ -101,6 +101,11 @@ BUILD=$BUILD OUT=$OUT timeout 420 bash "$ROOT/tests/gpu/tensor_view.sh" > "$OUT/
   record "tensor view: tests/gpu/tensor_view.sh" "FAIL (rc=$?, see tensor_view.log)"
 [[ -f $OUT/tensor/summary.txt ]] && mapfile -t -O "${#results[@]}" results < "$OUT/tensor/summary.txt"
 
+echo "== 6b. --memory-viz read by PyTorch's memory_viz (trace_plot, segment_plot, trace, segsum)"
+BUILD=$BUILD OUT=$OUT timeout 360 bash "$ROOT/tests/gpu/memory_viz.sh" > "$OUT/memory_viz.log" 2>&1 ||
+  record "memory_viz: tests/gpu/memory_viz.sh" "FAIL (rc=$?, see memory_viz.log)"
+[[ -f $OUT/memory_viz/summary.txt ]] && mapfile -t -O "${#results[@]}" results < "$OUT/memory_viz/summary.txt"
+
 cp "$W"/*.json "$OUT/reports/" 2>/dev/null
 
 echo "== 6. the quota against the driver's own per-process figures (tests/gpu/truth.sh)"
