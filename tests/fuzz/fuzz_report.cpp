@@ -187,10 +187,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         render_text(r, a, opt, out);
     }
     (void)render_html(r, a);
-    (void)render_folded(r, false);
-    (void)render_folded(r, true);
-    (void)render_speedscope(r).dump();
-    (void)render_perfetto(r, a).dump();
+    for (Stacks stacks : {Stacks::kTensors, Stacks::kSegments}) {
+        (void)render_folded(r, false, stacks);
+        (void)render_folded(r, true, stacks);
+        (void)render_speedscope(r, stacks).dump();
+        (void)render_perfetto(r, a, stacks).dump();
+    }
     (void)render_memory_viz(r);
     nlohmann::json d = diff(r, r);
     (void)d.dump(2);

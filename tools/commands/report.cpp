@@ -46,6 +46,10 @@ const char kUsage[] =
     "  --speedscope OUT   write a speedscope profile (open it at https://www.speedscope.app)\n"
     "  --perfetto OUT     write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing)\n"
     "  --memory-viz OUT   write a PyTorch memory snapshot pickle (pytorch.org/memory_viz)\n"
+    "  --stacks WHOSE     the stacks --folded, --speedscope and --perfetto weigh: 'tensors' (PyTorch's live\n"
+    "                     blocks, by the stack that allocated each) or 'segments' (the driver allocations,\n"
+    "                     what nvidia-smi counts); default tensors when the report has PyTorch's tensor\n"
+    "                     view, else segments\n"
     "  --what-if          replay PyTorch's allocator from the report's block events (tensor_view): does\n"
     "                     the model follow PyTorch, would expandable_segments:True or max_split_size_mb\n"
     "                     have avoided the OOM under the same limit, the smallest limit the run needed\n"
@@ -183,7 +187,7 @@ int run_diff(int argc, char **argv) {
 int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
                bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
                const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
-               bool one_line);
+               bool one_line, const std::string &stacks_asked);
 
 }  // namespace
 
@@ -192,7 +196,7 @@ int cmd_report(int argc, char **argv) {
 
     TextOptions opt;
     bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false, all = false;
-    std::string html, folded, speedscope, perfetto, memory_viz;
+    std::string html, folded, speedscope, perfetto, memory_viz, stacks;
     Naming naming;
     std::vector<std::string> files;
     Args a("report", argc, argv);
@@ -223,6 +227,10 @@ int cmd_report(int argc, char **argv) {
                    a.option("--speedscope", file_name, &speedscope) || a.option("--perfetto", file_name, &perfetto) ||
                    a.option("--memory-viz", file_name, &memory_viz)) {
             if (a.failed()) return a.usage_error();
+        } else if (a.option("--stacks", "tensors or segments", &stacks)) {
+            if (a.failed()) return a.usage_error();
+            if (stacks != "tensors" && stacks != "segments")
+                return a.usage_error("--stacks wants tensors or segments, not '" + stacks + "'");
         } else if (a.next() == "-") {
             files.push_back(a.take());
         } else if (a.next().size() > 1 && a.next()[0] == '-') {
@@ -239,6 +247,8 @@ int cmd_report(int argc, char **argv) {
     if (to_stdout > 1) return a.usage_error("only one output can go to standard output");
     bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
     if (at_peak && folded.empty()) return a.usage_error("--peak applies to --folded");
+    if (!stacks.empty() && folded.empty() && speedscope.empty() && perfetto.empty())
+        return a.usage_error("--stacks applies to --folded, --speedscope and --perfetto");
     if (what_if && to_stdout)
         return a.usage_error("--what-if prints to standard output: write the other outputs to files");
     if (all && any_output) return a.usage_error("--all prints summaries or --json: write files one report at a time");
@@ -253,17 +263,28 @@ int cmd_report(int argc, char **argv) {
         if (files.size() > 1 && !as_json) std::cout << (i ? "\n" : "") << "== " << files[i] << "\n";
         status =
             std::max(status, report_one(files[i], naming, opt, no_color, as_json, also_text, at_peak, what_if, html,
-                                        folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1));
+                                        folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1, stacks));
     }
     return status;
 }
 
 namespace {
 
+// The stacks the stack exports weigh for this report: as asked ("" for the default), segments when
+// tensors were asked of a report without PyTorch's tensor view (and a line says so).
+Stacks stacks_for(const Report &r, const std::string &asked) {
+    if (asked.empty()) return default_stacks(r);
+    if (asked == "segments") return Stacks::kSegments;
+    if (default_stacks(r) != Stacks::kTensors)
+        fprintf(stderr, "gpuguard: %s has no tensor view (PyTorch's blocks): the stacks written are the segments'\n",
+                r.name.c_str());
+    return default_stacks(r);
+}
+
 int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
                bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
                const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
-               bool one_line) {
+               bool one_line, const std::string &stacks_asked) {
     bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
     Report r;
     if (!load_or_say(file, r)) return 2;
@@ -273,13 +294,16 @@ int report_one(const std::string &file, const Naming &naming, TextOptions opt, b
     }
     name_frames(r, naming);
     Analysis an = analyze(r);
+    const Stacks stacks = stacks_for(r, stacks_asked);
 
     int status = 0;
     if (!html.empty() && !write_output(html, render_html(r, an), "HTML viewer")) status = 1;
-    if (!folded.empty() && !write_output(folded, render_folded(r, at_peak), "folded stacks")) status = 1;
-    if (!speedscope.empty() && !write_output(speedscope, render_speedscope(r).dump() + "\n", "speedscope profile"))
+    if (!folded.empty() && !write_output(folded, render_folded(r, at_peak, stacks), "folded stacks")) status = 1;
+    if (!speedscope.empty() &&
+        !write_output(speedscope, render_speedscope(r, stacks).dump() + "\n", "speedscope profile"))
         status = 1;
-    if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an).dump() + "\n", "Chrome trace")) status = 1;
+    if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an, stacks).dump() + "\n", "Chrome trace"))
+        status = 1;
     if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
 
     if (what_if) {

@@ -5,7 +5,9 @@
 //   tools/report/render/speedscope.cpp  speedscope's own file format
 //   tools/report/render/perfetto.cpp    Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing)
 //   tools/report/render/memory_viz.cpp  a PyTorch memory snapshot pickle (pytorch.org/memory_viz,
-//   torch.cuda._memory_viz) tools/report/render/diff.cpp        what grew between two reports
+//                                       torch.cuda._memory_viz)
+//   tools/report/render/diff.cpp        what grew between two reports
+//   tools/report/render/stacks.cpp      which stacks the stack exports weigh: tensors or segments
 #pragma once
 
 #include "tools/report/analysis.h"
@@ -25,10 +27,21 @@ struct TextOptions {
 
 void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out);
 std::string render_html(const Report &r, const Analysis &a);
+// Whose stacks the stack exports (folded, speedscope, perfetto) weigh, as the HTML page's switch: the
+// tensors (PyTorch's live blocks, each by the stack that allocated it: what memory_allocated() counts)
+// or the segments (the driver allocations: what memory_reserved() and nvidia-smi count).
+enum class Stacks { kTensors, kSegments };
+// Tensors when the report has PyTorch's tensor view (tensor_view.source "c10"), else segments.
+Stacks default_stacks(const Report &r);
+// Live bytes by stack in that view, at the report or at the peak (the report's list when the peak has
+// none). Segments' whenever the report has no tensor view.
+const std::vector<StackBytes> &stack_bytes(const Report &r, Stacks stacks, bool at_peak);
+
 // Live bytes by stack, or the stacks at the peak when `at_peak` (and the report has them).
-std::string render_folded(const Report &r, bool at_peak);
-nlohmann::json render_speedscope(const Report &r);
-nlohmann::json render_perfetto(const Report &r, const Analysis &a);
+std::string render_folded(const Report &r, bool at_peak, Stacks stacks);
+nlohmann::json render_speedscope(const Report &r, Stacks stacks);
+// The timeline and the failure; the live bytes by stack as instant events at the report (and at the peak).
+nlohmann::json render_perfetto(const Report &r, const Analysis &a, Stacks stacks);
 std::string render_memory_viz(const Report &r);  // binary: a pickle, protocol 2
 
 // diff: B compared with A.

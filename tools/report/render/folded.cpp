@@ -1,5 +1,6 @@
 // Folded stacks, the input of Brendan Gregg's flamegraph.pl (also read by speedscope and inferno):
-// one line per stack, "outer;...;inner bytes", outermost frame first. The weight is live bytes.
+// one line per stack, "outer;...;inner bytes", outermost frame first. The weight is live bytes: of
+// PyTorch's tensors, or of the driver allocations (render.h, Stacks).
 #include "tools/report/render.h"
 
 namespace gg::report {
@@ -19,8 +20,8 @@ std::string folded_name(const Frame &f) {
 
 }  // namespace
 
-std::string render_folded(const Report &r, bool at_peak) {
-    const std::vector<StackBytes> &list = at_peak && !r.peak_by_stack.empty() ? r.peak_by_stack : r.by_stack;
+std::string render_folded(const Report &r, bool at_peak, Stacks stacks) {
+    const std::vector<StackBytes> &list = stack_bytes(r, stacks, at_peak);
     std::string out;
     for (const StackBytes &sb : list) {
         if (sb.bytes == 0) continue;

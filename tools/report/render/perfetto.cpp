@@ -1,9 +1,13 @@
 // Chrome's trace-event JSON ({"traceEvents": [...]}), which ui.perfetto.dev and chrome://tracing open:
 // the timeline as a counter track ("ph":"C"), the limit as a second one, and the peak and the report
-// (the failure, when there was one) as instant events ("ph":"i"). Timestamps are microseconds since
-// the process's first hooked call, the timeline's origin.
+// (the failure, when there was one) as instant events ("ph":"i"), and the live bytes by stack (of
+// PyTorch's tensors or of the driver allocations: render.h, Stacks) as instant events on two tracks of
+// their own, at the report and at the peak. Timestamps are microseconds since the process's first
+// hooked call, the timeline's origin.
 #include "common/base/version.h"
 #include "tools/report/render.h"
+
+#include <algorithm>
 
 namespace gg::report {
 
@@ -65,9 +69,59 @@ void add_report_event(json &ev, const Report &r, const Analysis &a, int64_t pid,
                       {"args", {{"name", "thread " + std::to_string(tid) + " (failed request)"}}}});
 }
 
+// Two tracks of their own: thread ids above Linux's largest (2^22), so that they name no real thread.
+constexpr int64_t kLiveHoldersTid = int64_t(1) << 30, kPeakHoldersTid = kLiveHoldersTid + 1;
+
+// The moment of the peak of the chosen view: the report's peak for segments; for tensors, the tensor
+// timeline's point of most allocated bytes (the tensor view keeps no peak time of its own).
+std::optional<int64_t> peak_unix_ns(const Report &r, bool tensors) {
+    if (!tensors) return r.peak_time_unix_ns;
+    const TensorView &tv = *r.tensor;
+    if (tv.timeline.empty() || !tv.timeline_t0_unix_ns) return std::nullopt;
+    auto most = std::max_element(
+        tv.timeline.begin(), tv.timeline.end(),
+        [](const TensorView::Point &a, const TensorView::Point &b) { return a.allocated < b.allocated; });
+    return *tv.timeline_t0_unix_ns + most->t_ns;
+}
+
+// Live bytes by stack as instant events on a track of their own, largest first, each named by its
+// best frame and carrying its bytes and whole stack (innermost frame first) in args: the stacks of a
+// flame graph, placed at the moment they describe.
+void add_holders(json &ev, const Report &r, const std::vector<StackBytes> &list, int64_t pid, int64_t tid,
+                 const std::string &track, double ts) {
+    ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", track}}}});
+    for (const StackBytes &sb : list) {
+        if (sb.bytes == 0) continue;
+        json stack = json::array();
+        if (const Stack *s = r.stack(sb.stack)) {
+            std::vector<const Frame *> frames = frames_outermost_first(*s);
+            for (auto it = frames.rbegin(); it != frames.rend(); ++it) stack.push_back(frame_label(**it));
+        }
+        ev.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"name", human_bytes(sb.bytes) + "  " + where_label(r, sb.stack)},
+                      {"cat", "gpuguard"},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"ts", ts},
+                      {"args", {{"bytes", sb.bytes}, {"count", sb.count}, {"stack", stack}}}});
+    }
+}
+
+void add_holder_tracks(json &ev, const Report &r, Stacks stacks, int64_t pid, int64_t t0, double end) {
+    const std::vector<StackBytes> &live = stack_bytes(r, stacks, false), &peak = stack_bytes(r, stacks, true);
+    const bool tensors = &live != &r.by_stack;
+    add_holders(ev, r, live, pid, kLiveHoldersTid,
+                tensors ? "live tensors by stack at the report" : "live GPU memory by stack at the report", end);
+    if (&peak != &live)
+        add_holders(ev, r, peak, pid, kPeakHoldersTid,
+                    tensors ? "tensors by stack at the peak of allocated" : "GPU memory by stack at the peak",
+                    trace_time(r, t0, peak_unix_ns(r, tensors)));
+}
+
 }  // namespace
 
-json render_perfetto(const Report &r, const Analysis &a) {
+json render_perfetto(const Report &r, const Analysis &a, Stacks stacks) {
     const int64_t pid = r.pid.value_or(1);
     const std::string who = r.command_line().empty() ? r.name : r.command_line();
     const int64_t t0 = r.timeline_t0_unix_ns ? *r.timeline_t0_unix_ns : r.start_unix_ns.value_or(0);
@@ -89,6 +143,7 @@ json render_perfetto(const Report &r, const Analysis &a) {
                       {"ts", trace_time(r, t0, r.peak_time_unix_ns)},
                       {"args", {{"bytes", *pk}}}});
     add_report_event(ev, r, a, pid, end);
+    add_holder_tracks(ev, r, stacks, pid, t0, end);
     return {{"traceEvents", ev},
             {"displayTimeUnit", "ms"},
             {"otherData", {{"exporter", std::string("gpuguard ") + GPUGUARD_VERSION_STRING}, {"report", r.name}}}};

@@ -1,6 +1,7 @@
 // speedscope's file format (https://www.speedscope.app/file-format-schema.json): frames shared by
 // all profiles, and "sampled" profiles whose samples are stacks of frame indices, outermost first,
-// each weighted by its live bytes. One profile for now, one for the peak when the report has it.
+// each weighted by its live bytes (of PyTorch's tensors or of the driver allocations: render.h, Stacks).
+// One profile for now, one for the peak when the report has it.
 #include "common/base/version.h"
 #include "tools/report/render.h"
 
@@ -55,13 +56,17 @@ json profile(const Report &r, const std::vector<StackBytes> &list, const std::st
 
 }  // namespace
 
-json render_speedscope(const Report &r) {
+json render_speedscope(const Report &r, Stacks stacks) {
     FrameTable table;
     std::string who = r.command_line().empty() ? r.name : r.command_line();
+    const std::vector<StackBytes> &live = stack_bytes(r, stacks, false), &peak = stack_bytes(r, stacks, true);
+    const bool tensors = &live != &r.by_stack;  // the report may have had no tensor view to show
     json profiles = json::array();
-    profiles.push_back(profile(r, r.by_stack, "live GPU memory at the report: " + who, table));
-    if (!r.peak_by_stack.empty())
-        profiles.push_back(profile(r, r.peak_by_stack, "GPU memory at the peak: " + who, table));
+    profiles.push_back(
+        profile(r, live, (tensors ? "live tensors at the report: " : "live GPU memory at the report: ") + who, table));
+    if (&peak != &live)
+        profiles.push_back(profile(
+            r, peak, (tensors ? "tensors at the peak of allocated: " : "GPU memory at the peak: ") + who, table));
     return {{"$schema", "https://www.speedscope.app/file-format-schema.json"},
             {"name", "gpuguard: " + who},
             {"exporter", std::string("gpuguard ") + GPUGUARD_VERSION_STRING},
