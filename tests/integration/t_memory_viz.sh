@@ -126,3 +126,38 @@ assert [e["action"] for t in s["device_traces"] for e in t] == ["oom"], s["devic
 PY
 }
 check "a report without PyTorch's block events keeps one oom entry" no_ring_no_trace
+
+long_ring_in_batches() {
+  # 3000 allocations of one block each, freed: 9000 trace entries on one device.
+  python3 - "$DATA/tensor_fragmentation.json" long.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); ev = d["tensor_view"]["events"]; rows = []
+for i in range(3000):
+    a = 0x7F3000000000 + i * (1 << 20)
+    rows += [[1000000 + 2 * i, "a", a, 1 << 20, 1, 1, 0], [1000001 + 2 * i, "f", a, 1 << 20, 1, 1, 0]]
+ev["rows"] = rows + ev["rows"]; ev["capacity"] = len(ev["rows"])
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  "$CLI" report --memory-viz long.pickle long.json 2>/dev/null || return 1
+  python3 - long.pickle <<'PY'
+import pickle, pickletools, sys
+raw = open(sys.argv[1], "rb").read()
+# MemoryViz.js appends a batch with arr.push(...items): a batch of hundreds of thousands overflows the
+# JavaScript stack. Python's pickle writes batches of 1000; so must we. Count each batch's items.
+pushes = {"EMPTY_DICT", "EMPTY_LIST", "BINUNICODE", "BININT", "BININT1", "BININT2", "LONG1", "BINGET",
+          "LONG_BINGET", "NONE", "NEWTRUE", "NEWFALSE", "BINFLOAT"}
+depth, marks, largest = 0, [], 0
+for op, _, _ in pickletools.genops(raw):
+    if op.name in pushes: depth += 1
+    elif op.name == "MARK": marks.append(depth)
+    elif op.name in ("APPENDS", "SETITEMS"):
+        m = marks.pop(); largest = max(largest, depth - m); depth = m
+assert largest == 1000, largest
+s = pickle.loads(raw)
+assert len(s["device_traces"][0]) == 9000 + 10, len(s["device_traces"][0])
+# Frames are shared: the freed note is one list object, written once.
+freed = [e["frames"] for e in s["device_traces"][0] if e["frames"] and e["frames"][0]["filename"] == "gpuguard"]
+assert len(freed) > 9000 and all(f is freed[0] for f in freed), len(freed)
+PY
+}
+check "--memory-viz writes long lists in batches of 1000 items, as pickle does, and each stack's frames once" long_ring_in_batches

@@ -5,9 +5,10 @@
 // opcodes) and _memory_viz.py calls pickle.load; neither reads JSON. So this writes a pickle by hand,
 // protocol 2, with only opcodes that both know: PROTO, EMPTY_DICT/MARK/SETITEMS, EMPTY_LIST/APPENDS,
 // BINUNICODE, BININT1/BININT2/BININT/LONG1, BINFLOAT, NONE, NEWTRUE/NEWFALSE, STOP, and the memo
-// (BINPUT/LONG_BINPUT, BINGET/LONG_BINGET) for strings: each string is written once and fetched
-// after, since every block repeats its stack's frames (file names, symbols) and a report lists up to
-// 50,000 blocks.
+// (BINPUT/LONG_BINPUT, BINGET/LONG_BINGET) for strings and for the trace entries' frames: each is
+// written once and fetched after, since every block repeats its stack's frames (file names, symbols), a
+// report lists up to 50,000 blocks and its ring up to 218,453 events. Lists go in batches of 1000 items,
+// as Python's pickle writes them (Pickler::item says why).
 //
 // Mapping, with a tensor view (tensor_view.source "c10": PyTorch reported its blocks): what
 // torch.cuda.memory._snapshot() holds. Each segment (a driver allocation; for expandable segments
@@ -58,12 +59,12 @@ public:
             case json::value_t::number_float: real(v.get<double>()); break;
             case json::value_t::string: string(v.get_ref<const std::string &>()); break;
             case json::value_t::array:
-                out += ']';  // EMPTY_LIST
-                if (!v.empty()) {
-                    out += '(';  // MARK
-                    for (const json &e : v) value(e);
-                    out += 'e';  // APPENDS
+                begin_list();
+                for (const json &e : v) {
+                    item();
+                    value(e);
                 }
+                end_list();
                 break;
             case json::value_t::object:
                 out += '}';  // EMPTY_DICT
@@ -79,6 +80,41 @@ public:
             default: out += 'N'; break;  // binary, discarded: never produced here
         }
     }
+
+    // A value written many times (a stack's frames, in every entry of its block): written once and
+    // fetched from the memo after, so that reading gives the same object each time.
+    void shared(const json &v) {
+        auto it = shared_.find(&v);
+        if (it != shared_.end()) return get(it->second);
+        value(v);
+        if (uint64_t index = put()) shared_.emplace(&v, index - 1);
+    }
+    // A list written item by item: begin_list(), then item() and a value each, then end_list(). Items
+    // go in batches of kBatch, each a MARK ... APPENDS, as Python's pickle writes them: MemoryViz.js
+    // appends a batch with push(...items), and one call with hundreds of thousands of arguments
+    // overflows a JavaScript engine's stack.
+    void begin_list() {
+        out += ']';  // EMPTY_LIST
+        batch_.push_back(0);
+    }
+    void item() {
+        if (batch_.back() == kBatch) {
+            out += 'e';  // APPENDS
+            batch_.back() = 0;
+        }
+        if (batch_.back()++ == 0) out += '(';  // MARK
+    }
+    void end_list() {
+        if (batch_.back()) out += 'e';
+        batch_.pop_back();
+    }
+    // A dict written item by item: begin_dict(), then key() and a value each, then end_dict().
+    void begin_dict() { out += "}("; }  // EMPTY_DICT, MARK
+    void end_dict() { out += 'u'; }     // SETITEMS
+    void key(const std::string &k) { string(k); }
+    void number(uint64_t v) { uint(v); }
+    void number(int64_t v) { sint(v); }
+    void text(const std::string &v) { string(v); }
 
 private:
     void le(uint64_t v, int n) {
@@ -123,22 +159,26 @@ private:
     }
     void string(const std::string &s) {
         auto it = memo_.find(s);
-        if (it != memo_.end()) {
-            if (it->second < 0x100) {
-                out += 'h';  // BINGET
-                le(it->second, 1);
-            } else {
-                out += 'j';  // LONG_BINGET
-                le(it->second, 4);
-            }
-            return;
-        }
+        if (it != memo_.end()) return get(it->second);
         out += 'X';  // BINUNICODE: 4-byte length, UTF-8
         le(s.size(), 4);
         out += s;
-        if (memo_.size() >= UINT32_MAX) return;  // LONG_BINPUT's index is 32 bits
-        uint64_t index = memo_.size();
-        memo_.emplace(s, index);
+        if (uint64_t index = put()) memo_.emplace(s, index - 1);
+    }
+    void get(uint64_t index) {
+        if (index < 0x100) {
+            out += 'h';  // BINGET
+            le(index, 1);
+        } else {
+            out += 'j';  // LONG_BINGET
+            le(index, 4);
+        }
+    }
+    // Memoizes the value just written; returns its index + 1, or 0 when the memo is full (LONG_BINPUT's
+    // index is 32 bits): the value is then written again each time.
+    uint64_t put() {
+        if (next_ >= UINT32_MAX) return 0;
+        uint64_t index = next_++;
         if (index < 0x100) {
             out += 'q';  // BINPUT
             le(index, 1);
@@ -146,8 +186,13 @@ private:
             out += 'r';  // LONG_BINPUT
             le(index, 4);
         }
+        return index + 1;
     }
-    std::unordered_map<std::string, uint64_t> memo_;  // strings written, by their memo index
+    static constexpr size_t kBatch = 1000;
+    std::vector<size_t> batch_;                          // items in the open batch of each open list
+    uint64_t next_ = 0;                                  // the next memo index
+    std::unordered_map<std::string, uint64_t> memo_;     // strings written, by their memo index
+    std::unordered_map<const json *, uint64_t> shared_;  // shared values written, by their memo index
 };
 
 // Python frames first, then native ones, each innermost first: memory_viz lists a block's frames in
@@ -394,9 +439,41 @@ std::vector<const std::string *> live_makers(const TensorView &tv) {
     return maker;
 }
 
-json trace_entry(const char *action, uint64_t address, uint64_t size, int64_t time_us, json frames) {
-    return {{"action", action}, {"addr", address},    {"size", size},
-            {"stream", 0},      {"time_us", time_us}, {"frames", std::move(frames)}};
+// One of PyTorch's trace entries, kept light until it is pickled: a ring holds up to 218,453 events,
+// and a json object each took seconds to make. Its frames are shared: a stack's frames are pickled
+// once and fetched from the memo by every entry after (Pickler::shared).
+struct TraceEntry {
+    const char *action;
+    uint64_t address, size;
+    int64_t time_us;
+    const json *frames;                   // outlives the entry: FramesByStack's, freed_frames(), FinalOom's
+    std::optional<uint64_t> device_free;  // "oom" entries only
+};
+
+const json &freed_frames() {
+    static const json frames = json::array({{{"filename", "gpuguard"}, {"line", 0}, {"name", kFreedNote}}});
+    return frames;
+}
+
+void pickle_entry(Pickler &p, const TraceEntry &e) {
+    p.begin_dict();
+    p.key("action");
+    p.text(e.action);
+    p.key("addr");
+    p.number(e.address);
+    p.key("size");
+    p.number(e.size);
+    p.key("stream");
+    p.number(uint64_t(0));
+    p.key("time_us");
+    p.number(e.time_us);
+    p.key("frames");
+    p.shared(*e.frames);
+    if (e.device_free) {
+        p.key("device_free");
+        p.number(*e.device_free);
+    }
+    p.end_dict();
 }
 
 // The request the report is about, as PyTorch's "oom" trace entry: the request c10 refused when the
@@ -434,11 +511,7 @@ std::optional<FinalOom> final_oom(const Report &r, int default_device) {
     return oom;
 }
 
-json oom_entry(const FinalOom &oom) {
-    json e = trace_entry("oom", 0, oom.size, oom.time_us, oom.frames);
-    e["device_free"] = oom.device_free;
-    return e;
-}
+TraceEntry oom_entry(const FinalOom &oom) { return {"oom", 0, oom.size, oom.time_us, &oom.frames, oom.device_free}; }
 
 // The ring's block events as PyTorch's trace entries, oldest first, onto each event's device. A free is
 // free_requested then free_completed, adjacent, as the native allocator records a free on its own
@@ -446,38 +519,37 @@ json oom_entry(const FinalOom &oom) {
 // 0: expandable segments' physical pages) have no range to show and are left out: the pages' mappings
 // are not in the ring. Returns whether the ring holds the final oom (its last refusal of that size),
 // which then carries the report's figures.
-bool add_ring_events(const Report &r, const TensorView &tv, const std::optional<FinalOom> &oom, int default_device,
-                     json &traces) {
+bool add_ring_events(const TensorView &tv, const std::optional<FinalOom> &oom, int default_device,
+                     FramesByStack &frames, std::vector<std::vector<TraceEntry>> &traces) {
     const std::vector<const std::string *> maker = live_makers(tv);
     size_t final_oom_at = SIZE_MAX;
     for (size_t i = 0; oom && i < tv.events.size(); i++)
         if (tv.events[i].action == TensorEvent::kOom && tv.events[i].bytes == oom->size) final_oom_at = i;
     const int64_t t0 = tv.timeline_t0_unix_ns.value_or(0);
-    FramesByStack frames(r);
-    const json freed = json::array({{{"filename", "gpuguard"}, {"line", 0}, {"name", kFreedNote}}});
+    static const json no_frames = json::array();
+    const json *freed = &freed_frames();
     for (size_t i = 0; i < tv.events.size(); i++) {
         const TensorEvent &e = tv.events[i];
-        json &list = traces[static_cast<size_t>(trace_device(e.device, default_device))];
+        std::vector<TraceEntry> &list = traces[static_cast<size_t>(trace_device(e.device, default_device))];
         const int64_t time_us = (t0 + e.t_ns) / 1000;
-        const json &made_by = maker[i] ? frames(*maker[i]) : freed;
+        const json *made_by = maker[i] ? &frames(*maker[i]) : freed;
         switch (e.action) {
-            case TensorEvent::kAlloc: list.push_back(trace_entry("alloc", e.address, e.bytes, time_us, made_by)); break;
+            case TensorEvent::kAlloc: list.push_back({"alloc", e.address, e.bytes, time_us, made_by, {}}); break;
             case TensorEvent::kFree:
-                list.push_back(trace_entry("free_requested", e.address, e.bytes, time_us, freed));
-                list.push_back(trace_entry("free_completed", e.address, e.bytes, time_us, freed));
+                list.push_back({"free_requested", e.address, e.bytes, time_us, freed, {}});
+                list.push_back({"free_completed", e.address, e.bytes, time_us, freed, {}});
                 break;
             case TensorEvent::kSegmentAlloc:
-                if (e.address) list.push_back(trace_entry("segment_alloc", e.address, e.bytes, time_us, made_by));
+                if (e.address) list.push_back({"segment_alloc", e.address, e.bytes, time_us, made_by, {}});
                 break;
             case TensorEvent::kSegmentFree:
-                if (e.address) list.push_back(trace_entry("segment_free", e.address, e.bytes, time_us, freed));
+                if (e.address) list.push_back({"segment_free", e.address, e.bytes, time_us, freed, {}});
                 break;
-            case TensorEvent::kOom: {
+            case TensorEvent::kOom:
                 // An earlier refusal: what the device had free then is not known.
-                FinalOom earlier{e.bytes, 0, e.device, time_us, json::array()};
-                list.push_back(oom_entry(i == final_oom_at ? *oom : earlier));
+                if (i == final_oom_at) list.push_back(oom_entry(*oom));
+                else list.push_back({"oom", 0, e.bytes, time_us, &no_frames, uint64_t(0)});
                 break;
-            }
         }
     }
     return final_oom_at != SIZE_MAX;
@@ -503,14 +575,28 @@ std::string render_memory_viz(const Report &r) {
     if (oom) max_device = std::max(max_device, oom->device);
     max_device = std::min(max_device, kMaxTraceDevices - 1);
 
-    json traces = json::array();
-    for (int d = 0; d <= max_device; ++d) traces.push_back(json::array());
-    bool oom_in_ring = tv && add_ring_events(r, *tv, oom, default_device, traces);
+    std::vector<std::vector<TraceEntry>> traces(static_cast<size_t>(max_device) + 1);
+    FramesByStack frames(r);
+    bool oom_in_ring = tv && add_ring_events(*tv, oom, default_device, frames, traces);
     if (oom && !oom_in_ring) traces[static_cast<size_t>(oom->device)].push_back(oom_entry(*oom));
 
-    json snapshot = {{"segments", segments}, {"device_traces", traces}};
     Pickler p;
-    p.value(snapshot);
+    p.begin_dict();
+    p.key("segments");
+    p.value(segments);
+    p.key("device_traces");
+    p.begin_list();
+    for (const std::vector<TraceEntry> &list : traces) {
+        p.item();
+        p.begin_list();
+        for (const TraceEntry &e : list) {
+            p.item();
+            pickle_entry(p, e);
+        }
+        p.end_list();
+    }
+    p.end_list();
+    p.end_dict();
     p.finish();
     return p.out;
 }
