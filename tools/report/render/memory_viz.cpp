@@ -455,12 +455,14 @@ const json &freed_frames() {
     return frames;
 }
 
+// PyTorch's keys: an "oom" entry has device_free where the others have addr (torch/csrc/cuda/Module.cpp
+// writes the one field under either name).
 void pickle_entry(Pickler &p, const TraceEntry &e) {
     p.begin_dict();
     p.key("action");
     p.text(e.action);
-    p.key("addr");
-    p.number(e.address);
+    p.key(e.device_free ? "device_free" : "addr");
+    p.number(e.device_free ? *e.device_free : e.address);
     p.key("size");
     p.number(e.size);
     p.key("stream");
@@ -469,10 +471,6 @@ void pickle_entry(Pickler &p, const TraceEntry &e) {
     p.number(e.time_us);
     p.key("frames");
     p.shared(*e.frames);
-    if (e.device_free) {
-        p.key("device_free");
-        p.number(*e.device_free);
-    }
     p.end_dict();
 }
 
