@@ -46,6 +46,16 @@ std::string where(uint32_t stack) {
     return out;
 }
 
+std::atomic<uint64_t> g_memo[int(Memo::kCount)];
+
+void print_memo() {
+    const char *names[] = {"recalled", "words differ", "no walk kept", "evicted (same start)", "evicted (other start)"};
+    fprintf(stderr, "gpuguard: census walk memo:");
+    for (int i = 0; i < int(Memo::kCount); i++)
+        fprintf(stderr, "%s %s %llu", i ? "," : "", names[i], (unsigned long long)g_memo[i].load());
+    fprintf(stderr, "\n");
+}
+
 __attribute__((destructor)) void print_census() {
     uint64_t any = 0;
     for (auto &kind : g_counts)
@@ -56,6 +66,7 @@ __attribute__((destructor)) void print_census() {
         fprintf(stderr, "gpuguard: census %-18s %10llu %10llu %10llu %10llu\n", kind_name(k),
                 (unsigned long long)g_counts[k][0].load(), (unsigned long long)g_counts[k][1].load(),
                 (unsigned long long)g_counts[k][2].load(), (unsigned long long)g_counts[k][3].load());
+    print_memo();
     if (!g_table) return;
     for (int shown = 0; shown < 15; shown++) {
         Entry *top = nullptr;
@@ -71,6 +82,8 @@ __attribute__((destructor)) void print_census() {
 }  // namespace
 
 void note(Kind kind, Outcome outcome) { g_counts[int(kind)][int(outcome)].fetch_add(1, std::memory_order_relaxed); }
+
+void memo(Memo what) { g_memo[int(what)].fetch_add(1, std::memory_order_relaxed); }
 
 void unwound(uint64_t key, uint32_t stack) {
     if (!stack) return;

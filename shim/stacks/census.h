@@ -9,13 +9,19 @@ namespace gg::stacks::census {
 
 enum class Kind { kPython, kNative, kPythonExtended };
 enum class Outcome { kMiss, kReuse, kCheck, kUnstable };
+// The walk memo's answers (shim/stacks/walk_memo.h): recalled; not recalled though a walk from the same
+// start was kept (its words differed); not recalled, none kept from that start; and, on keeping a
+// walk, whether it pushed out another (from the same start, or from another start of its set).
+enum class Memo { kRecalled, kWordsDiffer, kNoStart, kEvictedSameStart, kEvictedOtherStart, kCount };
 
 #ifdef GG_PROFILE
 void note(Kind kind, Outcome outcome);
 void unwound(uint64_t key, uint32_t stack);
+void memo(Memo what);
 #else
 inline void note(Kind, Outcome) {}
 inline void unwound(uint64_t, uint32_t) {}
+inline void memo(Memo) {}
 #endif
 
 }  // namespace gg::stacks::census

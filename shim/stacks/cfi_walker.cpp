@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "shim/base/per_thread.h"
+#include "shim/stacks/census.h"
 #include "shim/stacks/cfi_rule_table.h"
 #include "shim/stacks/walk_memo.h"
 
@@ -508,6 +509,11 @@ int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void *
     return n;
 }
 
+void census_eviction(WalkMemo::Evicted e) {
+    if (e == WalkMemo::Evicted::kSameStart) census::memo(census::Memo::kEvictedSameStart);
+    if (e == WalkMemo::Evicted::kOtherStart) census::memo(census::Memo::kEvictedOtherStart);
+}
+
 // The walk, from its own frame outward (see walk()): remembered by the words it read, and recalled
 // from them (shim/stacks/walk_memo.h).
 __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
@@ -536,11 +542,16 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
     int n = t->memo.recall(at, t->generation, ips, [](uintptr_t a) { return load_word(a); });
     if (n >= 0) {
         g_recalled.fetch_add(1, std::memory_order_relaxed);
+        census::memo(census::Memo::kRecalled);
         return n;
     }
+    census::memo(t->memo.missed_with_start() ? census::Memo::kWordsDiffer : census::Memo::kNoStart);
     WalkMemo::Recording rec;
     n = walk_frames(t, pc, sp, fp, ips, max, stop, &rec);
-    if (n >= 0) t->memo.remember(at, t->generation, rec);
+    if (n >= 0) {
+        t->memo.remember(at, t->generation, rec);
+        census_eviction(t->memo.last_eviction());
+    }
     return n;
 }
 

@@ -66,6 +66,12 @@ public:
     Tag *last() { return last_; }
     void clear_last() { last_ = nullptr; }
 
+    // For the profiling build's census: whether the last recall that failed had a walk from the same
+    // start, and whether the last walk kept pushed one out (and from the same start).
+    bool missed_with_start() const { return missed_with_start_; }
+    enum class Evicted { kNone, kSameStart, kOtherStart };
+    Evicted last_eviction() const { return last_eviction_; }
+
     // The return addresses of a remembered walk from `s` whose every word is as it was, into ips;
     // -1 when none is. `load(at)` reads a stack word.
     template <class Load>
@@ -73,9 +79,11 @@ public:
         last_ = nullptr;
         if (generation != generation_) return forget(generation), -1;
         Entry *set = set_of(s);
+        missed_with_start_ = false;
         for (int w = 0; w < kWays; w++) {
             Entry &e = set[w];
             if (!e.loads || e.depth != s.depth || e.max != s.max || e.stop != s.stop) continue;
+            missed_with_start_ = true;
             if (e.read_fp && e.fp != s.fp) continue;
             if (!same_words(e, s.sp, load)) continue;
             e.used = ++clock_;
@@ -96,6 +104,10 @@ public:
         Entry *set = set_of(s), *victim = &set[0];
         for (int w = 1; w < kWays; w++)
             if (set[w].used < victim->used) victim = &set[w];
+        last_eviction_ = !victim->loads ? Evicted::kNone
+                         : victim->depth == s.depth && victim->max == s.max && victim->stop == s.stop
+                             ? Evicted::kSameStart
+                             : Evicted::kOtherStart;
         victim->depth = s.depth;
         victim->max = s.max;
         victim->stop = s.stop;
@@ -127,6 +139,8 @@ private:
     Entry entries_[kSets * kWays];
     Tag *last_ = nullptr;
     uint32_t generation_ = 0, clock_ = 0;
+    bool missed_with_start_ = false;
+    Evicted last_eviction_ = Evicted::kNone;
 
     Entry *set_of(const Start &s) {
         uint64_t h =
