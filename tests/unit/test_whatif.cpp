@@ -634,3 +634,70 @@ TEST_CASE("replay: the limit search that reuses its replays finds what plain bis
     CHECK(served > 10);
     CHECK(failed > 10);
 }
+
+namespace {
+
+// A random history of requests, frees and cache releases under a limit that refuses some of them,
+// folded into one number (FNV-1a of every answer: address, block size, reserved, allocated). Sizes mix
+// sub-page blocks of both pools with runs of whole and partial pages, so that expandable ranges fill
+// with holes of many sizes, refusals unmap them and later requests search them.
+uint64_t history_digest(Options o, uint64_t seed, int steps) {
+    std::mt19937_64 rng(seed);  // its output is fixed by the standard (distributions are not: none here)
+    CachingAllocatorModel m(o);
+    std::vector<uint64_t> live;
+    uint64_t digest = 1469598103934665603ull;
+    auto fold = [&digest](uint64_t v) {
+        for (int i = 0; i < 8; i++, v >>= 8) digest = (digest ^ (v & 0xff)) * 1099511628211ull;
+    };
+    for (int i = 0; i < steps; i++) {
+        uint64_t r = rng(), kind = r % 16;
+        if (kind < 7 || live.empty()) {
+            uint64_t request = kind < 3   ? 1 + rng() % kSmallSize           // the small pool
+                               : kind < 5 ? kSmallSize + rng() % (40 * MiB)  // partial large pages
+                                          : (1 + rng() % 6) * kLargeBuffer;  // whole large pages
+            uint64_t bytes = 0, at = m.malloc(request, &bytes);
+            if (at) live.push_back(at);
+            fold(at - (at ? 1ull << 44 : 0));
+            fold(bytes);
+        } else if (kind < 15) {
+            size_t k = rng() % live.size();
+            REQUIRE(m.free(live[k]));
+            live[k] = live.back();
+            live.pop_back();
+        } else {
+            m.empty_cache();
+        }
+        fold(m.reserved());
+        fold(m.allocated());
+    }
+    std::string why;
+    REQUIRE_MESSAGE(m.consistent(&why), why);
+    fold(m.peak_reserved());
+    fold(m.out_of_memory_count());
+    return digest;
+}
+
+}  // namespace
+
+// The expected digests were made by the model as it was before the index of expandable ranges' free
+// room (e89541e, a linear walk of every hole per request): the index must choose exactly as it did.
+TEST_CASE("model: random histories choose as the linear search of free room did") {
+    struct Case {
+        bool expandable;
+        uint64_t limit;
+        uint64_t seed;
+        uint64_t digest;
+    };
+    const Case cases[] = {
+        {true, 200 * MiB, 1, 5855836610025968062ull},   {true, 200 * MiB, 2, 11515481022755897975ull},
+        {true, 600 * MiB, 3, 17505322440234765746ull},  {true, 600 * MiB, 4, 2367595178047151033ull},
+        {true, 2000 * MiB, 5, 17608346275369189650ull}, {true, kNoLimit, 6, 1764273053355927917ull},
+        {false, 200 * MiB, 7, 15646054495079892037ull}, {false, 600 * MiB, 8, 5617236909031226709ull},
+    };
+    for (const Case &c : cases) {
+        Options o = c.expandable ? expandable(c.limit) : limited(c.limit);
+        o.range_bytes = 400 * MiB;  // small ranges: requests spill into new ones, whole ranges go back
+        CAPTURE(c.seed);
+        CHECK(history_digest(o, c.seed, 4000) == c.digest);
+    }
+}
