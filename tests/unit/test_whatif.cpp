@@ -3,12 +3,14 @@
 #include <doctest/doctest.h>
 
 #include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 #include <vector>
 
 #include "tools/report/whatif/allocator_model.h"
 #include "tools/report/whatif/replay.h"
+#include "tools/report/whatif/room_index.h"
 
 using namespace gg::whatif;
 using gg::report::Report;
@@ -699,5 +701,29 @@ TEST_CASE("model: random histories choose as the linear search of free room did"
         o.range_bytes = 400 * MiB;  // small ranges: requests spill into new ones, whole ranges go back
         CAPTURE(c.seed);
         CHECK(history_digest(o, c.seed, 4000) == c.digest);
+    }
+}
+
+TEST_CASE("room index: the lowest address with enough room, as a walk of every address finds it") {
+    std::mt19937_64 rng(29);
+    RoomIndex index;
+    std::map<uint64_t, uint64_t> oracle;
+    for (int i = 0; i < 20000; i++) {
+        uint64_t address = rng() % 512 * kLargeBuffer, bytes = (1 + rng() % 64) * kLargeBuffer;
+        if (rng() % 3) {
+            index.set(address, bytes);
+            oracle[address] = bytes;
+        } else {
+            index.erase(address);
+            oracle.erase(address);
+        }
+        uint64_t want = (1 + rng() % 70) * kLargeBuffer, expected = RoomIndex::kNone;
+        for (const auto &[at, room] : oracle)
+            if (room >= want) {
+                expected = at;
+                break;
+            }
+        REQUIRE(index.lowest_with(want) == expected);
+        REQUIRE(index.size() == oracle.size());
     }
 }

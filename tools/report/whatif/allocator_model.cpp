@@ -97,6 +97,7 @@ uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) 
         list_free(pool, rest);
     }
     b->allocated = true;
+    if (b->segment->expandable) take_run(pool, b->address, b->size);
     live_[b->address] = b;
     allocated_ += b->size;
     peak_allocated_ = std::max(peak_allocated_, allocated_);
@@ -113,6 +114,7 @@ bool CachingAllocatorModel::free(uint64_t address, uint64_t *block_bytes) {
     allocated_ -= b->size;
     b->allocated = false;
     Pool &pool = pool_of(b->segment);
+    if (b->segment->expandable) give_run(pool, b->segment, b->address, b->size);
     list_free(pool, merge_free(pool, b));
     return true;
 }
@@ -235,15 +237,14 @@ CachingAllocatorModel::Block *CachingAllocatorModel::alloc_expandable(Pool &pool
 }
 
 CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool &pool, uint64_t size) {
-    auto room_from = [size](const Block *b) {
-        uint64_t bytes = 0;
-        for (; b && bytes < size && !b->allocated; b = b->next) bytes += b->size;
-        return bytes >= size;
-    };
-    // The lowest unmapped space, together with the free block right before it, that has room.
-    for (Block *u : pool.unmapped) {
-        Block *c = u->prev && !u->prev->allocated ? u->prev : u;
-        if (room_from(c)) return c;
+    // The lowest unmapped space, together with the free block right before it, that has room: the
+    // lowest run of free space holding unmapped space and at least `size` bytes (within a run, the
+    // first unmapped block, from the run's start, has the most room after it), from the run's start.
+    if (uint64_t start = pool.room.lowest_with(size); start != RoomIndex::kNone) {
+        Block key;
+        key.address = start;
+        Block *u = *pool.unmapped.lower_bound(&key);  // the run's first unmapped block
+        return u->prev && !u->prev->allocated ? u->prev : u;
     }
     // None: a new address range, as large as the request if that is larger.
     uint64_t range = std::max(options_.range_bytes, round_up(size, page_of(pool)));
@@ -262,6 +263,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool 
     s->head = b;
     segments_[address] = s;
     list_unmapped(pool, b);
+    give_run(pool, s, address, range);
     return b;
 }
 
@@ -288,6 +290,7 @@ CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block
     u->mapped = true;
     Block *b = merge_free(pool, u);
     list_free(pool, b);
+    index_room_at(pool, b->address);
     return b;
 }
 
@@ -327,6 +330,7 @@ void CachingAllocatorModel::unmap_block(Pool &pool, Block *b) {
         list_free(pool, after);
     }
     list_unmapped(pool, merge_free(pool, u));
+    index_room_at(pool, lo);
 }
 
 void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
@@ -335,11 +339,67 @@ void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
         Block *b = *pool.empty_ranges.begin();
         Segment *s = b->segment;
         unlist_unmapped(pool, b);
+        drop_run(pool, s->address);
         device_->release_range(s->address, s->size);
         segments_.erase(s->address);
         delete b;
         delete s;
     }
+}
+
+// ---- the runs of free space of expandable ranges -------------------------------------------------
+
+void CachingAllocatorModel::take_run(Pool &pool, uint64_t address, uint64_t bytes) {
+    auto run = std::prev(pool.runs.upper_bound(address));
+    const uint64_t start = run->first, end = run->second;
+    drop_run(pool, start);
+    if (start < address) {
+        pool.runs[start] = address;
+        index_room(pool, start, address);
+    }
+    if (address + bytes < end) {
+        pool.runs[address + bytes] = end;
+        index_room(pool, address + bytes, end);
+    }
+}
+
+void CachingAllocatorModel::give_run(Pool &pool, const Segment *s, uint64_t address, uint64_t bytes) {
+    // Joined with the runs right before and after it, within its range only: ranges may touch.
+    uint64_t start = address, end = address + bytes;
+    if (address > s->address) {
+        if (auto before = pool.runs.lower_bound(address);
+            before != pool.runs.begin() && std::prev(before)->second == address) {
+            start = std::prev(before)->first;
+            drop_run(pool, start);
+        }
+    }
+    if (end < s->address + s->size) {
+        if (auto after = pool.runs.find(end); after != pool.runs.end()) {
+            uint64_t after_end = after->second;
+            drop_run(pool, end);
+            end = after_end;
+        }
+    }
+    pool.runs[start] = end;
+    index_room(pool, start, end);
+}
+
+void CachingAllocatorModel::drop_run(Pool &pool, uint64_t start) {
+    pool.runs.erase(start);
+    pool.room.erase(start);
+}
+
+void CachingAllocatorModel::index_room(Pool &pool, uint64_t start, uint64_t end) {
+    Block key;
+    key.address = start;
+    auto u = pool.unmapped.lower_bound(&key);
+    if (u != pool.unmapped.end() && (*u)->address < end) pool.room.set(start, end - start);
+    else pool.room.erase(start);
+}
+
+void CachingAllocatorModel::index_room_at(Pool &pool, uint64_t address) {
+    auto run = std::prev(pool.runs.upper_bound(address));
+    index_room(pool, run->first, run->second);
 }
 
 // ---- giving memory back on a refusal ------------------------------------------------------------------
@@ -467,6 +527,7 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
             if (b->mapped) reserved += b->size;
         }
         if (at != address + s->size) return broken("blocks do not cover their segment");
+        if (s->expandable && !runs_consistent(pool, s, why)) return false;
         if (s->expandable) {
             // reserved counts whole pages: a mapped run always ends on a page boundary.
             for (const Block *b = s->head; b; b = b->next)
@@ -481,10 +542,38 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
     if (subsets !=
         small_.releasable.size() + large_.releasable.size() + small_.empty_ranges.size() + large_.empty_ranges.size())
         return broken("stale releasable or empty-range set entry");
+    size_t runs = 0, room = 0;
+    for (const auto &[address, s] : segments_)
+        for (const Block *b = s->head; b && s->expandable; b = b->next)
+            if (!b->allocated && (!b->prev || b->prev->allocated)) {
+                runs++;
+                room += (s->small ? small_ : large_).room.at(b->address) > 0;
+            }
+    if (runs != small_.runs.size() + large_.runs.size() || room != small_.room.size() + large_.room.size())
+        return broken("stale run of free space");
     if (allocated != allocated_) return broken("allocated total");
     if (reserved != reserved_) return broken("reserved total");
     if (reserved_ > options_.limit) return broken("reserved past the limit");
     if (allocated_ > reserved_) return broken("allocated past reserved");
+    return true;
+}
+
+bool CachingAllocatorModel::runs_consistent(const Pool &pool, const Segment *s, std::string *why) const {
+    // Every run of free blocks of the range is listed with its end, and indexed with its length when it
+    // holds unmapped space.
+    for (const Block *b = s->head; b; b = b->next) {
+        if (b->allocated || (b->prev && !b->prev->allocated)) continue;
+        const uint64_t start = b->address;
+        bool unmapped = false;
+        for (; b->next && !b->next->allocated; b = b->next) unmapped |= !b->mapped;
+        unmapped |= !b->mapped;
+        const uint64_t end = b->address + b->size;
+        auto run = pool.runs.find(start);
+        if (run == pool.runs.end() || run->second != end || pool.room.at(start) != (unmapped ? end - start : 0)) {
+            if (why) *why = "run of free space not listed as it is";
+            return false;
+        }
+    }
     return true;
 }
 

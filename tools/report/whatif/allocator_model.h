@@ -27,6 +27,8 @@
 //     the mapping is retried. A page holding any live block stays mapped.
 //   reserved: segment bytes (mapped bytes with expandable segments); allocated: live block bytes.
 #pragma once
+#include "tools/report/whatif/room_index.h"
+
 #include <cstdint>
 #include <map>
 #include <set>
@@ -170,6 +172,11 @@ private:
         // blocks holding at least one whole page of an expandable segment. A subset of `free`.
         std::set<Block *, BySize> releasable;
         std::set<Block *, ByAddress> empty_ranges;  // unmapped blocks that are a whole range
+        // Expandable segments: every run of free space between live blocks of a range (mapped or not),
+        // its start -> its end; and the runs holding unmapped space, by start, with their length, where a
+        // request that no mapped block serves finds room (find_expandable_block).
+        std::map<uint64_t, uint64_t> runs;
+        RoomIndex room;
     };
 
     Pool &pool_of(const Segment *s) { return s->small ? small_ : large_; }
@@ -198,6 +205,13 @@ private:
     void unlist_free(Pool &pool, Block *b);
     void list_unmapped(Pool &pool, Block *b);
     void unlist_unmapped(Pool &pool, Block *b);
+    // The runs of free space of expandable ranges change only through these.
+    void take_run(Pool &pool, uint64_t address, uint64_t bytes);                    // a block handed out
+    void give_run(Pool &pool, const Segment *s, uint64_t address, uint64_t bytes);  // freed, or a new range
+    void drop_run(Pool &pool, uint64_t address);                                    // a range released
+    void index_room(Pool &pool, uint64_t start, uint64_t end);  // listed in `room` if it holds unmapped space
+    void index_room_at(Pool &pool, uint64_t address);           // the run holding `address`
+    bool runs_consistent(const Pool &pool, const Segment *s, std::string *why) const;
 
     Options options_;
     AddressSpace own_device_;
