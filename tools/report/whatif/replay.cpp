@@ -324,7 +324,8 @@ WhatIf what_if(const Report &r) {
     w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
     Config expandable = w.recorded;
     expandable.expandable = true;
-    w.smallest_expandable = smallest_limit(tr, expandable, w.needed);
+    // Recorded with expandable segments, the two searches are one question: asked once.
+    w.smallest_expandable = w.recorded.expandable ? w.smallest_configured : smallest_limit(tr, expandable, w.needed);
 
     if (w.budget) {
         // b and d: other settings under the same budget.
