@@ -241,22 +241,31 @@ static_assert(TensorEvent::kAlloc == schema::action::kAlloc && TensorEvent::kFre
                   TensorEvent::kSegmentFree == schema::action::kSegmentFree,
               "tools/report/model.h's TensorEvent::Action spells common/report/schema.h's action letters");
 
+// An event row's action letter, or 0 when it names none the schema knows. Read in place, not copied
+// as row_str copies: a report holds up to millions of rows, and printable() keeps a known letter as it
+// is and makes no other string one.
+char row_action(const json &row, size_t i) {
+    if (!row.is_array() || i >= row.size() || !row[i].is_string()) return 0;
+    const std::string &s = row[i].get_ref<const std::string &>();
+    return s.size() == 1 && schema::action::known(s[0]) ? s[0] : 0;
+}
+
 void read_tensor_events(const json &t, TensorView &v) {
     const json &ev = obj(t, key::events);
     v.events_capacity = u64(ev, key::capacity).value_or(0);
     v.events_recorded = u64(ev, key::recorded).value_or(0);
     v.events_dropped = u64(ev, key::dropped).value_or(0);
     namespace col = schema::event_row;
-    for (const json &row : arr(ev, key::rows)) {
-        std::string action = row_str(row, col::action);
+    const json &rows = arr(ev, key::rows);
+    v.events.reserve(rows.size());
+    for (const json &row : rows) {
+        char action = row_action(row, col::action);
         auto at = row_u64(row, col::t_ns), address = row_u64(row, col::address), bytes = row_u64(row, col::bytes),
              a = row_u64(row, col::allocated), res = row_u64(row, col::reserved), device = row_u64(row, col::device);
-        if (action.size() != 1 || !schema::action::known(action[0]) || !at || *at >= uint64_t(kMaxTimeNs) || !address ||
-            !bytes || !a || !res)
-            continue;
+        if (!action || !at || *at >= uint64_t(kMaxTimeNs) || !address || !bytes || !a || !res) continue;
         TensorEvent e;
         e.t_ns = int64_t(*at);
-        e.action = TensorEvent::Action(action[0]);
+        e.action = TensorEvent::Action(action);
         e.address = *address;
         e.bytes = *bytes;
         e.allocated = *a;
@@ -547,12 +556,14 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
         // A file that says it is too large is refused before a byte is read; one that does not say
         // (a pipe, a device such as /dev/zero) is read up to the limit.
         struct stat st;
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > limits.max_bytes) {
+        const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+        if (regular && (uint64_t)st.st_size > limits.max_bytes) {
             close(fd);
             err.message =
                 path + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
             return false;
         }
+        if (regular) text.reserve(size_t(st.st_size) + 1);  // read once, not copied as it grows
         bool ok = read_bounded(fd, limits.max_bytes, &text, &why);
         close(fd);
         if (!ok) {
