@@ -352,14 +352,15 @@ void CachingAllocatorModel::release_empty_ranges(Pool &pool) {
 void CachingAllocatorModel::take_run(Pool &pool, uint64_t address, uint64_t bytes) {
     auto run = std::prev(pool.runs.upper_bound(address));
     const uint64_t start = run->first, end = run->second;
-    drop_run(pool, start);
-    if (start < address) {
-        pool.runs[start] = address;
-        index_room(pool, start, address);
-    }
     if (address + bytes < end) {
-        pool.runs[address + bytes] = end;
+        pool.runs.emplace_hint(std::next(run), address + bytes, end);
         index_room(pool, address + bytes, end);
+    }
+    if (start < address) {  // the run keeps its start: changed in place
+        run->second = address;
+        index_room(pool, start, address);
+    } else {
+        drop_run(pool, start);
     }
 }
 

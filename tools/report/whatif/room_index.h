@@ -22,13 +22,14 @@ public:
 
     // Sets the length at `address` (replacing the one there).
     void set(uint64_t address, uint64_t bytes) {
-        erase(address);
+        if (reset(root_, address, bytes)) return;
         Node *lo, *hi;
         split(root_, address, &lo, &hi);
         root_ = merge(merge(lo, new Node{address, bytes, bytes, next_priority()}), hi);
         size_++;
     }
     void erase(uint64_t address) {
+        if (!find(address)) return;  // most runs never held unmapped space: no work for them
         Node *lo, *rest, *at, *hi;
         split(root_, address, &lo, &rest);
         split(rest, address + 1, &at, &hi);
@@ -47,9 +48,8 @@ public:
     }
     // The length at `address`; 0 when none is set (for consistency checks).
     uint64_t at(uint64_t address) const {
-        for (const Node *n = root_; n; n = address < n->address ? n->left : n->right)
-            if (n->address == address) return n->bytes;
-        return 0;
+        const Node *n = find(address);
+        return n ? n->bytes : 0;
     }
     size_t size() const { return size_; }
 
@@ -59,6 +59,19 @@ private:
         Node *left = nullptr, *right = nullptr;
     };
     static uint64_t largest(const Node *n) { return n ? n->largest : 0; }
+    const Node *find(uint64_t address) const {
+        const Node *n = root_;
+        while (n && n->address != address) n = address < n->address ? n->left : n->right;
+        return n;
+    }
+    // Sets the length of the node at `address` in place, and the largest on its path; false if none.
+    static bool reset(Node *n, uint64_t address, uint64_t bytes) {
+        if (!n) return false;
+        if (n->address == address) n->bytes = bytes;
+        else if (!reset(address < n->address ? n->left : n->right, address, bytes)) return false;
+        updated(n);
+        return true;
+    }
     static Node *updated(Node *n) {
         uint64_t below = largest(n->left) > largest(n->right) ? largest(n->left) : largest(n->right);
         n->largest = n->bytes > below ? n->bytes : below;
