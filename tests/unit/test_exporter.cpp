@@ -242,19 +242,20 @@ TEST_CASE("exporter server: SIGTERM stops it while a descriptor is ready at ever
     int p[2];
     REQUIRE(pipe(p) == 0);
     REQUIRE(write(p[1], "x", 1) == 1);
-    pid_t child = fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-        gg::exporter::serve(
-            p[0], gg::exporter::ServerLimits(), [](const std::string &) { return std::string(); },
-            [] { kill(getppid(), SIGUSR1); });
-        _exit(0);
-    }
-    // Ready once the child said so (its handler is installed then): SIGUSR1 blocked here and waited for.
+    // Ready once the child said so (its handler is installed then): SIGUSR1 blocked before the fork (a
+    // child quicker than this would otherwise end the test with it) and waited for.
     sigset_t usr1, old;
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     sigprocmask(SIG_BLOCK, &usr1, &old);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        gg::exporter::serve(
+            p[0], gg::exporter::ServerLimits(), [](const std::string &) { return gg::exporter::Response(); },
+            [] { kill(getppid(), SIGUSR1); });
+        _exit(0);
+    }
     int sig = 0;
     timespec ready_wait{10, 0};
     sig = sigtimedwait(&usr1, nullptr, &ready_wait);

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,7 @@ const char kUsage[] =
     "  --command-label     label each process with its command line (off: a token in argv would reach\n"
     "                      anyone who can scrape; on, what looks like a secret is still shown as ***)\n"
     "  --max-connections N connections open at once (default 16); one more closes the one that has\n"
-    "                      been sending its request longest\n"
+    "                      sent nothing for longest (never one being answered)\n"
     "  --read-timeout SECONDS   the whole request, from connect to its last header (default 5)\n"
     "  --write-timeout SECONDS  the whole response, from its first byte to its last (default 10,\n"
     "                      Prometheus's scrape timeout); a client that reads no faster is dropped\n"
@@ -72,15 +73,22 @@ std::string scrape(const std::vector<std::string> &ledgers, const gg::exporter::
     return gg::exporter::render(samples, labels, f);
 }
 
+// The scrapes asked for within a second of each other share one body (tools/exporter/server.h): a
+// Prometheus server scrapes every few seconds or more, and clients that come together get the same
+// metrics, held once however slowly they read.
+constexpr int64_t kScrapeGenerationMs = 1000;
+
 // The response to one request head (tools/exporter/server.h reads it and sends this).
-std::string respond(const std::string &req, const std::vector<std::string> &ledgers,
-                    const gg::exporter::Labels &labels) {
+gg::exporter::Response respond(const std::string &req, const std::vector<std::string> &ledgers,
+                               const gg::exporter::Labels &labels, gg::exporter::SharedBodies &bodies) {
     std::string line = req.substr(0, req.find("\r\n"));
-    std::string status = "200 OK", type = "text/plain; charset=utf-8", body;
+    std::string status = "200 OK", type = "text/plain; charset=utf-8";
+    std::shared_ptr<const std::string> body;
     bool head = line.rfind("HEAD ", 0) == 0;
+    auto text = [](std::string t) { return std::make_shared<const std::string>(std::move(t)); };
     if (line.rfind("GET ", 0) != 0 && !head) {
         status = "405 Method Not Allowed";
-        body = "gpuguard exporter: GET /metrics\n";
+        body = text("gpuguard exporter: GET /metrics\n");
     } else {
         std::string path = line.substr(line.find(' ') + 1);
         path = path.substr(0, path.find(' '));
@@ -91,17 +99,18 @@ std::string respond(const std::string &req, const std::vector<std::string> &ledg
             for (char &c : lower) c = (char)tolower((unsigned char)c);
             Format f =
                 lower.find("application/openmetrics-text") != std::string::npos ? Format::kOpenMetrics : Format::kText;
-            body = scrape(ledgers, labels, f);
+            body = bodies.get((int)f, [&] { return scrape(ledgers, labels, f); });
             type = gg::exporter::content_type(f);
         } else if (path == "/") {
-            body = "gpuguard exporter: the metrics are at /metrics\n";
+            body = text("gpuguard exporter: the metrics are at /metrics\n");
         } else {
             status = "404 Not Found";
-            body = "gpuguard exporter: no " + path + " here; the metrics are at /metrics\n";
+            body = text("gpuguard exporter: no " + path + " here; the metrics are at /metrics\n");
         }
     }
-    return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
-           "\r\nConnection: close\r\n\r\n" + (head ? "" : body);
+    std::string headers = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                          "\r\nContent-Length: " + std::to_string(body->size()) + "\r\nConnection: close\r\n\r\n";
+    return {headers, head ? nullptr : body};
 }
 
 // A time limit in seconds (fractions allowed) into milliseconds; -1 when it is not one.
@@ -211,8 +220,9 @@ int cmd_exporter(int argc, char **argv) {
     int fd = gg::exporter::listen_on(o.listen, &bound, &why);
     if (fd < 0) return fail(1, why);
     // Announced once SIGTERM is caught: a supervisor that stops it after reading the line gets exit 0.
+    gg::exporter::SharedBodies bodies(kScrapeGenerationMs);
     gg::exporter::serve(
-        fd, o.limits, [&](const std::string &head) { return respond(head, o.ledgers, o.labels); },
+        fd, o.limits, [&](const std::string &head) { return respond(head, o.ledgers, o.labels, bodies); },
         [&] { fprintf(stderr, "gpuguard: exporter listening on http://%s/metrics\n", bound.c_str()); });
     close(fd);
     return 0;
