@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "shim/core/state.h"
 #include "shim/device/device.h"
 #include "shim/python/frames.h"
+#include "shim/report/json_out.h"
 #include "shim/report/phase.h"
 #include "shim/resolve/real.h"
 #include "shim/track/tracker.h"
@@ -42,6 +44,8 @@ std::mutex g_sections_mu;
 // Never destroyed (shim/base/race_once.h): a report may be written while exit() runs static destructors.
 std::atomic<std::vector<SectionFn> *> g_sections_made{nullptr};
 std::vector<SectionFn> &sections_list() { return never_destroyed(g_sections_made); }
+std::atomic<std::vector<StreamedSectionFn> *> g_streamed_made{nullptr};
+std::vector<StreamedSectionFn> &streamed_list() { return never_destroyed(g_streamed_made); }
 
 std::string read_small_file(const char *path) {
     int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -121,7 +125,11 @@ std::string hex(uint64_t v) {
     return buf;
 }
 
-bool write_atomically(const std::string &dir, const std::string &name, const std::string &text, std::string *path) {
+// Writes what `fill` writes into `fd` (it returns "" or why it failed) as the file dir/name: into a
+// temporary file renamed over the name once whole, so that the reader never sees a report cut short
+// (a full disk, a report past the cap); the temporary file is removed when anything failed.
+bool write_atomically(const std::string &dir, const std::string &name, const std::function<std::string(int fd)> &fill,
+                      std::string *path) {
     *path = dir + "/" + name;
     // O_EXCL | O_NOFOLLOW: never through a file or link someone planted at the temporary name (a
     // report folder may be shared); such a name is skipped for another, with a random part.
@@ -140,24 +148,14 @@ bool write_atomically(const std::string &dir, const std::string &name, const std
         log_error("cannot write a report in GPUGUARD_REPORT_DIR=%s: %s", dir.c_str(), strerror(errno));
         return false;
     }
-    size_t off = 0;
-    while (off < text.size()) {
-        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            log_error("cannot write report %s: %s", path->c_str(), n < 0 ? strerror(errno) : "short write");
-            close(fd);
-            unlink(tmp.c_str());
-            return false;
-        }
-        off += (size_t)n;
-    }
-    bool ok = close(fd) == 0 && rename(tmp.c_str(), path->c_str()) == 0;
-    if (!ok) {
-        log_error("cannot write report %s: %s", path->c_str(), strerror(errno));
+    std::string why = fill(fd);
+    if (close(fd) != 0 && why.empty()) why = strerror(errno);
+    if (why.empty() && rename(tmp.c_str(), path->c_str()) != 0) why = strerror(errno);
+    if (!why.empty()) {
+        log_error("cannot write report %s: %s", path->c_str(), why.c_str());
         unlink(tmp.c_str());
     }
-    return ok;
+    return why.empty();
 }
 
 }  // namespace
@@ -193,6 +191,17 @@ int ordinal_of(const json &r) {
 void add_section(SectionFn fn) {
     std::lock_guard<std::mutex> lock(g_sections_mu);
     sections_list().push_back(fn);
+}
+
+void add_streamed_section(StreamedSectionFn fn) {
+    std::lock_guard<std::mutex> lock(g_sections_mu);
+    streamed_list().push_back(fn);
+}
+
+json SectionWriter::stack(stacks::StackId id) {
+    if (!id) return nullptr;
+    used_->insert(id);
+    return "s" + std::to_string(id);
 }
 
 json referenced_stack(json &report, stacks::StackId id) {
@@ -364,9 +373,9 @@ void add_registered_sections(json &r) {
     for (SectionFn fn : sections) fn(r);
 }
 
-}  // namespace
-
-json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+// The report's sections that are small enough to make whole (bounded lists), with the registered
+// sections that add to them.
+json whole_sections(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
     State &s = state();
     const Config &c = *s.cfg;
     Tracker::Snapshot snap = tracker().snapshot((size_t)c.top_n);
@@ -403,29 +412,53 @@ json build(Reason reason, const std::string &message, const Failure *failure, in
     return r;
 }
 
-namespace {
+// The report into `out`: the sections made whole, then the streamed ones, then the stacks that any
+// of them refers to. A JSON object's members have no order: the reader takes them by name.
+void write_report(JsonOut &out, Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    json whole = whole_sections(reason, message, failure, ordinal);
+    json listed_stacks = std::move(whole[key::stacks]);
+    whole.erase(key::stacks);
+    out.begin_object();
+    for (auto &[k, v] : whole.items()) out.value(k.c_str(), v);
+    std::set<stacks::StackId> streamed_stacks;
+    SectionWriter section(out, ordinal_of(whole), &streamed_stacks);
+    whole = json();  // written: only the streamed sections' rows are held from here
+    std::vector<StreamedSectionFn> streamed;
+    {
+        std::lock_guard<std::mutex> lock(g_sections_mu);
+        streamed = streamed_list();
+    }
+    for (StreamedSectionFn fn : streamed) fn(section);
+    out.begin_object(key::stacks);
+    for (auto &[k, v] : listed_stacks.items()) out.value(k.c_str(), v);
+    for (stacks::StackId id : streamed_stacks)
+        if (!listed_stacks.contains(stack_key(id)))
+            out.value(stack_key(id).c_str(), {{key::frames, stacks::frames_json(id)}});
+    out.end_object();
+    out.end_object();
+}
 
-// The report as text, or "" (with a line) when it cannot be assembled.
-std::string text_of(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+// Writes the report into `fd`: "" or why it was not written whole.
+std::string write_into(int fd, Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    // No exception leaves the shim: an out-of-memory while the report is written (host memory may be
+    // what ran out) costs the report, with its line, not the program.
     try {
-        // Bytes that are not UTF-8 (a command line in Latin-1, names read from a damaged ledger) are
-        // replaced, not fatal: the report is needed most when something is already wrong.
-        std::string text = build(reason, message, failure, ordinal).dump(1, ' ', false, json::error_handler_t::replace);
-        // The sections bound what they list so that this never happens; if one did not, no report
-        // beats one the reader refuses.
-        if (text.size() > report_limits::kMaxReportBytes) {
-            log_error("a report of %zu bytes would pass the %zu MiB that gpuguard report reads; not written",
-                      text.size(), report_limits::kMaxReportBytes >> 20);
-            return "";
-        }
-        return text;
+        JsonOut out(fd);
+        write_report(out, reason, message, failure, ordinal);
+        return out.finish() ? "" : out.why();
     } catch (const std::exception &e) {
-        log_error("cannot assemble a report: %s", e.what());
-        return "";
+        return std::string("cannot assemble it: ") + e.what();
     }
 }
 
 }  // namespace
+
+json build(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
+    std::string text;
+    JsonOut out(&text);
+    write_report(out, reason, message, failure, ordinal);
+    return out.finish() ? json::parse(text) : json();
+}
 
 std::string write(Reason reason, const std::string &message, const Failure *failure, int ordinal) {
     const Config &c = *state().cfg;
@@ -436,8 +469,6 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
             log_error("GPUGUARD_MAX_REPORTS=%d reached; no more reports from this process", c.max_reports);
         return "";
     }
-    std::string text = text_of(reason, message, failure, ordinal);
-    if (text.empty()) return "";
     char host[64] = {};
     gethostname(host, sizeof host - 1);
     for (char *p = host; *p; p++)
@@ -446,17 +477,18 @@ std::string write(Reason reason, const std::string &message, const Failure *fail
     snprintf(name, sizeof name, "gpuguard-%s-%llu-%s-%d-%d.json", reason_name(reason),
              (unsigned long long)(unix_ns() / 1000000000ull), host, (int)getpid(), g_sequence.fetch_add(1) + 1);
     std::string path;
-    if (!write_atomically(c.report_dir, name, text, &path)) return "";
+    auto fill = [&](int fd) { return write_into(fd, reason, message, failure, ordinal); };
+    if (!write_atomically(c.report_dir, name, fill, &path)) return "";
     if (state().ledger) state().ledger->count_report();
     return path;
 }
 
 bool rewrite(const std::string &path, Reason reason, const std::string &message, const Failure *failure, int ordinal) {
-    std::string text = text_of(reason, message, failure, ordinal);
     size_t slash = path.rfind('/');
-    if (text.empty() || slash == std::string::npos) return false;
+    if (slash == std::string::npos) return false;
     std::string written;
-    return write_atomically(path.substr(0, slash), path.substr(slash + 1), text, &written);
+    auto fill = [&](int fd) { return write_into(fd, reason, message, failure, ordinal); };
+    return write_atomically(path.substr(0, slash), path.substr(slash + 1), fill, &written);
 }
 
 }  // namespace gg::report

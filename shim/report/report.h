@@ -1,8 +1,11 @@
 // Reports: a consistent snapshot taken under the tracker's locks, turned into JSON outside them
 // (docs/report-schema.md), written atomically (a temporary file, then rename) into
-// GPUGUARD_REPORT_DIR under a name no concurrent process can collide with.
+// GPUGUARD_REPORT_DIR under a name no concurrent process can collide with. Written as they are made
+// (shim/report/json_out.h): the sections of bounded size are made whole, the tensor view's rows go
+// to the file one at a time, so that writing the largest report costs its largest row in memory.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -48,6 +51,24 @@ void unlock_after_fork();
 // A module that adds a section to every report (cuDNN's, the tensor view's) registers it once.
 using SectionFn = void (*)(nlohmann::json &report);
 void add_section(SectionFn fn);
+// A section written as it is made, its rows one at a time (the tensor view's: up to 50,000 blocks
+// and 218,000 events), after the sections made whole.
+class JsonOut;
+class SectionWriter {
+public:
+    SectionWriter(JsonOut &out, int ordinal, std::set<stacks::StackId> *used)
+        : out(out), ordinal(ordinal), used_(used) {}
+    JsonOut &out;
+    const int ordinal;  // the report's device (-1 when it names none)
+    // The reference to a stack ("s<id>", or null for none), its frames written in the report's "stacks".
+    nlohmann::json stack(stacks::StackId id);
+
+private:
+    std::set<stacks::StackId> *used_;
+};
+using StreamedSectionFn = void (*)(SectionWriter &section);
+void add_streamed_section(StreamedSectionFn fn);
+
 // For a section: the reference to a stack ("s<id>", or null for none), its frames added to the
 // report's "stacks" when they are not there yet.
 nlohmann::json referenced_stack(nlohmann::json &report, stacks::StackId id);

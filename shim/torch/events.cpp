@@ -62,14 +62,16 @@ void EventRing::push(const Event &e) {
     s.seq.store(i + 1, std::memory_order_release);
 }
 
-EventRing::Copy EventRing::copy() const {
-    Copy c;
+EventRing::Counts EventRing::visit_newest(size_t newest, const std::function<void(const Event &)> &fn) const {
+    Counts c;
     Slot *slots = slots_.load(std::memory_order_acquire);
     c.capacity = capacity_.load(std::memory_order_acquire);
     c.recorded = next_.load(std::memory_order_acquire);
     if (!slots || !c.capacity) return c;
-    uint64_t first = c.recorded > c.capacity ? c.recorded - c.capacity : 0;
-    c.events.reserve(c.recorded - first);
+    uint64_t held = c.recorded > c.capacity ? c.recorded - c.capacity : 0;
+    uint64_t first = c.recorded - held > newest ? c.recorded - newest : held;
+    c.left_out = first - held;
+    uint64_t visited = 0;
     for (uint64_t i = first; i < c.recorded; i++) {
         const Slot &s = slots[i % c.capacity];
         if (s.seq.load(std::memory_order_acquire) != i + 1) continue;  // being written, or already newer
@@ -84,9 +86,19 @@ EventRing::Copy EventRing::copy() const {
         e.action = Action(uint8_t(tag));
         std::atomic_thread_fence(std::memory_order_acquire);
         if (s.seq.load(kRelaxed) != i + 1) continue;  // overwritten while copied
-        c.events.push_back(e);
+        fn(e);
+        visited++;
     }
-    c.dropped = c.recorded - c.events.size();
+    c.dropped = c.recorded - visited;
+    return c;
+}
+
+EventRing::Copy EventRing::copy() const {
+    Copy c;
+    Counts n = visit_newest(SIZE_MAX, [&](const Event &e) { c.events.push_back(e); });
+    c.capacity = n.capacity;
+    c.recorded = n.recorded;
+    c.dropped = n.dropped;
     return c;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace gg::torch {
@@ -45,6 +46,14 @@ public:
         std::vector<Event> events;  // oldest first
     };
     Copy copy() const;
+    // The newest `newest` events held, oldest first, each handed to `fn` as it is read (a report
+    // streams them, with no copy of a ring of a million events). dropped counts as copy()'s does, the
+    // events held but older than those included; left_out counts those alone.
+    struct Counts {
+        size_t capacity = 0;
+        uint64_t recorded = 0, dropped = 0, left_out = 0;
+    };
+    Counts visit_newest(size_t newest, const std::function<void(const Event &)> &fn) const;
     void clear();  // in a forked child: its parent's history is not its own
 
 private:

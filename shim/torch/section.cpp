@@ -18,6 +18,7 @@
 #include "shim/api/api.h"
 #include "shim/base/clock.h"
 #include "shim/core/state.h"
+#include "shim/report/json_out.h"
 #include "shim/report/report.h"
 #include "shim/torch/events.h"
 #include "shim/torch/view.h"
@@ -52,12 +53,10 @@ bool c10_cuda_loaded() {
                nullptr) != 0;
 }
 
-json stack_list(json &r, const std::vector<StackBytes> &v) {
+json stack_list(report::SectionWriter &w, const std::vector<StackBytes> &v) {
     json out = json::array();
     for (size_t i = 0; i < v.size() && i < kMaxStacksListed; i++)
-        out.push_back({{key::stack, report::referenced_stack(r, v[i].stack)},
-                       {key::bytes, v[i].bytes},
-                       {key::count, v[i].count}});
+        out.push_back({{key::stack, w.stack(v[i].stack)}, {key::bytes, v[i].bytes}, {key::count, v[i].count}});
     return out;
 }
 
@@ -90,52 +89,59 @@ json coverage_json(const Tracker::Snapshot &b, int device, uint64_t allocated, u
 // A row of the report's layout (common/report/schema.h): each value is put at its column.
 json row_of(unsigned columns) { return json(json::array_t(columns)); }
 
-// The live blocks on `device`, largest first, each with the stack that allocated it.
-json blocks_json(json &r, const Tracker::Snapshot &b, int device) {
+// The live blocks on `device`, largest first, each with the stack that allocated it. Written a row at
+// a time, as are the lists below (shim/report/json_out.h).
+void write_blocks(report::SectionWriter &w, const Tracker::Snapshot &b, int device) {
     namespace col = schema::block_row;
     uint64_t now = mono_ns();
-    json list = json::array();
+    size_t listed = 0;
+    w.out.begin_object(key::blocks);
+    w.out.value(key::count, b.live_count);
+    w.out.begin_array(key::list);
     for (const auto &[address, a] : b.top) {
         if (a.ordinal != device) continue;
         json row = row_of(col::kColumns);
         row[col::address] = address;
         row[col::bytes] = a.bytes;
-        row[col::stack] = report::referenced_stack(r, a.stack);
+        row[col::stack] = w.stack(a.stack);
         row[col::age_ns] = now - a.t_ns;
-        list.push_back(std::move(row));
+        w.out.item(row);
+        listed++;
     }
-    return {{key::count, b.live_count}, {key::listed, list.size()}, {key::list, list}};
+    w.out.end_array();
+    w.out.value(key::listed, listed);
+    w.out.end_object();
 }
 
 // The segments the blocks lie in: the device memory this process got from the driver, with the stack
 // that made it grow.
-json segments_json(json &r, int device) {
+void write_segments(report::SectionWriter &w, int device) {
     namespace col = schema::segment_row;
     Tracker::Snapshot seg = tracker().snapshot(kMaxSegmentsListed);
-    json segments = json::array();
+    w.out.begin_array(key::segments);
     for (const auto &[address, a] : seg.top) {
         if (a.ordinal != device || !is_segment(a.driver_api)) continue;
         json row = row_of(col::kColumns);
         row[col::address] = address;
         row[col::bytes] = a.bytes;
-        row[col::stack] = report::referenced_stack(r, a.stack);
+        row[col::stack] = w.stack(a.stack);
         row[col::api] = api_name(a.api);
-        segments.push_back(std::move(row));
+        w.out.item(row);
     }
-    return segments;
+    w.out.end_array();
 }
 
 // The ranges mapped into expandable segments.
-json mappings_json() {
+void write_mappings(report::JsonOut &out) {
     namespace col = schema::mapping_row;
-    json mapped = json::array();
+    out.begin_array(key::mappings);
     for (const auto &[address, bytes] : mappings()) {
         json row = row_of(col::kColumns);
         row[col::address] = address;
         row[col::bytes] = bytes;
-        mapped.push_back(std::move(row));
+        out.item(row);
     }
-    return mapped;
+    out.end_array();
 }
 
 json oom_json(const State &s) {
@@ -161,14 +167,14 @@ json timeline_json(const State &s) {
     return {{key::t0_unix_ns, s.start_unix_ns}, {key::points, points}};
 }
 
-json events_json(const State &s) {
+// The newest rows that a readable report holds (common/report/limits.h), read from the ring as they
+// are written; the rest count as dropped.
+void write_events(report::JsonOut &out, const State &s) {
     namespace col = schema::event_row;
-    EventRing::Copy ev = events().copy();
-    // The newest rows that a readable report holds (common/report/limits.h); the rest count as dropped.
-    size_t skip = ev.events.size() > report_limits::kMaxEventRows ? ev.events.size() - report_limits::kMaxEventRows : 0;
-    json rows = json::array();
-    for (size_t i = skip; i < ev.events.size(); i++) {
-        const Event &e = ev.events[i];
+    out.begin_object(key::events);
+    out.value(key::columns, col::kNames);
+    out.begin_array(key::rows);
+    EventRing::Counts n = events().visit_newest(report_limits::kMaxEventRows, [&](const Event &e) {
         json row = row_of(col::kColumns);
         row[col::t_ns] = e.t_ns - s.start_mono_ns;
         row[col::action] = std::string(1, action_code(e.action));
@@ -177,17 +183,20 @@ json events_json(const State &s) {
         row[col::allocated] = e.allocated;
         row[col::reserved] = e.reserved;
         row[col::device] = int(e.device);
-        rows.push_back(std::move(row));
-    }
-    return {{key::capacity, ev.capacity}, {key::recorded, ev.recorded}, {key::dropped, ev.dropped + skip},
-            {key::left_out, skip},        {key::columns, col::kNames},  {key::rows, rows}};
+        out.item(row);
+    });
+    out.end_array();
+    out.value(key::capacity, n.capacity);
+    out.value(key::recorded, n.recorded);
+    out.value(key::dropped, n.dropped);
+    out.value(key::left_out, n.left_out);
+    out.end_object();
 }
 
-void section(json &r) {
+void section(report::SectionWriter &w) {
     bool c10 = active();
     if (!c10 && !c10_cuda_loaded()) return;  // not a PyTorch process: nothing to say
-    int device = report::ordinal_of(r);
-    if (device < 0) device = 0;
+    int device = w.ordinal < 0 ? 0 : w.ordinal;
     const State &s = state();
     const char *conf = settings::env("PYTORCH_CUDA_ALLOC_CONF");
     std::string conf_text = conf ? conf : "";
@@ -206,16 +215,18 @@ void section(json &r) {
     t[key::refusals_recovered] = refusals_recovered();  // refusals PyTorch freed its cache for
 
     Tracker::Snapshot b = blocks().snapshot(kMaxBlocksListed);
-    t[key::blocks] = blocks_json(r, b, device);
-    t[key::by_stack] = stack_list(r, b.by_stack);
-    t[key::peak_by_stack] = stack_list(r, b.peak_by_stack);
+    t[key::by_stack] = stack_list(w, b.by_stack);
+    t[key::peak_by_stack] = stack_list(w, b.peak_by_stack);
     t[key::coverage] = coverage_json(b, device, tot.allocated, s.start_mono_ns);
-    t[key::segments] = segments_json(r, device);
-    t[key::mappings] = mappings_json();
     t[key::oom] = oom_json(s);
     t[key::timeline] = timeline_json(s);
-    t[key::events] = events_json(s);
-    r[key::tensor_view] = t;
+    w.out.begin_object(key::tensor_view);
+    for (const auto &[k, v] : t.items()) w.out.value(k.c_str(), v);
+    write_blocks(w, b, device);
+    write_segments(w, device);
+    write_mappings(w.out);
+    write_events(w.out, s);
+    w.out.end_object();
 }
 
 std::once_flag g_registered;
@@ -223,7 +234,7 @@ std::once_flag g_registered;
 }  // namespace
 
 void register_section() {
-    std::call_once(g_registered, [] { report::add_section(section); });
+    std::call_once(g_registered, [] { report::add_streamed_section(section); });
 }
 
 }  // namespace gg::torch

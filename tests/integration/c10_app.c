@@ -18,6 +18,8 @@
  *                      same, device cuda:0
  *     empty-cache      torch.cuda.empty_cache()
  *     print            "allocated=A reserved=R live=N"
+ *     rss-mark         notes the resident memory and resets its peak (clear_refs 5)
+ *     rss-rise         "rss_rise_kib=K": the peak resident memory since rss-mark, less what it was then
  *
  * A request the allocator refuses prints "oom SIZE allocated=A reserved=R" and the program goes on,
  * as a training loop that catches torch.OutOfMemoryError does. The last lines:
@@ -115,6 +117,18 @@ static void alloc(uint64_t size) {
     g_live[g_count++] = p;
 }
 
+/* A line of /proc/self/status ("VmRSS:", "VmHWM:") in KiB; -1 when absent. */
+static long status_kib(const char *name) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, name, strlen(name))) kib = strtol(line + strlen(name), NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+static long rss_marked_kib;
+
 int main(int argc, char **argv) {
     int i = 1, mode = RTLD_NOW | RTLD_LOCAL;
     if (i < argc && !strcmp(argv[i], "--global")) mode = RTLD_NOW | RTLD_GLOBAL, i++;
@@ -178,6 +192,12 @@ int main(int argc, char **argv) {
             c10_empty_cache();
         } else if (!strcmp(step, "print")) {
             print_totals();
+        } else if (!strcmp(step, "rss-mark")) {
+            rss_marked_kib = status_kib("VmRSS:");
+            FILE *f = fopen("/proc/self/clear_refs", "w");
+            if (!f || fputs("5", f) < 0 || fclose(f) != 0) fprintf(stderr, "c10_app: cannot reset the peak RSS\n");
+        } else if (!strcmp(step, "rss-rise")) {
+            printf("rss_rise_kib=%ld\n", status_kib("VmHWM:") - rss_marked_kib);
         } else {
             fprintf(stderr, "c10_app: unknown step '%s'\n", step);
             return 2;
