@@ -201,6 +201,8 @@ TEST_CASE("exporter server: 16 slow readers of a 10 MB body hold one body, not 1
     for (int fd : readers) CHECK(readable_within(fd, 30000));
     long rise_mib = (resident_kib(server.pid) - before) >> 10;
     CAPTURE(rise_mib);
-    CHECK(rise_mib < 3 * (long)(kBody >> 20));
+    // Unshared, 16 bodies (161 MiB measured); one shared body is 10 MiB, or a few times that under a
+    // sanitizer, whose shadow memory grows with the heap.
+    CHECK(rise_mib < kReaders / 2 * (long)(kBody >> 20));
     for (int fd : readers) close(fd);
 }
