@@ -7,7 +7,6 @@
 #include <cstring>
 #include <map>
 
-#include "common/base/atomic_max.h"
 #include "shim/api/export.h"
 #include "shim/base/clock.h"
 #include "shim/base/futex_lock.h"
@@ -67,17 +66,31 @@ Mappings &mappings_table() {
     return m ? *m : never_destroyed(g_mappings_made);
 }
 
-// PyTorch's totals of one device as the event left them; the sums over devices follow.
+// Replaces a value only apply() writes (one batch at a time, under the pending log's lock): a load
+// and a store, where an atomic read-modify-write would lock the bus for nothing; readers still load
+// whole values. Returns the value it replaced.
+uint64_t replace(std::atomic<uint64_t> &value, uint64_t now) {
+    uint64_t was = value.load(std::memory_order_relaxed);
+    value.store(now, std::memory_order_relaxed);
+    return was;
+}
+void raise_alone(std::atomic<uint64_t> &peak, uint64_t v) {
+    if (v > peak.load(std::memory_order_relaxed)) peak.store(v, std::memory_order_relaxed);
+}
+
+// PyTorch's totals of one device as the event left them; the sums over devices follow. Only apply()
+// calls it (see replace()).
 void note_totals(int device, uint64_t allocated, uint64_t reserved, uint64_t now) {
     if (device < 0 || device >= kMaxOrdinals) return;
     DeviceTotals &d = g_totals[device];
-    d.seen.store(true, std::memory_order_relaxed);
-    uint64_t old_a = d.allocated.exchange(allocated, std::memory_order_relaxed);
-    uint64_t old_r = d.reserved.exchange(reserved, std::memory_order_relaxed);
-    raise_to(d.peak_allocated, allocated);
-    raise_to(d.peak_reserved, reserved);
-    uint64_t sum_a = g_sum_allocated.fetch_add(allocated - old_a, std::memory_order_relaxed) + (allocated - old_a);
-    uint64_t sum_r = g_sum_reserved.fetch_add(reserved - old_r, std::memory_order_relaxed) + (reserved - old_r);
+    if (!d.seen.load(std::memory_order_relaxed)) d.seen.store(true, std::memory_order_relaxed);
+    uint64_t old_a = replace(d.allocated, allocated), old_r = replace(d.reserved, reserved);
+    raise_alone(d.peak_allocated, allocated);
+    raise_alone(d.peak_reserved, reserved);
+    uint64_t sum_a = g_sum_allocated.load(std::memory_order_relaxed) + (allocated - old_a);
+    uint64_t sum_r = g_sum_reserved.load(std::memory_order_relaxed) + (reserved - old_r);
+    g_sum_allocated.store(sum_a, std::memory_order_relaxed);
+    g_sum_reserved.store(sum_r, std::memory_order_relaxed);
     totals_timeline().note(now, {sum_a, sum_r});
 }
 
@@ -134,9 +147,18 @@ void apply_one(const BlockEvent &e) {
     events().push(history);
 }
 
+// How many events ahead a batch starts loading the live-block table's slot (Tracker::prefetch): on
+// the GPU machine the table's lines are cold at each batch (the driver's and PyTorch's work since the
+// last), and a slot found while earlier events are applied is no longer waited on.
+constexpr int kPrefetchAhead = 8;
+
 void apply(const BlockEvent *events, int n) {
     GG_PROFILE_STEP(kTorchApply);
-    for (int i = 0; i < n; i++) apply_one(events[i]);
+    for (int i = 0; i < n && i < kPrefetchAhead; i++) table().prefetch(KeyKind::kPointer, events[i].address);
+    for (int i = 0; i < n; i++) {
+        if (i + kPrefetchAhead < n) table().prefetch(KeyKind::kPointer, events[i + kPrefetchAhead].address);
+        apply_one(events[i]);
+    }
 }
 
 PendingLog g_pending;

@@ -73,6 +73,10 @@ public:
         cap_ = size_ = 0;
     }
 
+    // Starts loading the slot where key's probe begins (Tracker::prefetch).
+    void prefetch(uint64_t key, KeyKind kind) const {
+        if (cap_) __builtin_prefetch(&slots_[home(key, kind)], 1);
+    }
     uint64_t size() const { return size_; }
     uint64_t capacity() const { return cap_; }
 

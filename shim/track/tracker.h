@@ -40,6 +40,10 @@ public:
     // Puts back an allocation whose free failed in the driver.
     void restore(KeyKind kind, uint64_t key, const Allocation &a);
     void count_failure(Api api);
+    // Starts loading the slot where key's entry lies or would go, ahead of insert() or take(). Reads
+    // the shard's table without its lock: only for a caller that excludes every writer (the tensor
+    // view's batches, shim/torch/view.cpp); a hint, never a fault, whatever it reads.
+    void prefetch(KeyKind kind, uint64_t key) const { shard_of(Key{key, kind}).live.prefetch(key, kind); }
 
     uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 
@@ -90,6 +94,7 @@ private:
     };
     Shard shards_[kShards];
     Shard &shard_of(const Key &k) { return shards_[KeyHash()(k) >> 60 & (kShards - 1)]; }
+    const Shard &shard_of(const Key &k) const { return shards_[KeyHash()(k) >> 60 & (kShards - 1)]; }
 
     std::atomic<uint64_t> live_bytes_{0}, live_count_{0}, peak_bytes_{0}, peak_t_ns_{0};
 
