@@ -184,20 +184,35 @@ int run_diff(int argc, char **argv) {
     return std::cout ? 0 : 1;
 }
 
-int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
-               bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
-               const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
-               bool one_line, const std::string &stacks_asked);
+// What `gpuguard report` was asked, beside the files: the same for each report it reads.
+struct Request {
+    TextOptions opt;
+    Naming naming;
+    bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false, all = false;
+    std::string html, folded, speedscope, perfetto, memory_viz;  // files to write ("-": standard output)
+    std::string stacks;                                          // --stacks as given ("" for the default)
+
+    std::vector<const std::string *> outputs() const { return {&html, &folded, &speedscope, &perfetto, &memory_viz}; }
+    bool any_output() const {
+        for (const std::string *o : outputs())
+            if (!o->empty()) return true;
+        return false;
+    }
+    int to_stdout() const {
+        int n = 0;
+        for (const std::string *o : outputs()) n += *o == "-";
+        return n;
+    }
+};
+
+int report_one(const std::string &file, const Request &q, bool one_line);
 
 }  // namespace
 
 int cmd_report(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "diff")) return run_diff(argc - 1, argv + 1);
 
-    TextOptions opt;
-    bool no_color = false, as_json = false, also_text = false, at_peak = false, what_if = false, all = false;
-    std::string html, folded, speedscope, perfetto, memory_viz, stacks;
-    Naming naming;
+    Request q;
     std::vector<std::string> files;
     Args a("report", argc, argv);
     const char *file_name = "a file name (or '-' for standard output)";
@@ -207,30 +222,31 @@ int cmd_report(int argc, char **argv) {
             fputs(kUsage, stdout);
             return 0;
         } else if (a.flag("--no-color") || a.flag("--no-colour")) {
-            no_color = true;
-        } else if (naming_option(a, naming)) {
+            q.no_color = true;
+        } else if (naming_option(a, q.naming)) {
             if (a.failed()) return a.usage_error();
         } else if (a.flag("--json")) {
-            as_json = true;
+            q.as_json = true;
         } else if (a.flag("--text")) {
-            also_text = true;
+            q.also_text = true;
         } else if (a.flag("--peak")) {
-            at_peak = true;
+            q.at_peak = true;
         } else if (a.flag("--what-if")) {
-            what_if = true;
+            q.what_if = true;
         } else if (a.flag("--all")) {
-            all = true;
+            q.all = true;
         } else if (a.option("--top", "a number", &v)) {
             if (a.failed()) return a.usage_error();
-            if (!parse_top(v, opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
-        } else if (a.option("--html", file_name, &html) || a.option("--folded", file_name, &folded) ||
-                   a.option("--speedscope", file_name, &speedscope) || a.option("--perfetto", file_name, &perfetto) ||
-                   a.option("--memory-viz", file_name, &memory_viz)) {
+            if (!parse_top(v, q.opt.top)) return a.usage_error("--top wants a number, not '" + v + "'");
+        } else if (a.option("--html", file_name, &q.html) || a.option("--folded", file_name, &q.folded) ||
+                   a.option("--speedscope", file_name, &q.speedscope) ||
+                   a.option("--perfetto", file_name, &q.perfetto) ||
+                   a.option("--memory-viz", file_name, &q.memory_viz)) {
             if (a.failed()) return a.usage_error();
-        } else if (a.option("--stacks", "tensors or segments", &stacks)) {
+        } else if (a.option("--stacks", "tensors or segments", &q.stacks)) {
             if (a.failed()) return a.usage_error();
-            if (stacks != "tensors" && stacks != "segments")
-                return a.usage_error("--stacks wants tensors or segments, not '" + stacks + "'");
+            if (q.stacks != "tensors" && q.stacks != "segments")
+                return a.usage_error("--stacks wants tensors or segments, not '" + q.stacks + "'");
         } else if (a.next() == "-") {
             files.push_back(a.take());
         } else if (a.next().size() > 1 && a.next()[0] == '-') {
@@ -242,17 +258,15 @@ int cmd_report(int argc, char **argv) {
     if (files.empty()) return a.usage_error("no report file given");
     std::string why;
     if (!gg::tool::expand_reports(files, &files, &why)) return gg::tool::fail(2, why);
-    int to_stdout = 0;
-    for (const std::string *o : {&html, &folded, &speedscope, &perfetto, &memory_viz}) to_stdout += *o == "-";
-    if (to_stdout > 1) return a.usage_error("only one output can go to standard output");
-    bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
-    if (at_peak && folded.empty()) return a.usage_error("--peak applies to --folded");
-    if (!stacks.empty() && folded.empty() && speedscope.empty() && perfetto.empty())
+    if (q.to_stdout() > 1) return a.usage_error("only one output can go to standard output");
+    if (q.at_peak && q.folded.empty()) return a.usage_error("--peak applies to --folded");
+    if (!q.stacks.empty() && q.folded.empty() && q.speedscope.empty() && q.perfetto.empty())
         return a.usage_error("--stacks applies to --folded, --speedscope and --perfetto");
-    if (what_if && to_stdout)
+    if (q.what_if && q.to_stdout())
         return a.usage_error("--what-if prints to standard output: write the other outputs to files");
-    if (all && any_output) return a.usage_error("--all prints summaries or --json: write files one report at a time");
-    if (files.size() > 1 && !all) {
+    if (q.all && q.any_output())
+        return a.usage_error("--all prints summaries or --json: write files one report at a time");
+    if (files.size() > 1 && !q.all) {
         fprintf(stderr, "gpuguard: %zu reports given; reading the newest, %s (--all reads each)\n", files.size(),
                 files.back().c_str());
         files.erase(files.begin(), files.end() - 1);
@@ -260,10 +274,8 @@ int cmd_report(int argc, char **argv) {
     int status = 0;
     for (size_t i = 0; i < files.size(); i++) {
         // Several summaries each under their file's name; several JSON documents one per line (JSON Lines).
-        if (files.size() > 1 && !as_json) std::cout << (i ? "\n" : "") << "== " << files[i] << "\n";
-        status =
-            std::max(status, report_one(files[i], naming, opt, no_color, as_json, also_text, at_peak, what_if, html,
-                                        folded, speedscope, perfetto, memory_viz, to_stdout, files.size() > 1, stacks));
+        if (files.size() > 1 && !q.as_json) std::cout << (i ? "\n" : "") << "== " << files[i] << "\n";
+        status = std::max(status, report_one(files[i], q, files.size() > 1));
     }
     return status;
 }
@@ -281,40 +293,40 @@ Stacks stacks_for(const Report &r, const std::string &asked) {
     return default_stacks(r);
 }
 
-int report_one(const std::string &file, const Naming &naming, TextOptions opt, bool no_color, bool as_json,
-               bool also_text, bool at_peak, bool what_if, const std::string &html, const std::string &folded,
-               const std::string &speedscope, const std::string &perfetto, const std::string &memory_viz, int to_stdout,
-               bool one_line, const std::string &stacks_asked) {
-    bool any_output = !(html.empty() && folded.empty() && speedscope.empty() && perfetto.empty() && memory_viz.empty());
+// Writes the outputs asked of one report, then prints its summary, JSON or what-if.
+int report_one(const std::string &file, const Request &q, bool one_line) {
     Report r;
     if (!load_or_say(file, r)) return 2;
-    if (what_if) {
+    if (q.what_if) {
         std::string why = gg::whatif::cannot_replay(r);
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
     }
-    name_frames(r, naming);
+    name_frames(r, q.naming);
     Analysis an = analyze(r);
-    const Stacks stacks = stacks_for(r, stacks_asked);
+    const Stacks stacks = stacks_for(r, q.stacks);
 
     int status = 0;
-    if (!html.empty() && !write_output(html, render_html(r, an), "HTML viewer")) status = 1;
-    if (!folded.empty() && !write_output(folded, render_folded(r, at_peak, stacks), "folded stacks")) status = 1;
-    if (!speedscope.empty() &&
-        !write_output(speedscope, render_speedscope(r, stacks).dump() + "\n", "speedscope profile"))
+    if (!q.html.empty() && !write_output(q.html, render_html(r, an), "HTML viewer")) status = 1;
+    if (!q.folded.empty() && !write_output(q.folded, render_folded(r, q.at_peak, stacks), "folded stacks")) status = 1;
+    if (!q.speedscope.empty() &&
+        !write_output(q.speedscope, render_speedscope(r, stacks).dump() + "\n", "speedscope profile"))
         status = 1;
-    if (!perfetto.empty() && !write_output(perfetto, render_perfetto(r, an, stacks).dump() + "\n", "Chrome trace"))
+    if (!q.perfetto.empty() && !write_output(q.perfetto, render_perfetto(r, an, stacks).dump() + "\n", "Chrome trace"))
         status = 1;
-    if (!memory_viz.empty() && !write_output(memory_viz, render_memory_viz(r), "PyTorch memory snapshot")) status = 1;
+    if (!q.memory_viz.empty() && !write_output(q.memory_viz, render_memory_viz(r), "PyTorch memory snapshot"))
+        status = 1;
 
-    if (what_if) {
+    bool color = colour_wanted(q.no_color) && q.to_stdout() == 0;
+    if (q.what_if) {
         const gg::whatif::WhatIf &w = *an.what_if;  // cannot_replay(r) was empty: analyze replayed it
-        if (as_json) std::cout << gg::whatif::to_json(w).dump(one_line ? -1 : 2) << "\n";
-        else gg::whatif::render_text(w, colour_wanted(no_color) && to_stdout == 0, std::cout);
-    } else if (as_json) {
+        if (q.as_json) std::cout << gg::whatif::to_json(w).dump(one_line ? -1 : 2) << "\n";
+        else gg::whatif::render_text(w, color, std::cout);
+    } else if (q.as_json) {
         json j = {{"report", r.path}, {"analysis", to_json(an)}};
         std::cout << j.dump(one_line ? -1 : 2) << "\n";
-    } else if (!any_output || also_text) {
-        opt.color = colour_wanted(no_color) && to_stdout == 0;
+    } else if (!q.any_output() || q.also_text) {
+        TextOptions opt = q.opt;
+        opt.color = color;
         render_text(r, an, opt, std::cout);
     }
     std::cout.flush();
