@@ -109,6 +109,8 @@ json device_section(int ordinal) {
 
 std::string stack_key(stacks::StackId id) { return "s" + std::to_string(id); }
 json stack_ref(stacks::StackId id) { return id ? json(stack_key(id)) : json(nullptr); }
+// A stack as the report's "stacks" lists it.
+json stack_entry(stacks::StackId id) { return {{key::frames, stacks::frames_json(id)}}; }
 
 json by_stack_json(const std::vector<StackBytes> &v, std::set<stacks::StackId> &used, size_t max) {
     json out = json::array();
@@ -199,16 +201,15 @@ void add_streamed_section(StreamedSectionFn fn) {
 }
 
 json SectionWriter::stack(stacks::StackId id) {
-    if (!id) return nullptr;
-    used_->insert(id);
-    return "s" + std::to_string(id);
+    if (id) used_->insert(id);
+    return stack_ref(id);
 }
 
 json referenced_stack(json &report, stacks::StackId id) {
     if (!id) return nullptr;
     if (!report.contains(key::stacks) || !report[key::stacks].is_object()) report[key::stacks] = json::object();
     std::string k = stack_key(id);
-    if (!report[key::stacks].contains(k)) report[key::stacks][k] = {{key::frames, stacks::frames_json(id)}};
+    if (!report[key::stacks].contains(k)) report[key::stacks][k] = stack_entry(id);
     return k;
 }
 
@@ -339,7 +340,7 @@ json timeline_section(const State &s, const Tracker::Snapshot &snap) {
 
 json stacks_section(const std::set<stacks::StackId> &used) {
     json stacks_json = json::object();
-    for (stacks::StackId id : used) stacks_json[stack_key(id)] = {{key::frames, stacks::frames_json(id)}};
+    for (stacks::StackId id : used) stacks_json[stack_key(id)] = stack_entry(id);
     return stacks_json;
 }
 
@@ -432,8 +433,7 @@ void write_report(JsonOut &out, Reason reason, const std::string &message, const
     out.begin_object(key::stacks);
     for (auto &[k, v] : listed_stacks.items()) out.value(k.c_str(), v);
     for (stacks::StackId id : streamed_stacks)
-        if (!listed_stacks.contains(stack_key(id)))
-            out.value(stack_key(id).c_str(), {{key::frames, stacks::frames_json(id)}});
+        if (!listed_stacks.contains(stack_key(id))) out.value(stack_key(id).c_str(), stack_entry(id));
     out.end_object();
     out.end_object();
 }

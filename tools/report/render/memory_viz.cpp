@@ -165,28 +165,19 @@ private:
         out += s;
         if (uint64_t index = put()) memo_.emplace(s, index - 1);
     }
-    void get(uint64_t index) {
-        if (index < 0x100) {
-            out += 'h';  // BINGET
-            le(index, 1);
-        } else {
-            out += 'j';  // LONG_BINGET
-            le(index, 4);
-        }
-    }
+    void get(uint64_t index) { indexed('h', 'j', index); }  // BINGET, LONG_BINGET
     // Memoizes the value just written; returns its index + 1, or 0 when the memo is full (LONG_BINPUT's
     // index is 32 bits): the value is then written again each time.
     uint64_t put() {
         if (next_ >= UINT32_MAX) return 0;
         uint64_t index = next_++;
-        if (index < 0x100) {
-            out += 'q';  // BINPUT
-            le(index, 1);
-        } else {
-            out += 'r';  // LONG_BINPUT
-            le(index, 4);
-        }
+        indexed('q', 'r', index);  // BINPUT, LONG_BINPUT
         return index + 1;
+    }
+    // A memo opcode with its index: the one-byte form below 256, else the four-byte one.
+    void indexed(char short_op, char long_op, uint64_t index) {
+        out += index < 0x100 ? short_op : long_op;
+        le(index, index < 0x100 ? 1 : 4);
     }
     static constexpr size_t kBatch = 1000;
     std::vector<size_t> batch_;                          // items in the open batch of each open list
