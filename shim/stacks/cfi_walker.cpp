@@ -539,7 +539,8 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
         t->memo.clear_last();
         return walk_frames(t, pc, sp, fp, ips, max, stop, nullptr);
     }
-    int n = t->memo.recall(at, t->generation, ips, [](uintptr_t a) { return load_word(a); });
+    auto stack_word = [](uintptr_t a) { return load_word(a); };
+    int n = t->memo.recall(at, t->generation, ips, stack_word);
     if (n >= 0) {
         g_recalled.fetch_add(1, std::memory_order_relaxed);
         census::memo(census::Memo::kRecalled);
@@ -549,7 +550,7 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
     WalkMemo::Recording rec;
     n = walk_frames(t, pc, sp, fp, ips, max, stop, &rec);
     if (n >= 0) {
-        t->memo.remember(at, t->generation, rec);
+        t->memo.remember(at, t->generation, rec, stack_word);
         census_eviction(t->memo.last_eviction());
     }
     return n;

@@ -14,6 +14,13 @@
 // once, from the thread's own stack, where the walk would have waited on each in turn. A word that
 // differs makes it walk anew and remember that walk. Exact: a memo answers only for stacks whose
 // every word the walk would read is the one it read.
+//
+// One start, many walks: autograd's thread allocates from many call paths at one stack depth (the
+// H200's census counted more walks at one depth than a set's ways, each keeping pushed out the next;
+// BENCHMARKS.md). Walks from one start read the same words until the first return address where their
+// call paths part, and that word's offset (the fork) is learned when two of them meet in a set; from
+// then on the set is chosen by the start and the stack's word at the fork, so each path has its set.
+// The choice of set only says where to look: a walk is still recalled only when every word matches.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -27,6 +34,7 @@ public:
     static constexpr int kMaxLoads = 72;
     static constexpr int kSets = 128;  // 512 walks of 640 bytes: 320 KiB a thread that walks
     static constexpr int kWays = 4;
+    static constexpr int kForks = 256;  // starts whose fork is known (direct-mapped: 4 KiB)
 
     // What a walk read, recorded as it goes (a walk that reads more than kMaxLoads words is not kept).
     struct Recording {
@@ -78,11 +86,11 @@ public:
     int recall(const Start &s, uint32_t generation, void **ips, Load load) {
         last_ = nullptr;
         if (generation != generation_) return forget(generation), -1;
-        Entry *set = set_of(s);
+        Entry *set = set_of(s, load);
         missed_with_start_ = false;
         for (int w = 0; w < kWays; w++) {
             Entry &e = set[w];
-            if (!e.loads || e.depth != s.depth || e.max != s.max || e.stop != s.stop) continue;
+            if (!same_start(e, s)) continue;
             missed_with_start_ = true;
             if (e.read_fp && e.fp != s.fp) continue;
             if (!same_words(e, s.sp, load)) continue;
@@ -98,16 +106,16 @@ public:
     }
 
     // Keeps a walk from `s` that returned n >= 0 addresses, in place of the least recent of its set.
-    void remember(const Start &s, uint32_t generation, const Recording &r) {
+    template <class Load>
+    void remember(const Start &s, uint32_t generation, const Recording &r, Load load) {
         last_ = nullptr;
         if (r.overflow || r.loads == 0 || generation != generation_) return;
-        Entry *set = set_of(s), *victim = &set[0];
-        for (int w = 1; w < kWays; w++)
-            if (set[w].used < victim->used) victim = &set[w];
-        last_eviction_ = !victim->loads ? Evicted::kNone
-                         : victim->depth == s.depth && victim->max == s.max && victim->stop == s.stop
-                             ? Evicted::kSameStart
-                             : Evicted::kOtherStart;
+        Entry *set = set_of(s, load);
+        if (learn_fork(s, set, r)) set = set_of(s, load);
+        Entry *victim = least_recent(set);
+        last_eviction_ = !victim->loads           ? Evicted::kNone
+                         : same_start(*victim, s) ? Evicted::kSameStart
+                                                  : Evicted::kOtherStart;
         victim->depth = s.depth;
         victim->max = s.max;
         victim->stop = s.stop;
@@ -142,10 +150,78 @@ private:
     bool missed_with_start_ = false;
     Evicted last_eviction_ = Evicted::kNone;
 
-    Entry *set_of(const Start &s) {
+    // Where the walks from one start part (see the header): the offset, in words from the start, of the
+    // first word two of them read differently.
+    struct Fork {
+        uint64_t start = 0;  // the start's hash; 0: no fork known
+        uint16_t offset = 0;
+    };
+    Fork forks_[kForks];
+
+    static uint64_t hash_of(const Start &s) {
         uint64_t h =
             (uint64_t(s.depth) * 0x9E3779B97F4A7C15ull) ^ uint64_t(s.max) ^ reinterpret_cast<uintptr_t>(s.stop);
+        return h | 1;  // never 0, which marks a fork slot unused
+    }
+    Fork &fork_of(uint64_t h) { return forks_[(h >> 32) % kForks]; }
+
+    // The start's set: by the start alone until its fork is known, then by the start and the word there
+    // (the stack at the fork lies within the caller's frames, which no walk's own frames overwrite).
+    template <class Load>
+    Entry *set_of(const Start &s, Load load) {
+        uint64_t h = hash_of(s);
+        const Fork &f = fork_of(h);
+        if (f.start != h) return &entries_[(h >> 40) % kSets * kWays];
+        return set_at(h, load(s.sp + sizeof(uintptr_t) * f.offset));
+    }
+
+    Entry *set_at(uint64_t h, uintptr_t word_at_fork) {
+        h ^= word_at_fork * 0xC2B2AE3D27D4EB4Full;
         return &entries_[(h >> 40) % kSets * kWays];
+    }
+    Entry *least_recent(Entry *set) {
+        Entry *victim = &set[0];
+        for (int w = 1; w < kWays; w++)
+            if (set[w].used < victim->used) victim = &set[w];
+        return victim;
+    }
+    static bool same_start(const Entry &e, const Start &s) {
+        return e.loads && e.depth == s.depth && e.max == s.max && e.stop == s.stop;
+    }
+
+    // When the new walk meets a walk of its start in the start's one set, the first word where the two
+    // differ is the fork (the same start and the same words before it put both loads at one offset).
+    // True when a fork was learned, and the set must be chosen again.
+    bool learn_fork(const Start &s, Entry *set, const Recording &r) {
+        uint64_t h = hash_of(s);
+        Fork &f = fork_of(h);
+        if (f.start == h) return false;  // known: a walk that meets another in its set parts from it later
+        for (int w = 0; w < kWays; w++) {
+            const Entry &e = set[w];
+            if (!same_start(e, s)) continue;
+            for (int i = 0; i < e.loads && i < r.loads && e.offset[i] == r.offset[i]; i++)
+                if (e.word[i] != r.word[i]) {
+                    f = {h, r.offset[i]};
+                    move_to_forked_sets(s, h, set, f.offset);
+                    return true;
+                }
+        }
+        return false;
+    }
+    // The walks of the start kept before its fork was known, each to the set its word there chooses, as
+    // recall() will look for it.
+    void move_to_forked_sets(const Start &s, uint64_t h, Entry *set, uint16_t offset) {
+        for (int w = 0; w < kWays; w++) {
+            Entry &e = set[w];
+            if (!same_start(e, s)) continue;
+            int i = 0;
+            while (i < e.loads && e.offset[i] != offset) i++;
+            Entry *to = set_at(h, i < e.loads ? e.word[i] : 0);
+            if (i == e.loads || to == set) continue;  // a walk that ended before the fork: let it go
+            Entry *victim = least_recent(to);
+            *victim = e;
+            e.loads = 0;
+        }
     }
     // Every word compared, with no early exit between the loads: they are independent, so the processor
     // has them all in flight at once.
@@ -157,6 +233,7 @@ private:
     }
     int forget(uint32_t generation) {
         for (Entry &e : entries_) e.loads = 0;
+        for (Fork &f : forks_) f = Fork();
         last_ = nullptr;
         generation_ = generation;
         return -1;

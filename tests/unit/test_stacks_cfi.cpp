@@ -17,6 +17,7 @@
 #include "shim/stacks/cfi_rule_table.h"
 #include "shim/stacks/cfi_walker.h"
 #include "shim/stacks/unwind.h"
+#include "shim/stacks/walk_memo.h"
 
 namespace cfi = gg::stacks::cfi;
 
@@ -305,7 +306,18 @@ __attribute__((noinline)) void short_walk_b(ShortWalk *w) {
     w->n = cfi::walk(w->ips, kShort, nullptr);
     asm volatile("" ::: "memory");
 }
+// More leaves of one shape than a set of the memo has ways (WalkMemo::kWays), each its own function
+// (the stored constant keeps the compiler from folding them into one).
+template <int K>
+__attribute__((noinline)) void short_walk_nth(ShortWalk *w) {
+    volatile int which = K;
+    w->n = cfi::walk(w->ips, kShort, nullptr);
+    asm volatile("" ::"r"(which) : "memory");
+}
 using ShortLeaf = void (*)(ShortWalk *);
+constexpr ShortLeaf kManyLeaves[] = {short_walk_nth<0>, short_walk_nth<1>, short_walk_nth<2>, short_walk_nth<3>,
+                                     short_walk_nth<4>, short_walk_nth<5>, short_walk_nth<6>, short_walk_nth<7>};
+static_assert(sizeof kManyLeaves / sizeof kManyLeaves[0] > cfi::WalkMemo::kWays);
 __attribute__((noinline)) void short_from(int n, ShortLeaf leaf, ShortWalk *w) {
     if (n == 0) leaf(w);
     else short_from(n - 1, leaf, w);
@@ -347,6 +359,25 @@ TEST_SUITE("stacks: walk memo") {
               std::vector<void *>(w[0].ips + 2, w[0].ips + kShort));  // only the leaves' frames differ
         CHECK(recalled[2] == recalled[1] + 1);                        // b's own walk is remembered, and recalled
         CHECK(ips_of(w[2]) == ips_of(w[1]));
+    }
+
+    TEST_CASE("more call paths at one depth than a set has ways are all recalled") {
+        // As autograd's thread allocates: many paths, one stack depth. Kept by depth alone, each walk
+        // pushed out another from the same set and every round walked all of them anew.
+        ShortWalk w;
+        std::vector<std::vector<void *>> first;
+        for (ShortLeaf leaf : kManyLeaves) {
+            short_from(20, leaf, &w);
+            REQUIRE(w.n == kShort);
+            first.push_back(ips_of(w));
+        }
+        // The walks kept before the fork was learned moved to their paths' sets: all are recalled.
+        uint64_t before = cfi::counts().recalled;
+        for (size_t i = 0; i < first.size(); i++) {
+            short_from(20, kManyLeaves[i], &w);
+            CHECK(ips_of(w) == first[i]);
+        }
+        CHECK(cfi::counts().recalled - before == first.size());
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
