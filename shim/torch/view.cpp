@@ -152,11 +152,17 @@ void apply_one(const BlockEvent &e) {
 // last), and a slot found while earlier events are applied is no longer waited on.
 constexpr int kPrefetchAhead = 8;
 
+// An allocation's stack is in its event; a free's is in the table's slot, known only when it is read.
+void prefetch_for(const BlockEvent &e) {
+    table().prefetch(KeyKind::kPointer, e.address);
+    if (e.action == Action::kAlloc) table().prefetch_stack(e.stack);
+}
+
 void apply(const BlockEvent *events, int n) {
     GG_PROFILE_STEP(kTorchApply);
-    for (int i = 0; i < n && i < kPrefetchAhead; i++) table().prefetch(KeyKind::kPointer, events[i].address);
+    for (int i = 0; i < n && i < kPrefetchAhead; i++) prefetch_for(events[i]);
     for (int i = 0; i < n; i++) {
-        if (i + kPrefetchAhead < n) table().prefetch(KeyKind::kPointer, events[i + kPrefetchAhead].address);
+        if (i + kPrefetchAhead < n) prefetch_for(events[i + kPrefetchAhead]);
         apply_one(events[i]);
     }
 }

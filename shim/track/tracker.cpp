@@ -33,17 +33,13 @@ GG_HOT bool Tracker::insert(KeyKind kind, uint64_t key, const Allocation &a) {
         if (had_stale) {
             // The driver handed out a key we still hold: our entry is stale (its free escaped us,
             // e.g. a context destroyed with its memory). The new allocation replaced it.
-            Held &h = held_for(s, old.stack);
-            h.bytes -= std::min(h.bytes, old.bytes);
-            h.count -= h.count ? 1 : 0;
+            release(s, old.stack, old.bytes);
             ApiCounts &oc = s.counts[(int)old.api];
             oc.live_bytes -= std::min(oc.live_bytes, old.bytes);
             oc.live_count -= oc.live_count ? 1 : 0;
             replaced = old.bytes;
         }
-        Held &h = held_for(s, a.stack);
-        h.bytes += a.bytes;
-        h.count++;
+        hold(s, a.stack, a.bytes);
         ApiCounts &c = s.counts[(int)a.api];
         c.allocs++;
         c.live_bytes += a.bytes;
@@ -68,9 +64,7 @@ GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t 
     {
         std::lock_guard<FutexLock> lock(s.mu);
         if (!s.live.take(key, kind, out)) return false;
-        Held &h = held_for(s, out->stack);
-        h.bytes -= std::min(h.bytes, out->bytes);
-        h.count -= h.count ? 1 : 0;
+        release(s, out->stack, out->bytes);
         ApiCounts &c = s.counts[(int)out->api];
         c.frees++;
         c.live_bytes -= std::min(c.live_bytes, out->bytes);
@@ -80,6 +74,34 @@ GG_HOT bool Tracker::take(KeyKind kind, uint64_t key, Allocation *out, uint64_t 
     }
     after_change(live, now_ns);
     return true;
+}
+
+GG_HOT void Tracker::hold(Shard &s, stacks::StackId id, uint64_t bytes) {
+    if (HeldByStack::Held *h = id ? held_.at(id) : nullptr) {
+        h->bytes.fetch_add(bytes, std::memory_order_relaxed);
+        h->count.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    s.unstacked.bytes += bytes;
+    s.unstacked.count++;
+}
+
+// Never below zero: a decrement past it gives back what it took too much, which leaves the same sum
+// whatever other shards added between the two.
+GG_HOT void Tracker::release(Shard &s, stacks::StackId id, uint64_t bytes) {
+    auto take_away = [](std::atomic<uint64_t> &v, uint64_t n) {
+        uint64_t was = v.fetch_sub(n, std::memory_order_relaxed);
+        if (was < n) v.fetch_add(n - was, std::memory_order_relaxed);
+    };
+    // The block was held by at(id) when it was inserted, so at(id) finds its chunk again; a block
+    // counted without a stack (no room for its id then) finds no chunk now only if there still is none.
+    if (HeldByStack::Held *h = id ? held_.at(id) : nullptr) {
+        take_away(h->bytes, bytes);
+        take_away(h->count, 1);
+        return;
+    }
+    s.unstacked.bytes -= std::min(s.unstacked.bytes, bytes);
+    s.unstacked.count -= s.unstacked.count ? 1 : 0;
 }
 
 void Tracker::restore(KeyKind kind, uint64_t key, const Allocation &a) {
@@ -115,29 +137,21 @@ void Tracker::copy_peak_breakdown(uint64_t peak) {
     std::unique_lock<FutexLock> guard(peak_mu_, std::try_to_lock);
     if (!guard.owns_lock() || peak <= peak_snapshot_bytes_.load(std::memory_order_relaxed))
         return;  // another thread is copying
-    ByStack merged;
-    for (Shard &s : shards_) {
-        std::lock_guard<FutexLock> lock(s.mu);
-        add_held(merged, s);
-    }
+    // Every shard locked at once, as snapshot() does: the bytes by stack are one table now, and a
+    // shard's lock no longer covers a part of it.
+    for (Shard &s : shards_) s.mu.lock();
+    ByStack merged = merged_by_stack();
+    for (int i = kShards - 1; i >= 0; i--) shards_[i].mu.unlock();
     peak_by_stack_.swap(merged);
     peak_snapshot_bytes_.store(peak, std::memory_order_relaxed);
 }
 
-void Tracker::add_held(ByStack &into, const Shard &s) {
-    auto add = [&into](stacks::StackId id, const Held &h) {
-        if (!h.bytes) return;
-        Held &m = into[id];
-        m.bytes += h.bytes;
-        m.count += h.count;
-    };
-    add(0, s.unstacked);
-    for (const auto &[id, h] : s.by_stack) add(id, h);
-}
-
 Tracker::ByStack Tracker::merged_by_stack() const {
     ByStack merged;
-    for (const Shard &s : shards_) add_held(merged, s);
+    Held none;
+    for (const Shard &s : shards_) none.bytes += s.unstacked.bytes, none.count += s.unstacked.count;
+    if (none.bytes) merged[0] = none;
+    held_.for_each([&merged](stacks::StackId id, uint64_t bytes, uint64_t count) { merged[id] = {bytes, count}; });
     return merged;
 }
 
@@ -215,10 +229,10 @@ void Tracker::clear_after_fork() {
     // Device memory does not cross fork: the child starts with nothing.
     for (Shard &sh : shards_) {
         sh.live.clear();
-        sh.by_stack.clear();
         sh.unstacked = Held();
         for (auto &c : sh.counts) c = ApiCounts();
     }
+    held_.clear();
     peak_by_stack_.clear();
     timeline_.clear();
     live_bytes_ = live_count_ = peak_bytes_ = peak_t_ns_ = 0;

@@ -16,6 +16,7 @@
 #include "shim/base/futex_lock.h"
 #include "shim/stacks/stacks.h"
 #include "shim/track/allocation.h"
+#include "shim/track/held_by_stack.h"
 #include "shim/track/live_table.h"
 #include "shim/track/timeline.h"
 
@@ -44,6 +45,8 @@ public:
     // the shard's table without its lock: only for a caller that excludes every writer (the tensor
     // view's batches, shim/torch/view.cpp); a hint, never a fault, whatever it reads.
     void prefetch(KeyKind kind, uint64_t key) const { shard_of(Key{key, kind}).live.prefetch(key, kind); }
+    // Starts loading the bytes a stack holds, ahead of an insert() of a block from it.
+    void prefetch_stack(stacks::StackId id) const { held_.prefetch(id); }
 
     uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 
@@ -88,8 +91,7 @@ private:
     struct alignas(64) Shard {
         mutable FutexLock mu;
         LiveTable live;
-        ByStack by_stack;  // entries are kept at zero rather than erased: no allocation per pair
-        Held unstacked;    // allocations without a stack (id 0): one hash lookup fewer per pair
+        Held unstacked;  // allocations without a stack (id 0), or whose id the table below cannot hold
         ApiCounts counts[(int)Api::kCount];
     };
     Shard shards_[kShards];
@@ -105,11 +107,14 @@ private:
 
     Timeline<1> timeline_;  // live bytes
 
+    HeldByStack held_;  // bytes by stack, changed under the shard lock of the block's key
+
     void after_change(uint64_t live, uint64_t now);
     void copy_peak_breakdown(uint64_t peak);
     ByStack merged_by_stack() const;  // with every shard locked by the caller
-    static Held &held_for(Shard &s, stacks::StackId id) { return id ? s.by_stack[id] : s.unstacked; }
-    static void add_held(ByStack &into, const Shard &s);  // s's bytes by stack, unstacked as id 0
+    // One block of `bytes` more (or less) for its stack, under shard s's lock.
+    void hold(Shard &s, stacks::StackId id, uint64_t bytes);
+    void release(Shard &s, stacks::StackId id, uint64_t bytes);
 };
 
 Tracker &tracker();
