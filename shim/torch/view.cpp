@@ -147,22 +147,28 @@ void apply_one(const BlockEvent &e) {
     events().push(history);
 }
 
-// How many events ahead a batch starts loading the live-block table's slot (Tracker::prefetch): on
-// the GPU machine the table's lines are cold at each batch (the driver's and PyTorch's work since the
-// last), and a slot found while earlier events are applied is no longer waited on.
-constexpr int kPrefetchAhead = 8;
+// How many events ahead a batch starts loading what an event will touch: on the GPU machine the
+// live-block table and the bytes by stack are cold at each batch (the driver's and PyTorch's work
+// since the last), and a line found while earlier events are applied is no longer waited on. In two
+// stages: the table's slot (and an allocation's stack, which its event names) kSlotAhead events
+// ahead; a free's stack, which is in that slot, kHolderAhead events ahead, once the slot has come.
+constexpr int kSlotAhead = 8, kHolderAhead = 4;
 
-// An allocation's stack is in its event; a free's is in the table's slot, known only when it is read.
-void prefetch_for(const BlockEvent &e) {
+void prefetch_slot(const BlockEvent &e) {
     table().prefetch(KeyKind::kPointer, e.address);
     if (e.action == Action::kAlloc) table().prefetch_stack(e.stack);
+}
+void prefetch_holder(const BlockEvent &e) {
+    if (e.action == Action::kFree) table().prefetch_holder(KeyKind::kPointer, e.address);
 }
 
 void apply(const BlockEvent *events, int n) {
     GG_PROFILE_STEP(kTorchApply);
-    for (int i = 0; i < n && i < kPrefetchAhead; i++) prefetch_for(events[i]);
+    for (int i = 0; i < n && i < kSlotAhead; i++) prefetch_slot(events[i]);
+    for (int i = 0; i < n && i < kHolderAhead; i++) prefetch_holder(events[i]);
     for (int i = 0; i < n; i++) {
-        if (i + kPrefetchAhead < n) prefetch_for(events[i + kPrefetchAhead]);
+        if (i + kSlotAhead < n) prefetch_slot(events[i + kSlotAhead]);
+        if (i + kHolderAhead < n) prefetch_holder(events[i + kHolderAhead]);
         apply_one(events[i]);
     }
 }

@@ -60,6 +60,16 @@ public:
         }
     }
 
+    // The allocation of key, or null; the pointer holds until the table next changes.
+    const Allocation *find(uint64_t key, KeyKind kind) const {
+        if (!size_) return nullptr;
+        for (uint64_t i = home(key, kind);; i = (i + 1) & mask()) {
+            const Slot &s = slots_[i];
+            if (!s.used) return nullptr;
+            if (s.key == key && s.kind == kind) return &s.a;
+        }
+    }
+
     // f(key, kind, allocation) for every entry, in no particular order.
     template <typename F>
     void for_each(F &&f) const {

@@ -47,6 +47,11 @@ public:
     void prefetch(KeyKind kind, uint64_t key) const { shard_of(Key{key, kind}).live.prefetch(key, kind); }
     // Starts loading the bytes a stack holds, ahead of an insert() of a block from it.
     void prefetch_stack(stacks::StackId id) const { held_.prefetch(id); }
+    // The same for the stack of the block key holds, ahead of its take(): reads the key's slot, which
+    // prefetch() should have started loading some time before. The same rule as prefetch().
+    void prefetch_holder(KeyKind kind, uint64_t key) const {
+        if (const Allocation *a = shard_of(Key{key, kind}).live.find(key, kind)) held_.prefetch(a->stack);
+    }
 
     uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 

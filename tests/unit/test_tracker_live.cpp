@@ -56,6 +56,14 @@ void random_against_map(uint64_t key_range, int ops, unsigned seed) {
             }
         }
         REQUIRE(t.size() == ref.size());
+        // find() sees what take() would, without taking it: the key just changed, and another.
+        uint64_t other = rng() % key_range;
+        for (uint64_t probe : {key, other}) {
+            const Allocation *found = t.find(probe, kind);
+            auto it = ref.find({probe, int(kind)});
+            REQUIRE((found != nullptr) == (it != ref.end()));
+            if (found) REQUIRE(found->bytes == it->second);
+        }
     }
     CHECK(entries_of(t) == ref);
     // Every entry left is still found, and taking them all leaves the table empty.
