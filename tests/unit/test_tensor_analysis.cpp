@@ -83,6 +83,18 @@ TEST_CASE("fragmentation: the request fits beside the tensors, no free block is 
     CHECK(said);
 }
 
+TEST_CASE("under a per-process limit, the container's other processes take nothing from this one's room") {
+    // The same fragmented process, beside 1.5 GiB of a sibling's: each has its own 2 GiB, so the
+    // request still fits beside the tensors (the diagnosis once took the sibling's bytes off the limit
+    // and called it a limit too small, where the advice did not).
+    Report r = fragmented(2048 * MiB, 600 * MiB);
+    r.container_bytes = *r.process_bytes + 1536 * MiB;
+    Analysis a = analyze(r);
+    CHECK(a.fragmentation);
+    r.limit_scope = "container";  // one limit for both: 512 MiB left, too little for the tensors
+    CHECK_FALSE(analyze(r).fragmentation);
+}
+
 TEST_CASE("no fragmentation when the limit is too small for the tensors themselves") {
     // 1100 MiB of tensors + 1000 MiB asked > 2048 MiB: no allocator could have served it.
     Analysis a = analyze(fragmented(2048 * MiB, 1000 * MiB));

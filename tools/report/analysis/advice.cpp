@@ -117,18 +117,6 @@ void phase_advice(Analysis &a, uint64_t total) {
     }
 }
 
-// What this process could have used when its allocation failed: under the quota, the limit less the
-// container's other processes (none under a per-process limit); out of device memory, the device's
-// free memory and what the process holds (`holds`). 0 when the report does not say (PyTorch's own
-// limit, set_per_process_memory_fraction, is not in it).
-uint64_t memory_for_process(const Report &r, const Facts &f, const Analysis &a, uint64_t holds) {
-    if (a.kind == "quota" && r.limit_bytes) {
-        uint64_t others = r.limit_scope == "process" || f.container < f.live ? 0 : f.container - f.live;
-        return *r.limit_bytes > others ? *r.limit_bytes - others : 0;
-    }
-    return a.kind == "physical" && r.device_free ? *r.device_free + holds : 0;
-}
-
 // The largest 1/n not above `share` (0 < share < 1), as people say it: "half", "a third", "1/12".
 std::string fraction_words(long double share) {
     static const char *const words[] = {"half", "a third", "a quarter", "a fifth"};
@@ -272,6 +260,15 @@ void advise(const Report &r, const Facts &f, Analysis &a) {
                      "."});
         }
     }
+}
+
+// Declared, and said, in parts.h.
+uint64_t memory_for_process(const Report &r, const Facts &f, const Analysis &a, uint64_t holds) {
+    if (a.kind == "quota" && r.limit_bytes) {
+        uint64_t others = r.limit_scope == "process" || f.container < f.live ? 0 : f.container - f.live;
+        return *r.limit_bytes > others ? *r.limit_bytes - others : 0;
+    }
+    return a.kind == "physical" && r.device_free ? *r.device_free + holds : 0;
 }
 
 }  // namespace gg::report::analysis

@@ -26,7 +26,7 @@ std::string message_line(const std::string &message) {
 // holes against the request, and whether the out-of-memory is fragmentation: the request would fit in
 // what the limit leaves beside the live tensors, but no free block is that large and the segments
 // that hold the free memory cannot be released (live tensors lie in them).
-void tensor_diagnosis(const Report &r, Analysis &a) {
+void tensor_diagnosis(const Report &r, const Facts &f, Analysis &a) {
     if (r.tensor && r.tensor->backend == "cudaMallocAsync")
         a.why.push_back(
             "PyTorch's cudaMallocAsync backend: every tensor is a driver allocation, so the holders "
@@ -42,16 +42,7 @@ void tensor_diagnosis(const Report &r, Analysis &a) {
     if (!t.request) return;
     a.why.push_back("PyTorch asked for " + human_bytes(t.request) + "; its largest free block " +
                     (t.request <= (1u << 20) ? "for small tensors " : "") + "was " + human_bytes(t.largest_free));
-    // What the memory left to this process allows: the quota minus the other processes' bytes, or the
-    // device's free memory plus what PyTorch holds.
-    uint64_t avail = 0;
-    if (r.limit_bytes) {
-        uint64_t container = r.container_bytes.value_or(0), mine = r.process_bytes.value_or(0);
-        uint64_t others = container > mine ? container - mine : 0;
-        avail = *r.limit_bytes > others ? *r.limit_bytes - others : 0;
-    } else if (r.device_free) {
-        avail = *r.device_free + t.reserved;
-    }
+    uint64_t avail = memory_for_process(r, f, a, t.reserved);
     a.fragmentation = avail > 0 && t.allocated + t.request <= avail && t.largest_free < t.request && t.pinned_free > 0;
     if (a.fragmentation)
         a.why.push_back("this is fragmentation: the tensors (" + human_bytes(t.allocated) + ") and the request (" +
@@ -163,7 +154,7 @@ void diagnose(const Report &r, const Facts &f, Analysis &a) {
     else if (r.reason == "driver_oom") diagnose_driver_oom(r, f, a);
     else diagnose_other(r, f, a);
     if (r.reason == "allocator_oom") diagnose_allocator_oom(f, a);
-    tensor_diagnosis(r, a);
+    tensor_diagnosis(r, f, a);
     // The shim's message says again what the exit line says; for the other reasons it is the news.
     if (!a.failure && a.kind != "exit" && !r.message.empty()) a.why.push_back(message_line(r.message));
     process_notes(r, f, a);

@@ -22,6 +22,11 @@ struct Facts {
     std::string on_device;      // " on device N", or empty
 };
 
+// What this process could have used when its allocation failed (advice.cpp): under the quota, the
+// limit less the container's other processes (none under a per-process limit); out of device memory,
+// the device's free memory and what the process holds (`holds`). 0 when the report does not say.
+uint64_t memory_for_process(const Report &r, const Facts &f, const Analysis &a, uint64_t holds);
+
 void diagnose(const Report &r, const Facts &f, Analysis &a);
 void advise(const Report &r, const Facts &f, Analysis &a);
 
