@@ -121,6 +121,21 @@ int depth_of(const std::string &text) {
     return deepest;
 }
 
+// The model's rows, read as they are parsed (tools/report/streamed_rows.h), are the same whether the
+// document keeps them (Keep::kDocument, for --html) or not.
+bool same_rows(const Report &a, const Report &b) {
+    if (a.timeline != b.timeline || a.tensor.has_value() != b.tensor.has_value()) return false;
+    if (!a.tensor) return true;
+    const TensorView &x = *a.tensor, &y = *b.tensor;
+    auto same_event = [](const TensorEvent &e, const TensorEvent &f) {
+        return e.t_ns == f.t_ns && e.action == f.action && e.address == f.address && e.bytes == f.bytes &&
+               e.allocated == f.allocated && e.reserved == f.reserved && e.device == f.device;
+    };
+    return std::equal(x.events.begin(), x.events.end(), y.events.begin(), y.events.end(), same_event) &&
+           x.blocks.size() == y.blocks.size() && x.segments.size() == y.segments.size() && x.mappings == y.mappings &&
+           x.timeline.size() == y.timeline.size();
+}
+
 }  // namespace
 
 // Structure-aware mutation: byte-level mutation of a 30 KB report rarely yields another report, so
@@ -177,6 +192,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FUZZ_REQUIRE(!too_large && !too_deep);
+    Report lean;
+    FUZZ_REQUIRE(parse(text, "fuzz.json", lean, err, kLimits, Keep::kModelOnly) && same_rows(r, lean));
     Analysis a = analyze(r);
     (void)to_json(a).dump(2);
     for (bool color : {false, true}) {

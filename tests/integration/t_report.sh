@@ -325,6 +325,29 @@ PY
 }
 check "--html writes one self-contained page with the data embedded as JSON" html_self_contained
 
+# The reader reads a report's arrays of rows as it parses them and keeps them in the document only for
+# --html, which embeds it (tools/report/streamed_rows.h): the page holds every row of the file, the
+# summary and --json read the same events. A crafted 4 MB report (tests/data/adversarial_report.py),
+# 52,500 events replayed among others of another device.
+html_embeds_every_row() {
+  fresh
+  python3 "$DATA/adversarial_report.py" --fragments 20000 --holes 5000 --rounds 5000 --bytes 4000000 crafted.json || return 1
+  "$CLI" report --html page.html crafted.json 2>/dev/null || return 1
+  "$CLI" report --json crafted.json >summary.json 2>/dev/null || return 1
+  python3 - page.html crafted.json summary.json <<'PY'
+import json, re, sys
+html = open(sys.argv[1]).read()
+page = json.loads(re.search(r'<script type="application/json" id="gg-data">(.*?)</script>', html, re.S).group(1))
+report = json.load(open(sys.argv[2]))
+rows = report["tensor_view"]["events"]["rows"]
+assert page["report"]["tensor_view"]["events"]["rows"] == rows, "the page's rows are not the file's"
+assert page["report"]["tensor_view"]["blocks"] == report["tensor_view"]["blocks"]
+replayed = json.load(open(sys.argv[3]))["analysis"]["what_if"]["events"]["replayed"]
+assert replayed == page["analysis"]["what_if"]["events"]["replayed"] == 52500, replayed
+PY
+}
+check "--html embeds every row of the report; the summary reads the same events" html_embeds_every_row
+
 html_escapes_script_end() {
   python3 - "$PT" hostile.json <<'PY'
 import json, sys

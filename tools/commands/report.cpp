@@ -124,9 +124,10 @@ struct Naming {
     SymbolizeOptions options;
 };
 
-bool load_or_say(const std::string &path, Report &r) {
+// `keep`: Keep::kDocument only for the outputs that embed the document (--html).
+bool load_or_say(const std::string &path, Report &r, Keep keep) {
     LoadError err;
-    if (load(path, r, err)) return true;
+    if (load(path, r, err, Limits(), keep)) return true;
     gg::log_error("%s", err.message.c_str());
     return false;
 }
@@ -171,7 +172,7 @@ int run_diff(int argc, char **argv) {
     }
     if (files.size() != 2) return a.usage_error("needs two reports, A and B");
     Report before, after;
-    if (!load_or_say(files[0], before) || !load_or_say(files[1], after)) return 2;
+    if (!load_or_say(files[0], before, Keep::kModelOnly) || !load_or_say(files[1], after, Keep::kModelOnly)) return 2;
     name_frames(before, naming);
     name_frames(after, naming);
     json d = diff(before, after);
@@ -296,7 +297,7 @@ Stacks stacks_for(const Report &r, const std::string &asked) {
 // Writes the outputs asked of one report, then prints its summary, JSON or what-if.
 int report_one(const std::string &file, const Request &q, bool one_line) {
     Report r;
-    if (!load_or_say(file, r)) return 2;
+    if (!load_or_say(file, r, q.html.empty() ? Keep::kModelOnly : Keep::kDocument)) return 2;
     if (q.what_if) {
         std::string why = gg::whatif::cannot_replay(r);
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);

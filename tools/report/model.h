@@ -147,7 +147,7 @@ struct ApiCounts {
 struct Report {
     std::string path;  // as given on the command line
     std::string name;  // its base name, for messages
-    json raw;          // the whole document, for renderers that embed it
+    json raw;          // the whole document, for renderers that embed it (without its rows: Keep::kModelOnly)
 
     std::string reason, message, gpuguard_version;
     std::string phase;  // as the program tagged it (gpuguard_phase); "" for none
@@ -219,12 +219,20 @@ struct Limits {
     int max_depth = 64;
 };
 
+// What Report::raw keeps of the document. The model is the same either way: its arrays of rows (the
+// tensor view's events, blocks, segments, mappings and timeline, the timeline's points) are read as they
+// are parsed (tools/report/streamed_rows.h). Kept whole only for the renderers that embed the document
+// (--html); without them, each array of rows stays in it empty, and never costs the time and memory of
+// a JSON value a row (most of a large report's).
+enum class Keep { kDocument, kModelOnly };
+
 // Reads and validates a report. Returns false and fills `err` on a missing, unreadable, non-JSON,
 // truncated, too large, too deep or foreign file, or a version this build does not read. Never throws.
-bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits = Limits());
+bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits = Limits(),
+          Keep keep = Keep::kDocument);
 // The same from the file's contents; `name` is what messages call it. The fuzz target's entry.
 bool parse(const std::string &text, const std::string &name, Report &out, LoadError &err,
-           const Limits &limits = Limits());
+           const Limits &limits = Limits(), Keep keep = Keep::kDocument);
 
 // ---- shared vocabulary -----------------------------------------------------------------------
 
