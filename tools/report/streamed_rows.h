@@ -128,9 +128,8 @@ public:
         if ((streaming_ = array_here())) {
             depth_ = 0;
             streaming_->restart(streaming_->reader);
-            return dom_.start_array(n);  // the array itself stays in the document, empty or whole
         }
-        return dom_.start_array(n);
+        return dom_.start_array(n);  // a row array itself stays in the document, empty or whole
     }
     bool end_array() {
         if (streaming_ && depth_ == 0) {  // the row array ends
