@@ -95,6 +95,30 @@ TEST_CASE("under a per-process limit, the container's other processes take nothi
     CHECK_FALSE(analyze(r).fragmentation);
 }
 
+TEST_CASE("segments and blocks that overlap others are left out and counted, the rest read as before") {
+    // An edited report: every segment again, shifted by a byte so that each overlaps its original, and
+    // a block over the whole first segment. Read as they were, each copy walked every block it met.
+    Report r = fragmented(2048 * MiB, 600 * MiB);
+    TensorFacts before = tensor_facts(r);
+    TensorView &t = *r.tensor;
+    size_t n = t.segments.size();
+    for (size_t i = 0; i < n; i++) {
+        TensorSegment copy = t.segments[i];
+        copy.address += 1;
+        t.segments.push_back(copy);
+    }
+    t.blocks.push_back({t.segments[0].address + 1, 20 * MiB, "s1", std::nullopt});  // inside the first block
+    TensorFacts f = tensor_facts(r);
+    CHECK(f.overlapping_segments == n);
+    CHECK(f.overlapping_blocks == 1);
+    CHECK(f.segments.size() == n);
+    CHECK(f.pinned_segments == before.pinned_segments);
+    CHECK(f.holes == before.holes);
+    CHECK(f.largest_free == before.largest_free);
+    CHECK(before.overlapping_segments == 0);
+    CHECK(before.overlapping_blocks == 0);
+}
+
 TEST_CASE("no fragmentation when the limit is too small for the tensors themselves") {
     // 1100 MiB of tensors + 1000 MiB asked > 2048 MiB: no allocator could have served it.
     Analysis a = analyze(fragmented(2048 * MiB, 1000 * MiB));

@@ -9,9 +9,25 @@ namespace {
 constexpr uint64_t kSmallSize = 1ull << 20;    // PyTorch's largest "small" block
 constexpr uint64_t kSmallBuffer = 2ull << 20;  // its small pool's segments
 
+// Sorted by address, less every item that begins inside one kept before it; how many were left out.
+template <class T, class Address, class Bytes>
+size_t drop_overlapping(std::vector<T> &items, Address address, Bytes bytes) {
+    std::sort(items.begin(), items.end(), [&](const T &a, const T &b) { return address(a) < address(b); });
+    size_t kept = 0;
+    uint64_t end = 0;
+    for (size_t i = 0; i < items.size(); i++) {
+        if (kept && address(items[i]) < end) continue;
+        end = address(items[i]) + bytes(items[i]);
+        items[kept++] = items[i];
+    }
+    size_t dropped = items.size() - kept;
+    items.resize(kept);
+    return dropped;
+}
+
 // The ranges blocks can lie in: the segments from the driver, or the pages mapped into expandable
 // segments (which have no segment of their own in the list: their memory is cuMemCreate'd).
-std::vector<SegmentUse> ranges_of(const TensorView &t) {
+std::vector<SegmentUse> ranges_of(const TensorView &t, size_t *overlapping) {
     std::vector<SegmentUse> out;
     for (const TensorSegment &s : t.segments) {
         SegmentUse u;
@@ -28,7 +44,8 @@ std::vector<SegmentUse> ranges_of(const TensorView &t) {
         u.small_pool = bytes == kSmallBuffer;  // expandable pages: 2 MiB small pool, 20 MiB large
         out.push_back(u);
     }
-    std::sort(out.begin(), out.end(), [](const SegmentUse &a, const SegmentUse &b) { return a.address < b.address; });
+    *overlapping = drop_overlapping(
+        out, [](const SegmentUse &u) { return u.address; }, [](const SegmentUse &u) { return u.bytes; });
     return out;
 }
 
@@ -50,11 +67,11 @@ void read_totals(const TensorView &t, TensorFacts &f) {
     f.unallocated = f.reserved > f.allocated ? f.reserved - f.allocated : 0;
 }
 
-std::vector<const TensorBlock *> blocks_by_address(const TensorView &t) {
+std::vector<const TensorBlock *> blocks_by_address(const TensorView &t, size_t *overlapping) {
     std::vector<const TensorBlock *> blocks;
     for (const TensorBlock &b : t.blocks) blocks.push_back(&b);
-    std::sort(blocks.begin(), blocks.end(),
-              [](const TensorBlock *a, const TensorBlock *b) { return a->address < b->address; });
+    *overlapping = drop_overlapping(
+        blocks, [](const TensorBlock *b) { return b->address; }, [](const TensorBlock *b) { return b->bytes; });
     return blocks;
 }
 
@@ -137,9 +154,10 @@ TensorFacts tensor_facts(const Report &r) {
     if (!r.tensor || !r.tensor->from_blocks()) return f;
     const TensorView &t = *r.tensor;
     read_totals(t, f);
-    // Blocks by address, then each range's blocks in one pass.
-    std::vector<const TensorBlock *> blocks = blocks_by_address(t);
-    f.segments = ranges_of(t);
+    // Blocks by address, then each range's blocks in one pass: linear, as neither ranges nor blocks
+    // overlap among themselves (a block met by two ranges is the one that crosses from one to the next).
+    std::vector<const TensorBlock *> blocks = blocks_by_address(t, &f.overlapping_blocks);
+    f.segments = ranges_of(t, &f.overlapping_segments);
     std::map<std::string, Pin> pins;
     BytesByCreator by_creator;
     size_t bi = 0;

@@ -242,6 +242,11 @@ void print_tensor_totals(std::ostream &out, const Style &st, const TensorFacts &
             << (v.off ? "partial: the tensor view is switched off (gpuguard.tensor_view); all of this is as it was then"
                       : "partial: tensors made while the tensor view was switched off, not listed until freed")
             << st.reset() << "\n";
+    if (t.overlapping_segments || t.overlapping_blocks)
+        out << "  " << st.dim() << pad_right("left out", 11) << st.reset()
+            << pad_left(std::to_string(t.overlapping_segments + t.overlapping_blocks), 11) << "  " << st.dim()
+            << t.overlapping_segments << " segments and " << t.overlapping_blocks
+            << " blocks that overlap others, which PyTorch never makes: was this report edited?" << st.reset() << "\n";
     if (v.peak_allocated && v.peak_reserved)
         out << "  " << st.dim() << pad_right("peak", 11) << st.reset() << pad_left(human_bytes(*v.peak_allocated), 11)
             << "  " << st.dim() << "allocated, " << human_bytes(*v.peak_reserved) << " reserved" << st.reset() << "\n";
