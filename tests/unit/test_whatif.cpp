@@ -174,6 +174,38 @@ TEST_CASE("model: max_split_size keeps oversize blocks whole and releases them f
     CHECK(many.m.reserved() == 82 * MiB);  // 12 MiB cached + 70
 }
 
+TEST_CASE("model: a segment PyTorch held is adopted with its live blocks where they were") {
+    Model m(limited(64 * MiB));
+    std::vector<bool> placed;
+    // 4 MiB at 0 and at 12 MiB of a 20 MiB segment; one overlapping the first and one past the end are left out.
+    uint64_t base = m.m.adopt_segment(
+        20 * MiB, {{0, 4 * MiB}, {2 * MiB, 4 * MiB}, {12 * MiB, 4 * MiB}, {18 * MiB, 4 * MiB}}, &placed);
+    REQUIRE(base);
+    m.check();
+    CHECK(placed == std::vector<bool>{true, false, true, false});
+    CHECK(m.m.reserved() == 20 * MiB);
+    CHECK(m.m.allocated() == 8 * MiB);
+    CHECK(m.m.block_bytes(base) == 4 * MiB);
+    CHECK(m.m.block_bytes(base + 12 * MiB) == 4 * MiB);
+    // The free space between them is one block of 8 MiB, and 4 MiB after: best fit takes the 4 MiB.
+    CHECK(m.malloc(4 * MiB) == base + 16 * MiB);
+    CHECK(m.malloc(6 * MiB) == base + 4 * MiB);
+    m.free(base + 12 * MiB);
+    m.free(base + 4 * MiB);
+    CHECK(m.m.largest_free() == 12 * MiB);  // merged: 4 to 16 MiB
+    // A 2 MiB segment is the small pool's; no c10 segment is 3 MiB; the limit refuses what passes it.
+    uint64_t small = m.m.adopt_segment(2 * MiB, {{512, 1024}}, &placed);
+    REQUIRE(small);
+    CHECK(m.malloc(1000) == small + 1536);  // the small pool: after the adopted block
+    CHECK(m.malloc(500) == small);          // best fit: the 512 B before it
+    CHECK(m.m.adopt_segment(3 * MiB, {}) == 0);
+    CHECK(m.m.adopt_segment(44 * MiB, {}) == 0);
+    CHECK(m.m.smallest_refused_by_limit() == 66 * MiB);
+    CHECK(m.m.adopt_segment(42 * MiB, {}) != 0);
+    m.check();
+    CHECK(CachingAllocatorModel(expandable()).adopt_segment(20 * MiB, {}) == 0);  // no segments of that kind
+}
+
 TEST_CASE("model: expandable segments map pages as needed; pages holding live blocks stay mapped") {
     Model s(expandable());
     s.malloc(1000);
@@ -454,6 +486,62 @@ TEST_CASE("replay: events that start mid-run are seeded with the blocks live bef
     CHECK(w.budget->bytes == 16384 * MiB);
     CHECK_FALSE(w.refused_request);
     CHECK(w.check.reproduces_oom == std::nullopt);
+}
+
+// Issue 30 item 5: a report whose ring wrapped (the H200's generate() under 2 GiB kept 65,332 of 477,430
+// events) was replayed from its live blocks packed into new segments and an empty cache: the model
+// strayed from PyTorch's reserved bytes at every event. It now starts from the segments PyTorch held.
+TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked out from the report") {
+    History h(184 * MiB);
+    const uint64_t A = kBase, B = kBase + 32 * MiB, C = kBase + 64 * MiB, W = kBase + 128 * MiB, D = kBase + 256 * MiB;
+    // Before the ring: X (4 MiB) and Y (4 MiB at 12 MiB) live in A (20 MiB); B (20 MiB) and C (24 MiB)
+    // cached, free; D 64 MiB of NCCL's. PyTorch reserved 64 MiB.
+    h.allocated = 8 * MiB;
+    h.free(A + 12 * MiB, 4 * MiB, 64 * MiB);  // Y
+    h.alloc(A + 4 * MiB, 6 * MiB, 64 * MiB);  // best fit: the 16 MiB free in A, not B or C
+    h.event(TensorEvent::kSegmentAlloc, W, 30 * MiB, 64 * MiB);
+    h.alloc(W, 30 * MiB, 94 * MiB);
+    // 100 MiB past the 120 MiB budget: the cached B and C given back, still past it.
+    h.event(TensorEvent::kSegmentFree, B, 20 * MiB, 94 * MiB);
+    h.event(TensorEvent::kSegmentFree, C, 24 * MiB, 94 * MiB);
+    h.refused(100 * MiB, 50 * MiB);
+    h.r.process_bytes = h.r.container_bytes = 114 * MiB;  // with D
+    h.tv().events_dropped = 50;
+    h.tv().blocks = {
+        {W, 30 * MiB, "", std::nullopt}, {A + 4 * MiB, 6 * MiB, "", std::nullopt}, {A, 4 * MiB, "", std::nullopt}};
+    h.tv().block_count = 3;
+    h.tv().segments = {
+        {A, 20 * MiB, "", "cudaMalloc"}, {W, 30 * MiB, "", "cudaMalloc"}, {D, 64 * MiB, "", "cuMemAlloc_v2"}};
+
+    Trace tr = trace_of(h.r);
+    REQUIRE(tr.seeds.size() == 2);
+    // A holds the seeds; B and C make up the rest of the 64 MiB, given back in the events; D is not PyTorch's.
+    CHECK(tr.cache == std::vector<std::pair<uint64_t, uint64_t>>{{A, 20 * MiB}, {B, 20 * MiB}, {C, 24 * MiB}});
+    CHECK(tr.cache_free == 2);
+    CHECK(tr.cache_unknown == 0);
+    WhatIf w = what_if(h.r);
+    REQUIRE(w.budget);
+    CHECK(w.budget->bytes == 120 * MiB);
+    CHECK(w.check.compared == 4);
+    CHECK(w.check.within == 4);
+    CHECK(w.check.largest_difference == 0);
+    CHECK(w.check.reproduces_oom == true);
+    CHECK(w.check.trusted);
+    REQUIRE_FALSE(w.caveats.empty());
+    CHECK(w.caveats[0].find("placed where they were in the 3 segments PyTorch held then") != std::string::npos);
+    CHECK(w.caveats[0].find("2 of them, holding no block, inferred from PyTorch's reserved bytes") !=
+          std::string::npos);
+
+    // Reserved bytes no segment of the report accounts for are said, not invented.
+    h.tv().segments.pop_back();
+    h.tv().segments.push_back({D, 64 * MiB, "", "cudaMalloc"});
+    for (TensorEvent &e : h.tv().events) e.reserved += 10 * MiB;
+    tr = trace_of(h.r);
+    CHECK(tr.cache_unknown == 10 * MiB);
+    CHECK(tr.cache.size() == 3);  // D (64 MiB) would pass the reserved bytes left: not taken
+    w = what_if(h.r);
+    CHECK(w.caveats[0].find("10.00 MiB of PyTorch's reserved bytes then lie in no segment the report names") !=
+          std::string::npos);
 }
 
 TEST_CASE("replay: the budget is the limit less other processes' bytes and this process's outside PyTorch") {

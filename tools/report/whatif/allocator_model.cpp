@@ -84,18 +84,7 @@ uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) 
         }
     }
     // `b` is free, mapped, at least `size`, and in no free set.
-    if (should_split(pool, b, size)) {
-        Block *rest = new Block;
-        rest->address = b->address + size;
-        rest->size = b->size - size;
-        rest->segment = b->segment;
-        rest->prev = b;
-        rest->next = b->next;
-        if (b->next) b->next->prev = rest;
-        b->next = rest;
-        b->size = size;
-        list_free(pool, rest);
-    }
+    if (should_split(pool, b, size)) list_free(pool, split_at(b, b->address + size));
     b->allocated = true;
     if (b->segment->expandable) take_run(pool, b->address, b->size);
     live_[b->address] = b;
@@ -103,6 +92,18 @@ uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) 
     peak_allocated_ = std::max(peak_allocated_, allocated_);
     if (block_bytes) *block_bytes = b->size;
     return b->address;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::split_at(Block *b, uint64_t at) {
+    // The lower part keeps the block's object, so that a segment's head never changes.
+    Block *rest = new Block(*b);
+    rest->address = at;
+    rest->size = b->address + b->size - at;
+    rest->prev = b;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = at - b->address;
+    return rest;
 }
 
 bool CachingAllocatorModel::free(uint64_t address, uint64_t *block_bytes) {
@@ -120,6 +121,38 @@ bool CachingAllocatorModel::free(uint64_t address, uint64_t *block_bytes) {
 }
 
 void CachingAllocatorModel::empty_cache() { release_cached_blocks(); }
+
+uint64_t CachingAllocatorModel::adopt_segment(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>> &live,
+                                              std::vector<bool> *placed) {
+    if (placed) placed->assign(live.size(), false);
+    if (options_.expandable || bytes == 0 || bytes > kMaxRequest || bytes % kMinBlockSize) return 0;
+    const bool small = bytes <= kSmallBuffer;
+    if (small ? bytes != kSmallBuffer : bytes < kMinLargeAlloc) return 0;
+    Pool &pool = small ? small_ : large_;
+    Block *b = new_segment(pool, bytes);  // free, unlisted: the last free block of the segment so far
+    if (!b) return 0;
+    const uint64_t base = b->address;
+    for (size_t i = 0; i < live.size() && b; i++) {
+        const auto [offset, size] = live[i];
+        if (offset % kMinBlockSize || size == 0 || size % kMinBlockSize || offset < b->address - base ||
+            offset >= bytes || size > bytes - offset)
+            continue;                      // overlaps the block before it, or is no block of this segment
+        if (b->address - base < offset) {  // the free space before it stays free
+            Block *before = b;
+            b = split_at(before, base + offset);
+            list_free(pool, before);
+        }
+        Block *block = b;
+        b = block->size > size ? split_at(block, base + offset + size) : nullptr;
+        block->allocated = true;
+        live_[block->address] = block;
+        allocated_ += block->size;
+        if (placed) (*placed)[i] = true;
+    }
+    if (b) list_free(pool, b);  // and so does the space after the last one
+    peak_allocated_ = std::max(peak_allocated_, allocated_);
+    return base;
+}
 
 bool CachingAllocatorModel::releasable(const Pool &pool, const Block *b) const {
     if (!b->segment->expandable) return !b->prev && !b->next;
@@ -192,7 +225,10 @@ CachingAllocatorModel::Block *CachingAllocatorModel::get_free_block(Pool &pool, 
 
 CachingAllocatorModel::Block *CachingAllocatorModel::alloc_block(Pool &pool, uint64_t size) {
     if (options_.expandable) return alloc_expandable(pool, size);
-    uint64_t bytes = allocation_size(size);
+    return new_segment(pool, allocation_size(size));
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::new_segment(Pool &pool, uint64_t bytes) {
     if (!fits(bytes)) return nullptr;
     uint64_t address = device_->alloc_segment(bytes);
     if (!address) return nullptr;

@@ -34,6 +34,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gg::whatif {
@@ -118,6 +119,15 @@ public:
     // torch.cuda.empty_cache(): every free whole segment released, every free page unmapped.
     void empty_cache();
 
+    // The state PyTorch was in before the events a replay starts from (a report whose ring wrapped),
+    // without expandable segments: a segment of `bytes` it held (the pool its size says: 2 MiB is the
+    // small pool's, every large-pool segment is 10 MiB or more) with the blocks `live` at their
+    // offsets (offset, bytes; by offset), the space between them free. Its address, or 0 when the
+    // limit refuses it or `bytes` is no segment c10 makes; `placed` says which blocks it holds (one
+    // overlapping the block before it, or not inside the segment, is left out).
+    uint64_t adopt_segment(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>> &live,
+                           std::vector<bool> *placed = nullptr);
+
     uint64_t allocated() const { return allocated_; }
     uint64_t reserved() const { return reserved_; }
     uint64_t peak_allocated() const { return peak_allocated_; }
@@ -186,10 +196,12 @@ private:
 
     Block *get_free_block(Pool &pool, uint64_t size);
     Block *alloc_block(Pool &pool, uint64_t size);
+    Block *new_segment(Pool &pool, uint64_t bytes);  // a segment of one free block, not yet listed
     Block *alloc_expandable(Pool &pool, uint64_t size);
     Block *find_expandable_block(Pool &pool, uint64_t size);
     Block *map_block(Pool &pool, Block *unmapped, uint64_t bytes);
     bool should_split(const Pool &pool, const Block *b, uint64_t size) const;
+    Block *split_at(Block *b, uint64_t at);  // the part of free `b` from `at` on, a block of its own (unlisted)
     bool release_available_cached_blocks(Pool &pool, uint64_t size);
     void release_cached_blocks();
     void release_segment(Pool &pool, Block *whole);

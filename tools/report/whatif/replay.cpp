@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -55,17 +56,107 @@ std::string cannot_replay(const Report &r) {
     return "";
 }
 
+namespace {
+
+// A segment size c10 makes without expandable segments: a small-pool 2 MiB, or a large-pool 10 MiB or more.
+bool c10_segment_size(uint64_t bytes) {
+    return bytes % kMinBlockSize == 0 && (bytes == kSmallBuffer || (bytes >= kMinLargeAlloc && bytes <= kMaxRequest));
+}
+
+// Trace::cache, from the segments live at the report's end walked back over the segment events to the
+// first event replayed, PyTorch's reserved bytes then, and the blocks the events hand out.
+void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
+    std::map<uint64_t, uint64_t> live;  // the process's device memory when the events start
+    for (const report::TensorSegment &s : t.segments) live[s.address] = s.bytes;
+    std::unordered_set<uint64_t> by_cuda_malloc;
+    for (const report::TensorSegment &s : t.segments)
+        if (s.api == "cudaMalloc") by_cuda_malloc.insert(s.address);
+    for (size_t i = t.events.size(); i-- > first_event;) {
+        const TensorEvent &e = t.events[i];
+        if (e.device != t.device) continue;
+        if (e.action == TensorEvent::kSegmentAlloc) live.erase(e.address);
+        else if (e.action == TensorEvent::kSegmentFree && e.address) live[e.address] = e.bytes;
+    }
+    auto holding = [&live](uint64_t address) {  // the segment holding an address, or live.end()
+        auto it = live.upper_bound(address);
+        if (it == live.begin()) return live.end();
+        --it;
+        return address - it->first < it->second ? it : live.end();
+    };
+    // PyTorch's: a segment a block lies in, live before the events or handed out before the segment goes.
+    std::set<uint64_t> pytorch, given_back;
+    std::vector<uint64_t> given_back_in_order;
+    for (const auto &[address, bytes] : tr.seeds)
+        if (auto it = holding(address); it != live.end()) pytorch.insert(it->first);
+    for (size_t i = first_event; i < t.events.size(); i++) {
+        const TensorEvent &e = t.events[i];
+        if (e.device != t.device) continue;
+        if (e.action == TensorEvent::kAlloc) {
+            if (auto it = holding(e.address); it != live.end() && !given_back.count(it->first))
+                pytorch.insert(it->first);
+        } else if (e.action == TensorEvent::kSegmentFree && live.count(e.address) &&
+                   given_back.insert(e.address).second) {
+            given_back_in_order.push_back(e.address);
+        }
+    }
+    uint64_t reserved = 0, accounted = 0;
+    for (size_t i = first_event; i < t.events.size(); i++)
+        if (t.events[i].device == t.device) {
+            reserved = t.events[i].reserved;  // after a block event; the last seen before a segment event
+            break;
+        }
+    for (uint64_t address : pytorch) accounted = add_sat(accounted, live[address]);
+    // The rest of the reserved bytes: cached segments no block touched, given back in the events first
+    // (c10 gives back whole free segments when the driver refuses one), then those got with cudaMalloc.
+    std::vector<uint64_t> candidates = given_back_in_order;
+    for (const auto &[address, bytes] : live)
+        if (!given_back.count(address) && by_cuda_malloc.count(address)) candidates.push_back(address);
+    for (uint64_t address : candidates) {
+        const uint64_t bytes = live[address];
+        if (accounted >= reserved) break;
+        if (pytorch.count(address) || !c10_segment_size(bytes) || bytes > reserved - accounted) continue;
+        pytorch.insert(address);
+        accounted += bytes;
+        tr.cache_free++;
+    }
+    tr.cache_unknown = sub_sat(reserved, accounted);
+    for (uint64_t address : pytorch)
+        if (c10_segment_size(live[address])) tr.cache.emplace_back(address, live[address]);
+}
+
+// Where the replay places the blocks live before the events, for a caveat.
+std::string placement(const Trace &tr) {
+    if (tr.cache.empty()) return "are placed in address order, and the cache PyTorch held then is unknown";
+    std::string s = "are placed where they were in the " + std::to_string(tr.cache.size()) +
+                    " segments PyTorch held then (worked out from the report's segments and the segment events";
+    if (tr.cache_free)
+        s +=
+            "; " + std::to_string(tr.cache_free) + " of them, holding no block, inferred from PyTorch's reserved bytes";
+    s += ")";
+    if (tr.cache_unknown)
+        s += "; " + report::human_bytes(tr.cache_unknown) +
+             " of PyTorch's reserved bytes then lie in no segment the report names";
+    return s +
+           "; every setting starts from them, but expandable segments, which would have placed them otherwise, "
+           "start with them packed in address order";
+}
+
+}  // namespace
+
 Trace trace_of(const Report &r) {
     Trace tr;
     const TensorView &t = *r.tensor;
     size_t total = block_events(t), skip = total > kMaxReplayEvents ? total - kMaxReplayEvents : 0;
     tr.dropped = add_sat(t.events_dropped, skip);
-    for (const TensorEvent &e : t.events) {
+    size_t first_event = t.events.size();  // the first event replayed, of t.events
+    for (size_t i = 0; i < t.events.size(); i++) {
+        const TensorEvent &e = t.events[i];
         if (e.device != t.device || !block_event(e)) continue;
         if (skip) {
             skip--;
             continue;
         }
+        first_event = std::min(first_event, i);
         tr.ops.push_back({char(e.action), e.address, e.bytes, e.allocated, e.reserved});
     }
 
@@ -89,14 +180,13 @@ Trace trace_of(const Report &r) {
         if (!named.count(b.address) && seeds.emplace(b.address, b.bytes).second) from_list++;
     }
     tr.seeds.assign(seeds.begin(), seeds.end());
+    if (!t.expandable_segments() && !tr.seeds.empty()) infer_cache(t, first_event, tr);
 
     if (tr.dropped > 0) {
         tr.approximate = true;
         tr.caveats.push_back("the report kept the last " + std::to_string(tr.ops.size()) + " block events of " +
                              std::to_string(add_sat(tr.ops.size(), tr.dropped)) + "; the " +
-                             std::to_string(tr.seeds.size()) +
-                             " blocks live before them are placed in address order, and the cache PyTorch held "
-                             "then is unknown");
+                             std::to_string(tr.seeds.size()) + " blocks live before them " + placement(tr));
         if (from_list && t.block_count > t.blocks.size())
             tr.caveats.push_back("the report lists " + std::to_string(t.blocks.size()) + " of " +
                                  std::to_string(t.block_count) + " live blocks (the largest)");
@@ -104,7 +194,8 @@ Trace trace_of(const Report &r) {
         tr.approximate = true;
         tr.caveats.push_back(std::to_string(from_frees + from_list) +
                              " blocks are freed or listed live without an allocation in the events; they are taken "
-                             "as live from the start");
+                             "as live from the start" +
+                             (tr.cache.empty() ? std::string() : " and " + placement(tr)));
     }
 
     bool refusal_in_events = false;
@@ -115,6 +206,40 @@ Trace trace_of(const Report &r) {
     }
     return tr;
 }
+
+namespace {
+
+// The model starts from the segments PyTorch held (Trace::cache), the seeds at their places in them:
+// those holding seeds first, then free ones while the limit has room (c10 under a smaller limit
+// would have given them back), adopted in address order so that best fit breaks ties as c10 did.
+void adopt_cache(const Trace &trace, CachingAllocatorModel &m, std::unordered_map<uint64_t, uint64_t> &model_address) {
+    const uint64_t limit = m.options().limit;
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> held(trace.cache.size());  // seeds by offset
+    std::vector<uint64_t> seed_address;
+    auto seed = trace.seeds.begin();
+    uint64_t needed = 0;
+    for (size_t i = 0; i < trace.cache.size(); i++) {
+        const auto [address, bytes] = trace.cache[i];
+        seed = std::lower_bound(seed, trace.seeds.end(), std::make_pair(address, uint64_t(0)));
+        for (; seed != trace.seeds.end() && seed->first - address < bytes; ++seed)
+            held[i].emplace_back(seed->first - address, seed->second);
+        if (!held[i].empty()) needed = add_sat(needed, bytes);
+    }
+    std::vector<bool> adopt(trace.cache.size()), placed;
+    for (size_t i = 0; i < trace.cache.size(); i++) {
+        const uint64_t bytes = trace.cache[i].second;
+        adopt[i] = !held[i].empty() || (bytes <= limit && needed <= limit - bytes);
+        if (held[i].empty() && adopt[i]) needed += bytes;
+    }
+    for (size_t i = 0; i < trace.cache.size(); i++) {
+        if (!adopt[i]) continue;
+        const uint64_t base = m.adopt_segment(trace.cache[i].second, held[i], &placed);
+        for (size_t j = 0; base && j < held[i].size(); j++)
+            if (placed[j]) model_address[trace.cache[i].first + held[i][j].first] = base + held[i][j].first;
+    }
+}
+
+}  // namespace
 
 Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool stop) {
     Options o;
@@ -154,7 +279,9 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
 
     std::unordered_map<uint64_t, uint64_t> model_address;  // recorded address -> the model's
     model_address.reserve(trace.seeds.size() + trace.ops.size() / 2 + 1);
+    if (!config.expandable) adopt_cache(trace, m, model_address);
     for (const auto &[address, bytes] : trace.seeds) {
+        if (model_address.count(address)) continue;  // placed in its segment
         uint64_t x = m.malloc(bytes);
         if (x) {
             model_address[address] = x;

@@ -45,6 +45,14 @@ struct Trace {
     // Blocks live when the recorded events start (address, bytes; by address): freed in the events
     // without being handed out there, or listed live in the report and never named by an event.
     std::vector<std::pair<uint64_t, uint64_t>> seeds;
+    // The segments PyTorch held when the events start (address, bytes; by address), where blocks were
+    // live before them, without expandable segments: the report's segments, less those the events got,
+    // plus those they gave back; PyTorch's segments among them are those holding a block, and then
+    // those that make up the rest of PyTorch's reserved bytes (given back in the events, else got with
+    // cudaMalloc). The replay starts from them, with the seeds at their addresses.
+    std::vector<std::pair<uint64_t, uint64_t>> cache;
+    uint64_t cache_free = 0;     // of them, segments that held no block: inferred from the reserved bytes
+    uint64_t cache_unknown = 0;  // PyTorch's reserved bytes then that no segment of the report accounts for
     // A refused request the events do not hold (tensor_view.oom, else the failed request), tried last.
     std::optional<uint64_t> final_request;
     uint64_t dropped = 0;  // events before the first one replayed
