@@ -82,7 +82,10 @@ PY
     "the advice's numbers" &&
   expect_eq "$("$CLI" report --json "$WI" | python3 -c 'import json,sys; print([a["id"] for a in json.load(sys.stdin)["analysis"]["advice"]])')" \
     "['fragmentation', 'what-if']" "advice ids" &&
-  expect_contains "$("$CLI" report --what-if --no-color strayed.json)" "NOT trusted" "the model on the report without segments" &&
+  out=$("$CLI" report --what-if --no-color strayed.json) || return 1
+  expect_contains "$out" "NOT trusted" "the model on the report with reserved bytes in no segment" &&
+  expect_contains "$out" "first apart after block event 1 (a 4.00 MiB block taken back): the model reserved 1.68 GiB, PyTorch 1.78 GiB" \
+    "where the model first strays" &&
   out=$("$CLI" report --no-color strayed.json) || return 1
   expect_not_contains "$out" "Replayed:" "advice from a replay that does not follow the run" &&
   expect_contains "$out" "gpuguard report --what-if" "the pointer to --what-if" &&

@@ -525,6 +525,7 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
     CHECK(w.check.compared == 4);
     CHECK(w.check.within == 4);
     CHECK(w.check.largest_difference == 0);
+    CHECK_FALSE(w.check.first_departure);
     CHECK(w.check.reproduces_oom == true);
     CHECK(w.check.trusted);
     REQUIRE_FALSE(w.caveats.empty());
@@ -542,6 +543,17 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
     w = what_if(h.r);
     CHECK(w.caveats[0].find("10.00 MiB of PyTorch's reserved bytes then lie in no segment the report names") !=
           std::string::npos);
+    CHECK_FALSE(w.check.trusted);  // 10 MiB apart from the start, 60 MiB at the refusal
+    REQUIRE(w.check.first_departure);
+    CHECK(w.check.first_departure->op == 0);
+    CHECK(w.check.first_departure->action == 'f');
+    CHECK(w.check.first_departure->bytes == 4 * MiB);
+    CHECK(w.check.first_departure->model_reserved == 64 * MiB);
+    CHECK(w.check.first_departure->pytorch_reserved == 74 * MiB);
+    std::ostringstream text;
+    render_text(w, false, text);
+    CHECK(text.str().find("first apart after block event 1 (a 4.00 MiB block taken back): the model reserved 64.00 "
+                          "MiB, PyTorch 74.00 MiB") != std::string::npos);
 }
 
 TEST_CASE("replay: the budget is the limit less other processes' bytes and this process's outside PyTorch") {

@@ -16,6 +16,23 @@ namespace {
 
 json maybe(const std::optional<uint64_t> &v) { return v ? json(*v) : json(nullptr); }
 
+json departure_json(const std::optional<Departure> &d) {
+    if (!d) return nullptr;
+    return {{"event", d->op + 1},
+            {"action", std::string(1, d->action)},
+            {"bytes", d->bytes},
+            {"model_reserved_bytes", d->model_reserved},
+            {"pytorch_reserved_bytes", d->pytorch_reserved}};
+}
+
+// "a 82.00 MiB block handed out"
+std::string op_label(const Departure &d) {
+    const char *what = d.action == 'a'   ? " block handed out"
+                       : d.action == 'f' ? " block taken back"
+                                         : " request refused";
+    return "a " + human_bytes(d.bytes) + what;
+}
+
 json config_json(const Config &c) {
     return {{"expandable_segments", c.expandable},
             {"max_split_size_bytes", c.max_split_size == kNoMaxSplit ? json(nullptr) : json(c.max_split_size)}};
@@ -92,6 +109,7 @@ json to_json(const WhatIf &w) {
                         {"within_2mib", c.within},
                         {"share_within_2mib", c.compared ? double(c.within) / double(c.compared) : 0.0},
                         {"largest_difference_bytes", c.largest_difference},
+                        {"first_departure", departure_json(c.first_departure)},
                         {"reproduces_oom", c.reproduces_oom ? json(*c.reproduces_oom) : json(nullptr)},
                         {"trusted", c.trusted},
                         {"why", c.why}};
@@ -180,6 +198,10 @@ void render_text(const WhatIf &w, bool color, std::ostream &out) {
     if (!c.trusted) out << "; " << c.why;
     else if (c.reproduces_oom == true) out << "; it refuses the same request under the same budget";
     out << "\n";
+    if (const std::optional<Departure> &d = c.first_departure)
+        out << indent << "first apart after block event " << d->op + 1 << " (" << op_label(*d)
+            << "): the model reserved " << human_bytes(d->model_reserved) << ", PyTorch "
+            << human_bytes(d->pytorch_reserved) << "\n";
 
     out << heading("budget");
     if (!w.budget) {

@@ -318,6 +318,8 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
         uint64_t diff = m.reserved() > op.reserved ? m.reserved() - op.reserved : op.reserved - m.reserved();
         out.compared++;
         out.within += diff <= kAgreement;
+        if (diff > kAgreement && !out.first_departure)
+            out.first_departure = Departure{i, op.action, op.bytes, m.reserved(), op.reserved};
         out.largest_difference = std::max(out.largest_difference, diff);
         if (stop && !out.ok) return ended();
     }
@@ -432,6 +434,7 @@ WhatIf what_if(const Report &r) {
     c.compared = rec.compared;
     c.within = rec.within;
     c.largest_difference = rec.largest_difference;
+    c.first_departure = rec.first_departure;
     if (w.budget && rec.refusals > 0) c.reproduces_oom = rec.blocks_not_served == 0 && rec.last_refusal_refused;
     bool agrees = c.compared > 0 && c.within * 10 >= c.compared * 9;
     bool runs_out_earlier = w.budget && rec.blocks_not_served > 0;

@@ -72,6 +72,14 @@ Trace trace_of(const report::Report &r);
 constexpr size_t kAtSeeds = SIZE_MAX - 1;  // a block live before the events
 constexpr size_t kNowhere = SIZE_MAX;
 
+// The first op after which the model's reserved bytes were more than 2 MiB from PyTorch's: where to
+// look when the model does not follow a run.
+struct Departure {
+    size_t op = 0;  // of Trace::ops
+    char action = 'a';
+    uint64_t bytes = 0, model_reserved = 0, pytorch_reserved = 0;
+};
+
 struct Replay {
     bool ok = true;                                      // every recorded block and every refused request served
     size_t failed_at = kNowhere;                         // the op (ops.size(): the final request; kAtSeeds)
@@ -86,6 +94,7 @@ struct Replay {
     // The model's reserved against PyTorch's after each op.
     size_t compared = 0, within = 0;  // within 2 MiB
     uint64_t largest_difference = 0;
+    std::optional<Departure> first_departure;
 };
 
 // Replays `trace` through the model with `config`, reserved bytes never past `limit`; `stop` ends at
@@ -132,6 +141,7 @@ struct WhatIf {
     struct Check {
         size_t compared = 0, within = 0;
         uint64_t largest_difference = 0;
+        std::optional<Departure> first_departure;
         std::optional<bool> reproduces_oom;  // unknown without a budget or a refusal
         bool trusted = false;
         std::string why;  // one sentence
