@@ -556,6 +556,20 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
                           "MiB, PyTorch 74.00 MiB") != std::string::npos);
 }
 
+TEST_CASE("replay: allocator options the model does not follow are said in a caveat") {
+    History h = fragmented();
+    h.tv().allocator_conf =
+        "max_split_size_mb:128, roundup_power2_divisions:[256:1,>:4],garbage_collection_threshold:0.6";
+    WhatIf w = what_if(h.r);
+    CHECK(w.approximate);
+    REQUIRE(w.caveats.size() == 1);
+    CHECK(w.caveats[0] ==
+          "PYTORCH_CUDA_ALLOC_CONF sets roundup_power2_divisions, garbage_collection_threshold, which the model "
+          "does not follow (it replays c10's defaults there)");
+    h.tv().allocator_conf = "expandable_segments:True,release_lock_on_cudamalloc:True";
+    CHECK(what_if(h.r).caveats.empty());
+}
+
 TEST_CASE("replay: the budget is the limit less other processes' bytes and this process's outside PyTorch") {
     History h = fragmented();
     h.r.limit_scope = "container";

@@ -397,6 +397,42 @@ Outcome outcome_of(const Config &c, const Replay &rep) {
     return o;
 }
 
+// The options of PYTORCH_CUDA_ALLOC_CONF that change where c10 puts blocks and that the model does not
+// follow (roundup_power2_divisions, garbage_collection_threshold, max_non_split_rounding_mb, and any it
+// does not know), comma-separated; "" when none. The rest are the two it follows and those of host
+// memory or locking only.
+std::string unmodelled_options(const std::string &conf) {
+    static const char *const kFollowed[] = {"expandable_segments",
+                                            "max_split_size_mb",
+                                            "backend",
+                                            "release_lock_on_cudamalloc",
+                                            "pinned_use_cuda_host_register",
+                                            "pinned_num_register_threads",
+                                            "pinned_use_background_threads",
+                                            "pinned_reserve_segment_size_mb"};
+    std::string out, key;
+    int depth = 0;  // inside [...]: roundup_power2_divisions:[256:1,>:4] holds commas
+    bool in_key = true;
+    auto end_option = [&]() {
+        key.erase(0, key.find_first_not_of(' '));
+        key.erase(key.find_last_not_of(' ') + 1);
+        bool followed = key.empty();
+        for (const char *k : kFollowed) followed |= key == k;
+        if (!followed) out += (out.empty() ? "" : ", ") + key;
+        key.clear();
+        in_key = true;
+    };
+    for (char c : conf) {
+        if (c == '[') depth++;
+        else if (c == ']' && depth > 0) depth--;
+        if (c == ',' && depth == 0) end_option();
+        else if (c == ':' && depth == 0) in_key = false;
+        else if (in_key) key += c;
+    }
+    end_option();
+    return out;
+}
+
 }  // namespace
 
 WhatIf what_if(const Report &r) {
@@ -412,6 +448,11 @@ WhatIf what_if(const Report &r) {
     w.dropped = tr.dropped;
     w.approximate = tr.approximate;
     w.caveats = tr.caveats;
+    if (std::string options = unmodelled_options(t.allocator_conf); !options.empty()) {
+        w.approximate = true;
+        w.caveats.push_back("PYTORCH_CUDA_ALLOC_CONF sets " + options +
+                            ", which the model does not follow (it replays c10's defaults there)");
+    }
     w.budget = budget_of(r);
     const uint64_t limit = w.budget ? w.budget->bytes : kNoLimit;
 
