@@ -556,6 +556,37 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
                           "MiB, PyTorch 74.00 MiB") != std::string::npos);
 }
 
+TEST_CASE("replay: an edited report's segments (overlapping, empty, of no c10 size, huge) start no broken model") {
+    History h(kNoLimit);
+    h.r.limit_bytes.reset();
+    h.r.device_total = 16384 * MiB;
+    h.allocated = 12 * MiB;
+    h.free(kBase + 4 * MiB, 4 * MiB, 1ull << 61);
+    h.free(kBase + 64 * MiB, 4 * MiB, 1ull << 61);
+    h.free(kBase + 128 * MiB + 1, 4 * MiB, 1ull << 61);           // not on 512 B
+    h.event(TensorEvent::kSegmentFree, 0, 20 * MiB, 1ull << 61);  // a cuMemCreate handle: no address
+    h.alloc(kBase + 4 * MiB, 4 * MiB, 1ull << 61);
+    h.tv().events_dropped = 10;
+    h.tv().segments = {{kBase, 20 * MiB, "", "cudaMalloc"},
+                       {kBase + 2 * MiB, 20 * MiB, "", "cudaMalloc"},  // overlaps the one before
+                       {kBase + 64 * MiB, 3 * MiB, "", "cudaMalloc"},  // no segment c10 makes
+                       {kBase + 96 * MiB, 0, "", "cudaMalloc"},
+                       {kBase + 128 * MiB, 20 * MiB, "", "cudaMalloc"},
+                       {kBase + 1024 * MiB, 1ull << 60, "", "cudaMalloc"}};  // past any request
+    Trace tr = trace_of(h.r);
+    for (const auto &[address, bytes] : tr.cache) {
+        CHECK(bytes % 512 == 0);
+        CHECK(bytes <= kMaxRequest);
+        CHECK(bytes != 3 * MiB);
+    }
+    Replay rep = replay(tr, Config(), kNoLimit, false);
+    CHECK(rep.ok);  // every seed placed in a segment or, failing that, handed out afresh
+    CHECK(rep.compared == 4);
+    WhatIf w = what_if(h.r);
+    CHECK(w.seeded == 3);
+    REQUIRE_FALSE(w.caveats.empty());
+}
+
 TEST_CASE("replay: allocator options the model does not follow are said in a caveat") {
     History h = fragmented();
     h.tv().allocator_conf =
