@@ -587,6 +587,45 @@ TEST_CASE("replay: an edited report's segments (overlapping, empty, of no c10 si
     REQUIRE_FALSE(w.caveats.empty());
 }
 
+// torch.cuda.empty_cache() gives back PyTorch's cached segments with no request refused: the model,
+// which gives back only on a refusal, kept them, and stayed 20 MiB above PyTorch's reserved bytes.
+TEST_CASE("replay: segments PyTorch gives back with no request refused are empty_cache(): the model follows") {
+    History h(1024 * MiB);
+    h.event(TensorEvent::kSegmentAlloc, kBase, 20 * MiB, 0);
+    h.alloc(kBase, 4 * MiB, 20 * MiB);
+    h.free(kBase, 4 * MiB, 20 * MiB);
+    h.event(TensorEvent::kSegmentFree, kBase + 512 * MiB, 64 * MiB, 20 * MiB);  // NCCL's: no block was in it
+    h.alloc(kBase + 64 * MiB, 4 * MiB, 20 * MiB);                               // the cached segment
+    h.free(kBase + 64 * MiB, 4 * MiB, 20 * MiB);
+    h.event(TensorEvent::kSegmentFree, kBase, 20 * MiB, 20 * MiB);  // empty_cache()
+    h.event(TensorEvent::kSegmentAlloc, kBase + 256 * MiB, 2 * MiB, 0);
+    h.alloc(kBase + 256 * MiB, 1024, 2 * MiB);  // a new small segment: 2 MiB reserved, not 22
+    Trace tr = trace_of(h.r);
+    CHECK(tr.empty_cache_before == std::vector<size_t>{4});
+    WhatIf w = what_if(h.r);
+    CHECK(w.check.compared == 5);
+    CHECK(w.check.within == 5);
+    CHECK(w.check.largest_difference == 0);
+    CHECK(w.approximate);
+    REQUIRE(w.caveats.size() == 1);
+    CHECK(w.caveats[0].find("gave back its cached segments 1 times with no request refused") != std::string::npos);
+
+    // Given back because the driver refused a segment, and retried: c10's refusal, which the model
+    // makes itself under the budget (12 MiB reserved and 20 MiB more pass 30 MiB).
+    History r(30 * MiB);
+    r.event(TensorEvent::kSegmentAlloc, kBase, 12 * MiB, 0);
+    r.alloc(kBase, 12 * MiB, 12 * MiB);
+    r.free(kBase, 12 * MiB, 12 * MiB);
+    r.event(TensorEvent::kSegmentFree, kBase, 12 * MiB, 12 * MiB);
+    r.event(TensorEvent::kSegmentAlloc, kBase + 64 * MiB, 20 * MiB, 12 * MiB);
+    r.alloc(kBase + 64 * MiB, 20 * MiB, 20 * MiB);
+    tr = trace_of(r.r);
+    CHECK(tr.empty_cache_before.empty());
+    w = what_if(r.r);
+    CHECK(w.check.within == 3);
+    CHECK(w.caveats.empty());
+}
+
 TEST_CASE("replay: allocator options the model does not follow are said in a caveat") {
     History h = fragmented();
     h.tv().allocator_conf =

@@ -124,6 +124,51 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
         if (c10_segment_size(live[address])) tr.cache.emplace_back(address, live[address]);
 }
 
+// Trace::empty_cache_before. c10 gives segments back (`s`) on a refused cudaMalloc, then gets one (`S`)
+// or refuses the request (`o`) right after, or on empty_cache(). A run of `s` is the latter when one of
+// its segments is PyTorch's (a block lay in it) and no retry follows it, or the segment got right after
+// it would have fitted the budget along with what PyTorch reserved before (so nothing was refused).
+// Missed: an empty_cache() just before a request that needed a new segment with no budget known.
+void find_empty_cache(const Report &r, size_t first_event, const std::vector<size_t> &op_event, Trace &tr) {
+    const TensorView &t = *r.tensor;
+    std::optional<Budget> budget = budget_of(r);
+    std::set<uint64_t> pytorch;  // segments of PyTorch's: those live when the events start, those a block is put in
+    for (const auto &[address, bytes] : tr.cache) pytorch.insert(address);
+    std::vector<size_t> runs;          // event indices where a run that empties the cache ends
+    const TensorEvent *got = nullptr;  // the last segment got, until the next block event
+    for (size_t i = 0; i < t.events.size(); i++) {
+        const TensorEvent &e = t.events[i];
+        if (e.device != t.device) continue;
+        if (block_event(e)) {  // c10 hands out a block of a segment it got right after getting it
+            if (got && e.action == TensorEvent::kAlloc && e.address - got->address < got->bytes)
+                pytorch.insert(got->address);
+            got = nullptr;
+        }
+        if (e.action == TensorEvent::kSegmentAlloc) got = &e;
+        if (e.action != TensorEvent::kSegmentFree || i < first_event) continue;
+        bool ours = false;
+        size_t end = i;
+        for (; end < t.events.size(); end++) {
+            const TensorEvent &x = t.events[end];
+            if (x.device != t.device) continue;
+            if (x.action != TensorEvent::kSegmentFree) break;
+            ours |= pytorch.count(x.address) > 0;
+        }
+        const TensorEvent *next = end < t.events.size() ? &t.events[end] : nullptr;
+        bool retry = next && (next->action == TensorEvent::kOom ||
+                              (next->action == TensorEvent::kSegmentAlloc &&
+                               (!budget || add_sat(e.reserved, next->bytes) > budget->bytes)));
+        if (ours && !retry) runs.push_back(end);
+        i = end - 1;
+    }
+    // Each run, before the first op at or after where it ends.
+    for (size_t at : runs) {
+        size_t op = std::lower_bound(op_event.begin(), op_event.end(), at) - op_event.begin();
+        if (op < tr.ops.size() && (tr.empty_cache_before.empty() || tr.empty_cache_before.back() != op))
+            tr.empty_cache_before.push_back(op);
+    }
+}
+
 // Where the replay places the blocks live before the events, for a caveat.
 std::string placement(const Trace &tr) {
     if (tr.cache.empty()) return "are placed in address order, and the cache PyTorch held then is unknown";
@@ -149,6 +194,7 @@ Trace trace_of(const Report &r) {
     size_t total = block_events(t), skip = total > kMaxReplayEvents ? total - kMaxReplayEvents : 0;
     tr.dropped = add_sat(t.events_dropped, skip);
     size_t first_event = t.events.size();  // the first event replayed, of t.events
+    std::vector<size_t> op_event;          // each op's, of t.events
     for (size_t i = 0; i < t.events.size(); i++) {
         const TensorEvent &e = t.events[i];
         if (e.device != t.device || !block_event(e)) continue;
@@ -158,6 +204,7 @@ Trace trace_of(const Report &r) {
         }
         first_event = std::min(first_event, i);
         tr.ops.push_back({char(e.action), e.address, e.bytes, e.allocated, e.reserved});
+        op_event.push_back(i);
     }
 
     // The blocks live when the events start: a free with no allocation before it in the events, and a
@@ -181,6 +228,7 @@ Trace trace_of(const Report &r) {
     }
     tr.seeds.assign(seeds.begin(), seeds.end());
     if (!t.expandable_segments() && !tr.seeds.empty()) infer_cache(t, first_event, tr);
+    if (!t.expandable_segments()) find_empty_cache(r, first_event, op_event, tr);
 
     if (tr.dropped > 0) {
         tr.approximate = true;
@@ -196,6 +244,13 @@ Trace trace_of(const Report &r) {
                              " blocks are freed or listed live without an allocation in the events; they are taken "
                              "as live from the start" +
                              (tr.cache.empty() ? std::string() : " and " + placement(tr)));
+    }
+
+    if (!tr.empty_cache_before.empty()) {
+        tr.approximate = true;
+        tr.caveats.push_back("PyTorch gave back its cached segments " + std::to_string(tr.empty_cache_before.size()) +
+                             " times with no request refused (torch.cuda.empty_cache(), from the segment events): "
+                             "the model does too, there");
     }
 
     bool refusal_in_events = false;
@@ -291,8 +346,10 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
         failed(kAtSeeds, bytes, false);
         if (stop) return ended();
     }
+    auto empty_cache = trace.empty_cache_before.begin();
     for (size_t i = 0; i < trace.ops.size(); i++) {
         const Trace::Op &op = trace.ops[i];
+        for (; empty_cache != trace.empty_cache_before.end() && *empty_cache <= i; ++empty_cache) m.empty_cache();
         if (op.action == 'a') {
             auto it = model_address.find(op.address);
             if (it != model_address.end()) {  // handed out twice without a free between: the free was lost

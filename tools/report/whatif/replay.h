@@ -53,6 +53,9 @@ struct Trace {
     std::vector<std::pair<uint64_t, uint64_t>> cache;
     uint64_t cache_free = 0;     // of them, segments that held no block: inferred from the reserved bytes
     uint64_t cache_unknown = 0;  // PyTorch's reserved bytes then that no segment of the report accounts for
+    // torch.cuda.empty_cache() as the segment events show it: before each of these ops (indices of
+    // `ops`, ascending), PyTorch gave back segments of its own with no request refused for it.
+    std::vector<size_t> empty_cache_before;
     // A refused request the events do not hold (tensor_view.oom, else the failed request), tried last.
     std::optional<uint64_t> final_request;
     uint64_t dropped = 0;  // events before the first one replayed
