@@ -532,6 +532,14 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
     CHECK(w.caveats[0].find("placed where they were in the 3 segments PyTorch held then") != std::string::npos);
     CHECK(w.caveats[0].find("2 of them, holding no block, inferred from PyTorch's reserved bytes") !=
           std::string::npos);
+    // The limit search, whose probes skip limits an earlier replay answers for, agrees with a replay at
+    // its answer and one 2 MiB below: choosing the free segments to start from is the limit's choice too.
+    for (uint64_t floor : {uint64_t(0), 100 * MiB}) {
+        std::optional<uint64_t> smallest = smallest_limit(tr, Config(), floor);
+        REQUIRE(smallest);
+        CHECK(replay(tr, Config(), *smallest, true).ok);
+        if (*smallest > floor) CHECK_FALSE(replay(tr, Config(), *smallest - 2 * MiB, true).ok);
+    }
 
     // Reserved bytes no segment of the report accounts for are said, not invented.
     h.tv().segments.pop_back();

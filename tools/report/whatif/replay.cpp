@@ -265,32 +265,26 @@ Trace trace_of(const Report &r) {
 namespace {
 
 // The model starts from the segments PyTorch held (Trace::cache), the seeds at their places in them:
-// those holding seeds first, then free ones while the limit has room (c10 under a smaller limit
-// would have given them back), adopted in address order so that best fit breaks ties as c10 did.
+// those holding seeds first, then the free ones, each in address order, the limit refusing what passes
+// it (c10 under a smaller limit would have given them back). Every choice goes through the model's
+// limit, so the limit search's ranges (smallest_limit) hold from the start too.
 void adopt_cache(const Trace &trace, CachingAllocatorModel &m, std::unordered_map<uint64_t, uint64_t> &model_address) {
-    const uint64_t limit = m.options().limit;
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> held(trace.cache.size());  // seeds by offset
-    std::vector<uint64_t> seed_address;
     auto seed = trace.seeds.begin();
-    uint64_t needed = 0;
     for (size_t i = 0; i < trace.cache.size(); i++) {
         const auto [address, bytes] = trace.cache[i];
         seed = std::lower_bound(seed, trace.seeds.end(), std::make_pair(address, uint64_t(0)));
         for (; seed != trace.seeds.end() && seed->first - address < bytes; ++seed)
             held[i].emplace_back(seed->first - address, seed->second);
-        if (!held[i].empty()) needed = add_sat(needed, bytes);
     }
-    std::vector<bool> adopt(trace.cache.size()), placed;
-    for (size_t i = 0; i < trace.cache.size(); i++) {
-        const uint64_t bytes = trace.cache[i].second;
-        adopt[i] = !held[i].empty() || (bytes <= limit && needed <= limit - bytes);
-        if (held[i].empty() && adopt[i]) needed += bytes;
-    }
-    for (size_t i = 0; i < trace.cache.size(); i++) {
-        if (!adopt[i]) continue;
-        const uint64_t base = m.adopt_segment(trace.cache[i].second, held[i], &placed);
-        for (size_t j = 0; base && j < held[i].size(); j++)
-            if (placed[j]) model_address[trace.cache[i].first + held[i][j].first] = base + held[i][j].first;
+    std::vector<bool> placed;
+    for (bool holding : {true, false}) {
+        for (size_t i = 0; i < trace.cache.size(); i++) {
+            if (held[i].empty() == holding) continue;
+            const uint64_t base = m.adopt_segment(trace.cache[i].second, held[i], &placed);
+            for (size_t j = 0; base && j < held[i].size(); j++)
+                if (placed[j]) model_address[trace.cache[i].first + held[i][j].first] = base + held[i][j].first;
+        }
     }
 }
 
