@@ -919,3 +919,120 @@ TEST_CASE("room index: the lowest address with enough room, as a walk of every a
         REQUIRE(index.size() == oracle.size());
     }
 }
+
+namespace {
+
+// A device that writes the segment events PyTorch's would: got (S) and given back (s), with the
+// model's reserved bytes before the change (a segment event carries the last totals seen).
+class RecordingDevice : public Device {
+public:
+    std::vector<TensorEvent> *events = nullptr;
+    const CachingAllocatorModel *model = nullptr;
+    uint64_t alloc_segment(uint64_t bytes) override {
+        uint64_t at = space_.alloc_segment(bytes);
+        record(TensorEvent::kSegmentAlloc, at, bytes);
+        return at;
+    }
+    void free_segment(uint64_t address, uint64_t bytes) override { record(TensorEvent::kSegmentFree, address, bytes); }
+    uint64_t reserve_range(uint64_t bytes) override { return space_.reserve_range(bytes); }
+    void release_range(uint64_t, uint64_t) override {}
+    bool map_pages(uint64_t, uint64_t, uint64_t) override { return true; }
+    void unmap_pages(uint64_t, uint64_t, uint64_t) override {}
+
+private:
+    void record(TensorEvent::Action a, uint64_t address, uint64_t bytes) {
+        TensorEvent e;
+        e.action = a;
+        e.address = address;
+        e.bytes = bytes;
+        e.allocated = model->allocated();
+        e.reserved = model->reserved();
+        events->push_back(e);
+    }
+    AddressSpace space_;
+};
+
+// A report of a random run of the model under `limit` (blocks of the small pool, of 1 to 10 MiB and
+// larger; frees; refusals that give the cache back; now and then empty_cache()), as the shim writes it
+// for PyTorch.
+Report recorded_run(uint64_t seed, uint64_t limit, int steps) {
+    Report r;
+    r.name = "run.json";
+    r.limit_bytes = limit;
+    r.limit_scope = "process";
+    gg::report::TensorView &tv = r.tensor.emplace();
+    tv.source = "c10";
+    RecordingDevice device;
+    Options o = limited(limit);
+    CachingAllocatorModel m(o, &device);
+    device.events = &tv.events;
+    device.model = &m;
+    std::mt19937_64 rng(seed);
+    std::map<uint64_t, uint64_t> live;
+    auto event = [&](TensorEvent::Action a, uint64_t address, uint64_t bytes) {
+        TensorEvent e;
+        e.action = a;
+        e.address = address;
+        e.bytes = bytes;
+        e.allocated = m.allocated();
+        e.reserved = m.reserved();
+        tv.events.push_back(e);
+    };
+    for (int i = 0; i < steps; i++) {
+        if (rng() % 100 == 0) {
+            m.empty_cache();  // segment events only
+        } else if (live.empty() || rng() % 100 < 55) {
+            const uint64_t kind = rng() % 3;
+            uint64_t request = kind == 0   ? 1 + rng() % MiB
+                               : kind == 1 ? MiB + rng() % (9 * MiB)
+                                           : 10 * MiB + rng() % (70 * MiB);
+            uint64_t bytes = 0, at = m.malloc(request, &bytes);
+            if (at) {
+                live[at] = bytes;
+                event(TensorEvent::kAlloc, at, bytes);
+            } else {
+                event(TensorEvent::kOom, 0, round_size(request));
+            }
+        } else {
+            auto it = std::next(live.begin(), rng() % live.size());
+            REQUIRE(m.free(it->first));
+            event(TensorEvent::kFree, it->first, it->second);
+            live.erase(it);
+        }
+    }
+    for (const SegmentInfo &s : m.segments()) tv.segments.push_back({s.address, s.bytes, "", "cudaMalloc"});
+    for (const auto &[address, bytes] : live) tv.blocks.push_back({address, bytes, "", std::nullopt});
+    tv.block_count = live.size();
+    tv.allocated = m.allocated();
+    tv.reserved = m.reserved();
+    r.process_bytes = m.reserved();
+    return r;
+}
+
+}  // namespace
+
+// Issue 30 item 5: whatever event a ring's wrap leaves first (inside a refusal's give-back, between a
+// segment got and its block, ...), the replay starts where PyTorch was and follows it at every event,
+// empty_cache() included.
+TEST_CASE("replay: a run cut anywhere is followed from its cut, at every event") {
+    for (uint64_t seed : {1, 2, 3}) {
+        const Report whole = recorded_run(seed, 300 * MiB, 3000);
+        size_t refusals = 0;
+        for (const TensorEvent &e : whole.tensor->events) refusals += e.action == TensorEvent::kOom;
+        CHECK(refusals > 10);  // the cache is given back many times
+        std::mt19937_64 rng(seed);
+        for (int cut = 0; cut < 8; cut++) {
+            Report r = whole;
+            size_t k = 1 + rng() % (r.tensor->events.size() - 100);
+            r.tensor->events.erase(r.tensor->events.begin(), r.tensor->events.begin() + k);
+            r.tensor->events_dropped = k;
+            CAPTURE(seed);
+            CAPTURE(k);
+            WhatIf w = what_if(r);
+            CHECK(w.check.within == w.check.compared);
+            CHECK_FALSE(w.check.first_departure);
+            CHECK(w.check.reproduces_oom == true);
+        }
+        CHECK_FALSE(trace_of(whole).empty_cache_before.empty());
+    }
+}

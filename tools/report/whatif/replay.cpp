@@ -124,18 +124,18 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
         if (c10_segment_size(live[address])) tr.cache.emplace_back(address, live[address]);
 }
 
-// Trace::empty_cache_before. c10 gives segments back (`s`) on a refused cudaMalloc, then gets one (`S`)
-// or refuses the request (`o`) right after, or on empty_cache(). A run of `s` is the latter when one of
-// its segments is PyTorch's (a block lay in it) and no retry follows it, or the segment got right after
-// it would have fitted the budget along with what PyTorch reserved before (so nothing was refused).
-// Missed: an empty_cache() just before a request that needed a new segment with no budget known.
+// Trace::empty_cache_before and given_back_before. c10 gives segments back (`s`) on a refused
+// cudaMalloc, then gets one (`S`) or refuses the request (`o`) right after, or on empty_cache(). A run
+// of `s` that gives back a segment of PyTorch's (a block lay in it) is empty_cache() when no `o`
+// follows it, nor an `S` that would not have fitted the budget with what PyTorch reserved before (so
+// nothing was refused); with such an `S` after it, it is either (given_back_before).
 void find_empty_cache(const Report &r, size_t first_event, const std::vector<size_t> &op_event, Trace &tr) {
     const TensorView &t = *r.tensor;
     std::optional<Budget> budget = budget_of(r);
     std::set<uint64_t> pytorch;  // segments of PyTorch's: those live when the events start, those a block is put in
     for (const auto &[address, bytes] : tr.cache) pytorch.insert(address);
-    std::vector<size_t> runs;          // event indices where a run that empties the cache ends
-    const TensorEvent *got = nullptr;  // the last segment got, until the next block event
+    std::vector<size_t> runs, retries;  // event indices where a run of give-backs ends
+    const TensorEvent *got = nullptr;   // the last segment got, until the next block event
     for (size_t i = 0; i < t.events.size(); i++) {
         const TensorEvent &e = t.events[i];
         if (e.device != t.device) continue;
@@ -155,18 +155,22 @@ void find_empty_cache(const Report &r, size_t first_event, const std::vector<siz
             ours |= pytorch.count(x.address) > 0;
         }
         const TensorEvent *next = end < t.events.size() ? &t.events[end] : nullptr;
-        bool retry = next && (next->action == TensorEvent::kOom ||
-                              (next->action == TensorEvent::kSegmentAlloc &&
-                               (!budget || add_sat(e.reserved, next->bytes) > budget->bytes)));
-        if (ours && !retry) runs.push_back(end);
+        bool refused = next && next->action == TensorEvent::kOom;
+        bool retry = next && next->action == TensorEvent::kSegmentAlloc &&
+                     (!budget || add_sat(e.reserved, next->bytes) > budget->bytes);
+        if (ours && !refused) (retry ? retries : runs).push_back(end);
         i = end - 1;
     }
     // Each run, before the first op at or after where it ends.
-    for (size_t at : runs) {
-        size_t op = std::lower_bound(op_event.begin(), op_event.end(), at) - op_event.begin();
-        if (op < tr.ops.size() && (tr.empty_cache_before.empty() || tr.empty_cache_before.back() != op))
-            tr.empty_cache_before.push_back(op);
-    }
+    auto before_ops = [&](const std::vector<size_t> &at, std::vector<size_t> &out) {
+        for (size_t event : at) {
+            size_t op = std::lower_bound(op_event.begin(), op_event.end(), event) - op_event.begin();
+            if (op < tr.ops.size() && (out.empty() || out.back() != op)) out.push_back(op);
+        }
+    };
+    before_ops(runs, tr.empty_cache_before);
+    if (t.max_split_size() == kNoMaxSplit) before_ops(retries, tr.given_back_before);
+    if (budget) tr.given_back_budget = budget->bytes;
 }
 
 // Where the replay places the blocks live before the events, for a caveat.
@@ -340,10 +344,14 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
         failed(kAtSeeds, bytes, false);
         if (stop) return ended();
     }
-    auto empty_cache = trace.empty_cache_before.begin();
+    auto empty_cache = trace.empty_cache_before.begin(), given_back = trace.given_back_before.begin();
+    const bool as_recorded =
+        !config.expandable && config.max_split_size == kNoMaxSplit && limit == trace.given_back_budget;
     for (size_t i = 0; i < trace.ops.size(); i++) {
         const Trace::Op &op = trace.ops[i];
         for (; empty_cache != trace.empty_cache_before.end() && *empty_cache <= i; ++empty_cache) m.empty_cache();
+        for (; given_back != trace.given_back_before.end() && *given_back <= i; ++given_back)
+            if (as_recorded) m.empty_cache();
         if (op.action == 'a') {
             auto it = model_address.find(op.address);
             if (it != model_address.end()) {  // handed out twice without a free between: the free was lost

@@ -56,6 +56,14 @@ struct Trace {
     // torch.cuda.empty_cache() as the segment events show it: before each of these ops (indices of
     // `ops`, ascending), PyTorch gave back segments of its own with no request refused for it.
     std::vector<size_t> empty_cache_before;
+    // Runs of segments given back that a segment got follows, which would not have fitted the budget
+    // before them: c10's give-back on a refused cudaMalloc, or an empty_cache() before a request that
+    // needed a new segment. Recorded with neither max_split_size_mb nor expandable segments, the two
+    // leave the cache alike (c10 gives back every whole free segment on a refusal), so a replay of those
+    // settings under the same budget (`given_back_budget`) empties its cache there; other settings or
+    // budgets, which would have refused elsewhere, do not.
+    std::vector<size_t> given_back_before;
+    uint64_t given_back_budget = kNoLimit;
     // A refused request the events do not hold (tensor_view.oom, else the failed request), tried last.
     std::optional<uint64_t> final_request;
     uint64_t dropped = 0;  // events before the first one replayed
