@@ -564,6 +564,27 @@ TEST_CASE("replay: a wrapped ring starts from the segments PyTorch held, worked 
                           "MiB, PyTorch 74.00 MiB") != std::string::npos);
 }
 
+// No block live when the kept events start, and PyTorch's cache still there: the replay starts from it.
+TEST_CASE("replay: a wrapped ring with no block live before it starts from PyTorch's cache too") {
+    History h(kNoLimit);
+    h.r.limit_bytes.reset();
+    h.r.device_total = 16384 * MiB;
+    h.alloc(kBase, 4 * MiB, 60 * MiB);  // into the cached 20 MiB segment, not a new one
+    h.free(kBase, 4 * MiB, 60 * MiB);
+    h.tv().events_dropped = 10;
+    h.tv().segments = {{kBase, 20 * MiB, "", "cudaMalloc"}, {kBase + 64 * MiB, 40 * MiB, "", "cudaMalloc"}};
+    Trace tr = trace_of(h.r);
+    CHECK(tr.seeds.empty());
+    CHECK(tr.cache.size() == 2);
+    WhatIf w = what_if(h.r);
+    CHECK(w.check.within == 2);
+    REQUIRE_FALSE(w.caveats.empty());
+    CHECK(w.caveats[0] ==
+          "the report kept the last 2 block events of 12; no block was live before them; every setting without "
+          "expandable segments starts from the 2 segments PyTorch held then (worked out from the report's segments "
+          "and the segment events; 1 of them, holding no block, inferred from PyTorch's reserved bytes)");
+}
+
 TEST_CASE("replay: an edited report's segments (overlapping, empty, of no c10 size, huge) start no broken model") {
     History h(kNoLimit);
     h.r.limit_bytes.reset();

@@ -173,10 +173,9 @@ void find_empty_cache(const Report &r, size_t first_event, const std::vector<siz
     if (budget) tr.given_back_budget = budget->bytes;
 }
 
-// Where the replay places the blocks live before the events, for a caveat.
-std::string placement(const Trace &tr) {
-    if (tr.cache.empty()) return "are placed in address order, and the cache PyTorch held then is unknown";
-    std::string s = "are placed where they were in the " + std::to_string(tr.cache.size()) +
+// The segments the replay starts from, and what of them was inferred.
+std::string start_segments(const Trace &tr) {
+    std::string s = "the " + std::to_string(tr.cache.size()) +
                     " segments PyTorch held then (worked out from the report's segments and the segment events";
     if (tr.cache_free)
         s +=
@@ -185,7 +184,13 @@ std::string placement(const Trace &tr) {
     if (tr.cache_unknown)
         s += "; " + report::human_bytes(tr.cache_unknown) +
              " of PyTorch's reserved bytes then lie in no segment the report names";
-    return s +
+    return s;
+}
+
+// Where the replay places the blocks live before the events, for a caveat.
+std::string placement(const Trace &tr) {
+    if (tr.cache.empty()) return "are placed in address order, and the cache PyTorch held then is unknown";
+    return "are placed where they were in " + start_segments(tr) +
            "; every setting starts from them, but expandable segments, which would have placed them otherwise, "
            "start with them packed in address order";
 }
@@ -231,14 +236,19 @@ Trace trace_of(const Report &r) {
         if (!named.count(b.address) && seeds.emplace(b.address, b.bytes).second) from_list++;
     }
     tr.seeds.assign(seeds.begin(), seeds.end());
-    if (!t.expandable_segments() && !tr.seeds.empty()) infer_cache(t, first_event, tr);
+    if (!t.expandable_segments() && (tr.dropped > 0 || !tr.seeds.empty())) infer_cache(t, first_event, tr);
     if (!t.expandable_segments()) find_empty_cache(r, first_event, op_event, tr);
 
     if (tr.dropped > 0) {
         tr.approximate = true;
-        tr.caveats.push_back("the report kept the last " + std::to_string(tr.ops.size()) + " block events of " +
-                             std::to_string(add_sat(tr.ops.size(), tr.dropped)) + "; the " +
-                             std::to_string(tr.seeds.size()) + " blocks live before them " + placement(tr));
+        tr.caveats.push_back(
+            "the report kept the last " + std::to_string(tr.ops.size()) + " block events of " +
+            std::to_string(add_sat(tr.ops.size(), tr.dropped)) + "; " +
+            (tr.seeds.empty() && !tr.cache.empty()
+                 ? "no block was live before them; every setting without expandable segments starts "
+                   "from " +
+                       start_segments(tr)
+                 : "the " + std::to_string(tr.seeds.size()) + " blocks live before them " + placement(tr)));
         if (from_list && t.block_count > t.blocks.size())
             tr.caveats.push_back("the report lists " + std::to_string(t.blocks.size()) + " of " +
                                  std::to_string(t.block_count) + " live blocks (the largest)");
