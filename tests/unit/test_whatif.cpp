@@ -957,10 +957,24 @@ public:
     void free_segment(uint64_t address, uint64_t bytes) override { record(TensorEvent::kSegmentFree, address, bytes); }
     uint64_t reserve_range(uint64_t bytes) override { return space_.reserve_range(bytes); }
     void release_range(uint64_t, uint64_t) override {}
-    bool map_pages(uint64_t, uint64_t, uint64_t) override { return true; }
-    void unmap_pages(uint64_t, uint64_t, uint64_t) override {}
+    // Expandable segments: an event for each page, with no address (as the shim records c10's), and
+    // the pages mapped, for tensor_view.mappings.
+    bool map_pages(uint64_t address, uint64_t bytes, uint64_t page) override {
+        for (uint64_t at = address; at < address + bytes; at += page) {
+            record(TensorEvent::kSegmentAlloc, 0, page);
+            mapped[at] = page;
+        }
+        return true;
+    }
+    void unmap_pages(uint64_t address, uint64_t bytes, uint64_t page) override {
+        for (uint64_t at = address; at < address + bytes; at += page) {
+            record(TensorEvent::kSegmentFree, 0, page);
+            mapped.erase(at);
+        }
+    }
+    std::map<uint64_t, uint64_t> mapped;
 
-private:
+    // An event with the model's totals after it (before, for a segment event recorded as it changes).
     void record(TensorEvent::Action a, uint64_t address, uint64_t bytes) {
         TensorEvent e;
         e.action = a;
@@ -970,19 +984,27 @@ private:
         e.reserved = model->reserved();
         events->push_back(e);
     }
+
+private:
     AddressSpace space_;
 };
+
+// An empty report of PyTorch's blocks under a per-process `limit`, for a run to be recorded into.
+Report c10_report(const char *name, uint64_t limit) {
+    Report r;
+    r.name = name;
+    r.limit_bytes = limit;
+    r.limit_scope = "process";
+    r.tensor.emplace().source = "c10";
+    return r;
+}
 
 // A report of a random run of the model under `limit` (blocks of the small pool, of 1 to 10 MiB and
 // larger; frees; refusals that give the cache back; now and then empty_cache()), as the shim writes it
 // for PyTorch.
 Report recorded_run(uint64_t seed, uint64_t limit, int steps) {
-    Report r;
-    r.name = "run.json";
-    r.limit_bytes = limit;
-    r.limit_scope = "process";
-    gg::report::TensorView &tv = r.tensor.emplace();
-    tv.source = "c10";
+    Report r = c10_report("run.json", limit);
+    gg::report::TensorView &tv = *r.tensor;
     RecordingDevice device;
     Options o = limited(limit);
     CachingAllocatorModel m(o, &device);
@@ -990,15 +1012,6 @@ Report recorded_run(uint64_t seed, uint64_t limit, int steps) {
     device.model = &m;
     std::mt19937_64 rng(seed);
     std::map<uint64_t, uint64_t> live;
-    auto event = [&](TensorEvent::Action a, uint64_t address, uint64_t bytes) {
-        TensorEvent e;
-        e.action = a;
-        e.address = address;
-        e.bytes = bytes;
-        e.allocated = m.allocated();
-        e.reserved = m.reserved();
-        tv.events.push_back(e);
-    };
     for (int i = 0; i < steps; i++) {
         if (rng() % 100 == 0) {
             m.empty_cache();  // segment events only
@@ -1010,14 +1023,14 @@ Report recorded_run(uint64_t seed, uint64_t limit, int steps) {
             uint64_t bytes = 0, at = m.malloc(request, &bytes);
             if (at) {
                 live[at] = bytes;
-                event(TensorEvent::kAlloc, at, bytes);
+                device.record(TensorEvent::kAlloc, at, bytes);
             } else {
-                event(TensorEvent::kOom, 0, round_size(request));
+                device.record(TensorEvent::kOom, 0, round_size(request));
             }
         } else {
             auto it = std::next(live.begin(), rng() % live.size());
             REQUIRE(m.free(it->first));
-            event(TensorEvent::kFree, it->first, it->second);
+            device.record(TensorEvent::kFree, it->first, it->second);
             live.erase(it);
         }
     }
@@ -1056,4 +1069,67 @@ TEST_CASE("replay: a run cut anywhere is followed from its cut, at every event")
         }
         CHECK_FALSE(trace_of(whole).empty_cache_before.empty());
     }
+}
+
+// Issue 30 item 5, expandable segments: c10 maps 20 MiB pages of one address range per pool, and the
+// page events name no page. A ring cut after A (30 MiB) and B (30 MiB) were handed out and A taken
+// back leaves B live at 30 MiB, with pages 0 to 2 mapped; a 20 MiB block then goes into page 0 with no
+// page mapped, and empty_cache() at the end unmaps page 0: page 0 is known mapped at the cut only from
+// that block. Packed from address 0, B would hold 40 MiB, not PyTorch's 60 MiB.
+TEST_CASE("replay: a wrapped ring with expandable segments starts from the pages mapped then, blocks in place") {
+    const uint64_t limit = 200 * MiB;
+    Report r = c10_report("exp.json", limit);
+    gg::report::TensorView &tv = *r.tensor;
+    tv.allocator_conf = "expandable_segments:True";
+    RecordingDevice device;
+    Options o = expandable(limit);
+    o.range_bytes = limit + limit / 8;  // c10's: 9/8 of the memory the device is said to have
+    CachingAllocatorModel m(o, &device);
+    device.events = &tv.events;
+    device.model = &m;
+    auto alloc = [&](uint64_t bytes) {
+        uint64_t at = m.malloc(bytes);
+        REQUIRE(at);
+        device.record(TensorEvent::kAlloc, at, bytes);
+        return at;
+    };
+    auto free = [&](uint64_t at) {
+        uint64_t bytes = 0;
+        REQUIRE(m.free(at, &bytes));
+        device.record(TensorEvent::kFree, at, bytes);
+    };
+    const uint64_t a = alloc(30 * MiB), b = alloc(30 * MiB);
+    free(a);
+    const size_t cut = tv.events.size();
+    const uint64_t c = alloc(20 * MiB);
+    CHECK(c == a);  // page 0, already mapped
+    free(c);
+    free(alloc(50 * MiB));  // pages 3 to 5 mapped for it
+    m.empty_cache();
+    tv.events.erase(tv.events.begin(), tv.events.begin() + cut);
+    tv.events_dropped = cut;
+    tv.blocks = {{b, 30 * MiB, "", std::nullopt}};
+    tv.block_count = 1;
+    tv.mappings.assign(device.mapped.begin(), device.mapped.end());
+    REQUIRE(tv.mappings.size() == 2);  // B's pages
+    tv.allocated = m.allocated();
+    tv.reserved = m.reserved();
+    r.process_bytes = m.reserved();
+
+    Trace tr = trace_of(r);
+    CHECK(tr.range_bytes == limit + limit / 8);  // c10 reserves 9/8 of the memory the shim says the device has
+    REQUIRE(tr.ranges.size() == 1);
+    CHECK(tr.ranges[0].mapped.size() == 3);
+    CHECK(tr.pages_inferred == 1);
+    CHECK(tr.cache_unknown == 0);
+    WhatIf w = what_if(r);
+    CHECK(w.check.compared == 4);
+    CHECK(w.check.within == w.check.compared);
+    CHECK_FALSE(w.check.first_departure);
+    CHECK(w.check.trusted);
+    REQUIRE_FALSE(w.caveats.empty());
+    CHECK(w.caveats[0].find("placed where they were in the 3 pages PyTorch had mapped then (2 holding them; 1 "
+                            "inferred") != std::string::npos);
+    r.device_total = 160 * MiB;  // a device smaller than the limit: the shim tells its own size
+    CHECK(trace_of(r).range_bytes == 180 * MiB);
 }

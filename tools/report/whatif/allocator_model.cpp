@@ -283,7 +283,10 @@ CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool 
         return u->prev && !u->prev->allocated ? u->prev : u;
     }
     // None: a new address range, as large as the request if that is larger.
-    uint64_t range = std::max(options_.range_bytes, round_up(size, page_of(pool)));
+    return new_range(pool, std::max(options_.range_bytes, round_up(size, page_of(pool))));
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::new_range(Pool &pool, uint64_t range) {
     uint64_t address = device_->reserve_range(range);
     if (!address) return nullptr;
     Segment *s = new Segment;
@@ -301,6 +304,59 @@ CachingAllocatorModel::Block *CachingAllocatorModel::find_expandable_block(Pool 
     list_unmapped(pool, b);
     give_run(pool, s, address, range);
     return b;
+}
+
+CachingAllocatorModel::Block *CachingAllocatorModel::block_at(const Segment *s, uint64_t address) const {
+    Block *b = s->head;
+    while (b && b->address + b->size <= address) b = b->next;
+    return b;
+}
+
+uint64_t CachingAllocatorModel::adopt_range(bool small, const std::vector<std::pair<uint64_t, uint64_t>> &mapped,
+                                            const std::vector<std::pair<uint64_t, uint64_t>> &live,
+                                            std::vector<bool> *placed) {
+    if (placed) placed->assign(live.size(), false);
+    if (!options_.expandable) return 0;
+    Pool &pool = small ? small_ : large_;
+    const uint64_t page = page_of(pool);
+    Block *range = new_range(pool, options_.range_bytes);
+    if (!range) return 0;
+    Segment *s = range->segment;
+    const uint64_t base = s->address;
+    for (const auto &[offset, bytes] : mapped) {
+        if (offset % page || bytes == 0 || offset >= s->size || bytes > s->size - offset) continue;
+        Block *u = block_at(s, base + offset);
+        if (u->mapped) continue;           // listed twice
+        if (u->address < base + offset) {  // the unmapped space before the pages stays unmapped
+            unlist_unmapped(pool, u);
+            Block *rest = split_at(u, base + offset);
+            list_unmapped(pool, u);
+            list_unmapped(pool, rest);
+            u = rest;
+        }
+        map_block(pool, u, std::min(bytes, u->size));  // refused by the limit: stays unmapped
+    }
+    for (size_t i = 0; i < live.size(); i++) {
+        const auto [offset, size] = live[i];
+        if (offset % kMinBlockSize || size == 0 || size % kMinBlockSize || offset >= s->size || size > s->size - offset)
+            continue;
+        Block *f = block_at(s, base + offset);
+        if (f->allocated || !f->mapped || f->address + f->size < base + offset + size) continue;
+        unlist_free(pool, f);
+        if (f->address < base + offset) {  // the free space before it stays free
+            Block *before = f;
+            f = split_at(before, base + offset);
+            list_free(pool, before);
+        }
+        if (f->size > size) list_free(pool, split_at(f, base + offset + size));
+        f->allocated = true;
+        take_run(pool, f->address, f->size);
+        live_[f->address] = f;
+        allocated_ += f->size;
+        if (placed) (*placed)[i] = true;
+    }
+    peak_allocated_ = std::max(peak_allocated_, allocated_);
+    return base;
 }
 
 CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block *u, uint64_t bytes) {

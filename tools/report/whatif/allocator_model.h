@@ -128,6 +128,13 @@ public:
     uint64_t adopt_segment(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>> &live,
                            std::vector<bool> *placed = nullptr);
 
+    // The same with expandable segments: a range of one pool (`small`: the 2 MiB pages' pool) with
+    // the pages `mapped` (offset, bytes; by offset, whole pages) mapped and the blocks `live` at their
+    // offsets in them, the rest free. Its address, or 0 when no range is got; a run of pages the limit
+    // refuses stays unmapped, and a block not lying wholly in mapped space is left out (`placed`).
+    uint64_t adopt_range(bool small, const std::vector<std::pair<uint64_t, uint64_t>> &mapped,
+                         const std::vector<std::pair<uint64_t, uint64_t>> &live, std::vector<bool> *placed = nullptr);
+
     uint64_t allocated() const { return allocated_; }
     uint64_t reserved() const { return reserved_; }
     uint64_t peak_allocated() const { return peak_allocated_; }
@@ -199,6 +206,8 @@ private:
     Block *new_segment(Pool &pool, uint64_t bytes);  // a segment of one free block, not yet listed
     Block *alloc_expandable(Pool &pool, uint64_t size);
     Block *find_expandable_block(Pool &pool, uint64_t size);
+    Block *new_range(Pool &pool, uint64_t bytes);               // a range of one unmapped block, listed
+    Block *block_at(const Segment *s, uint64_t address) const;  // the block holding `address`
     Block *map_block(Pool &pool, Block *unmapped, uint64_t bytes);
     bool should_split(const Pool &pool, const Block *b, uint64_t size) const;
     Block *split_at(Block *b, uint64_t at);  // the part of free `b` from `at` on, a block of its own (unlisted)

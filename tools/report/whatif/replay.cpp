@@ -124,6 +124,84 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
         if (c10_segment_size(live[address])) tr.cache.emplace_back(address, live[address]);
 }
 
+// PyTorch's reserved bytes when the events from `first_event` start: after the first of them.
+uint64_t reserved_at(const TensorView &t, size_t first_event) {
+    for (size_t i = first_event; i < t.events.size(); i++)
+        if (t.events[i].device == t.device) return t.events[i].reserved;
+    return 0;
+}
+
+// Trace::ranges, with expandable segments. The segment events name no page, so the pages mapped when
+// the events start are inferred: every page holding a seed (c10 never unmaps a page holding a live
+// block), then the pages mapped at the report's end (tensor_view.mappings) that hold none, lowest
+// first (c10 maps the lowest free space first), until PyTorch's reserved bytes then are made up.
+void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
+    uint64_t reserved = reserved_at(t, first_event), accounted = 0;
+    for (bool small : {true, false}) {
+        const uint64_t page = small ? kSmallBuffer : kLargeBuffer;
+        auto ours = [small](uint64_t block_bytes) { return (block_bytes <= kSmallSize) == small; };
+        Trace::Range r;
+        r.small = small;
+        r.base = UINT64_MAX;
+        for (const auto &[address, bytes] : t.mappings)
+            if (bytes == page) r.base = std::min(r.base, address);
+        uint64_t lowest_seed = UINT64_MAX;  // the lowest block of the pool, live then or handed out after
+        for (const auto &[address, bytes] : tr.seeds)
+            if (ours(bytes)) lowest_seed = std::min(lowest_seed, address);
+        for (const Trace::Op &op : tr.ops)
+            if (op.action == 'a' && ours(op.bytes)) lowest_seed = std::min(lowest_seed, op.address);
+        if (r.base == UINT64_MAX && lowest_seed == UINT64_MAX) continue;
+        if (r.base == UINT64_MAX) r.base = lowest_seed / page * page;
+        if (lowest_seed < r.base) r.base -= (r.base - lowest_seed + page - 1) / page * page;
+        std::set<uint64_t> pages;  // by index from the base
+        for (const auto &[address, bytes] : tr.seeds)
+            if (ours(bytes))
+                for (uint64_t p = (address - r.base) / page; p <= (address + bytes - 1 - r.base) / page; p++)
+                    pages.insert(p);
+        accounted = add_sat(accounted, pages.size() * page);
+        tr.ranges.push_back(r);
+        for (uint64_t p : pages) tr.ranges.back().mapped.emplace_back(r.base + p * page, page);
+    }
+    // Candidates, most certain first: the pages a block handed out in the events lies in, when no page
+    // was mapped for it right before (they were mapped then) and none of them was mapped for an earlier
+    // block (so they were mapped before the events); then those mapped at the end.
+    std::vector<std::pair<uint64_t, uint64_t>> candidates, mapped_at_end(t.mappings.begin(), t.mappings.end());
+    std::set<std::pair<uint64_t, uint64_t>> mapped_in_events;
+    bool after_map = false;
+    for (size_t i = first_event; i < t.events.size(); i++) {
+        const TensorEvent &e = t.events[i];
+        if (e.device != t.device) continue;
+        if (e.action == TensorEvent::kSegmentAlloc) after_map = true;
+        if (e.action != TensorEvent::kAlloc) continue;
+        const uint64_t page = e.bytes <= kSmallSize ? kSmallBuffer : kLargeBuffer;
+        for (const Trace::Range &r : tr.ranges) {
+            if ((page == kSmallBuffer) != r.small || e.address < r.base || !e.bytes) continue;
+            for (uint64_t p = (e.address - r.base) / page; p <= (e.address + e.bytes - 1 - r.base) / page; p++) {
+                auto at = std::make_pair(r.base + p * page, page);
+                if (after_map) mapped_in_events.insert(at);
+                else if (!mapped_in_events.count(at)) candidates.push_back(at);
+            }
+        }
+        after_map = false;
+    }
+    std::sort(mapped_at_end.begin(), mapped_at_end.end());
+    candidates.insert(candidates.end(), mapped_at_end.begin(), mapped_at_end.end());
+    for (const auto &[address, bytes] : candidates) {
+        for (Trace::Range &r : tr.ranges) {
+            const uint64_t page = r.small ? kSmallBuffer : kLargeBuffer;
+            if (bytes != page || address < r.base || (address - r.base) % page || accounted >= reserved ||
+                bytes > reserved - accounted)
+                continue;
+            if (std::binary_search(r.mapped.begin(), r.mapped.end(), std::make_pair(address, bytes))) continue;
+            r.mapped.emplace_back(address, bytes);
+            std::sort(r.mapped.begin(), r.mapped.end());
+            accounted += bytes;
+            tr.pages_inferred++;
+        }
+    }
+    tr.cache_unknown = sub_sat(reserved, accounted);
+}
+
 // Trace::empty_cache_before and given_back_before. c10 gives segments back (`s`) on a refused
 // cudaMalloc, then gets one (`S`) or refuses the request (`o`) right after, or on empty_cache(). A run
 // of `s` that gives back a segment of PyTorch's (a block lay in it) is empty_cache() when no `o`
@@ -187,8 +265,32 @@ std::string start_segments(const Trace &tr) {
     return s;
 }
 
+// Trace::range_bytes: 9/8 of the device memory c10 is told of, the limit when the shim has one smaller.
+uint64_t expandable_range_bytes(const Report &r) {
+    uint64_t device_memory = r.device_total.value_or(0);
+    if (r.limit_bytes && (!device_memory || *r.limit_bytes < device_memory)) device_memory = *r.limit_bytes;
+    return add_sat(device_memory, device_memory / 8);
+}
+
+// The pages the expandable replay starts from, and what of them was inferred.
+std::string start_pages(const Trace &tr) {
+    size_t pages = 0;
+    for (const Trace::Range &r : tr.ranges) pages += r.mapped.size();
+    std::string s = "the " + std::to_string(pages) + " pages PyTorch had mapped then (" +
+                    std::to_string(pages - tr.pages_inferred) + " holding them; " + std::to_string(tr.pages_inferred) +
+                    " inferred, up to PyTorch's reserved bytes then, from the blocks the events put in pages "
+                    "already mapped and the pages mapped at the report's end; each segment's address range taken "
+                    "as 9/8 of the device memory the process was told of)";
+    if (tr.cache_unknown)
+        s += "; " + report::human_bytes(tr.cache_unknown) + " of PyTorch's reserved bytes then lie in no page inferred";
+    return s;
+}
+
 // Where the replay places the blocks live before the events, for a caveat.
 std::string placement(const Trace &tr) {
+    if (!tr.ranges.empty())
+        return "are placed where they were in " + start_pages(tr) +
+               "; expandable segments start from them, other settings with them packed in address order";
     if (tr.cache.empty()) return "are placed in address order, and the cache PyTorch held then is unknown";
     return "are placed where they were in " + start_segments(tr) +
            "; every setting starts from them, but expandable segments, which would have placed them otherwise, "
@@ -237,6 +339,8 @@ Trace trace_of(const Report &r) {
     }
     tr.seeds.assign(seeds.begin(), seeds.end());
     if (!t.expandable_segments() && (tr.dropped > 0 || !tr.seeds.empty())) infer_cache(t, first_event, tr);
+    tr.range_bytes = expandable_range_bytes(r);
+    if (t.expandable_segments() && (tr.dropped > 0 || !tr.seeds.empty())) infer_ranges(t, first_event, tr);
     if (!t.expandable_segments()) find_empty_cache(r, first_event, op_event, tr);
 
     if (tr.dropped > 0) {
@@ -302,6 +406,20 @@ void adopt_cache(const Trace &trace, CachingAllocatorModel &m, std::unordered_ma
     }
 }
 
+// The same with expandable segments: the ranges PyTorch held (Trace::ranges), the seeds at their places.
+void adopt_ranges(const Trace &trace, CachingAllocatorModel &m, std::unordered_map<uint64_t, uint64_t> &model_address) {
+    for (const Trace::Range &r : trace.ranges) {
+        std::vector<std::pair<uint64_t, uint64_t>> mapped, held;  // by offset
+        for (const auto &[address, bytes] : r.mapped) mapped.emplace_back(address - r.base, bytes);
+        for (const auto &[address, bytes] : trace.seeds)
+            if ((bytes <= kSmallSize) == r.small && address >= r.base) held.emplace_back(address - r.base, bytes);
+        std::vector<bool> placed;
+        const uint64_t base = m.adopt_range(r.small, mapped, held, &placed);
+        for (size_t j = 0; base && j < held.size(); j++)
+            if (placed[j]) model_address[r.base + held[j].first] = base + held[j].first;
+    }
+}
+
 }  // namespace
 
 Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool stop) {
@@ -309,6 +427,7 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
     o.expandable = config.expandable;
     o.max_split_size = config.max_split_size;
     o.limit = limit;
+    if (trace.range_bytes) o.range_bytes = trace.range_bytes;
     CachingAllocatorModel m(o);
     Replay out;
     auto ended = [&]() {
@@ -343,6 +462,7 @@ Replay replay(const Trace &trace, const Config &config, uint64_t limit, bool sto
     std::unordered_map<uint64_t, uint64_t> model_address;  // recorded address -> the model's
     model_address.reserve(trace.seeds.size() + trace.ops.size() / 2 + 1);
     if (!config.expandable) adopt_cache(trace, m, model_address);
+    else adopt_ranges(trace, m, model_address);
     for (const auto &[address, bytes] : trace.seeds) {
         if (model_address.count(address)) continue;  // placed in its segment
         uint64_t x = m.malloc(bytes);

@@ -51,8 +51,21 @@ struct Trace {
     // those that make up the rest of PyTorch's reserved bytes (given back in the events, else got with
     // cudaMalloc). The replay starts from them, with the seeds at their addresses.
     std::vector<std::pair<uint64_t, uint64_t>> cache;
-    uint64_t cache_free = 0;     // of them, segments that held no block: inferred from the reserved bytes
-    uint64_t cache_unknown = 0;  // PyTorch's reserved bytes then that no segment of the report accounts for
+    // With expandable segments: the range of each pool PyTorch held when the events start, its pages
+    // mapped then (address, bytes; by address) and its first page's address; the replay of expandable
+    // segments starts from them, with the seeds at their addresses.
+    struct Range {
+        bool small = false;
+        uint64_t base = 0;
+        std::vector<std::pair<uint64_t, uint64_t>> mapped;
+    };
+    std::vector<Range> ranges;
+    // The address range c10 reserves for each expandable segment: 9/8 of the device memory it is told
+    // of (the process's limit, as the shim tells it); 0 when the report names neither.
+    uint64_t range_bytes = 0;
+    uint64_t pages_inferred = 0;  // of the pages mapped then, those holding no seed: inferred from the reserved bytes
+    uint64_t cache_free = 0;      // of them, segments that held no block: inferred from the reserved bytes
+    uint64_t cache_unknown = 0;   // PyTorch's reserved bytes then that no segment of the report accounts for
     // torch.cuda.empty_cache() as the segment events show it: before each of these ops (indices of
     // `ops`, ascending), PyTorch gave back segments of its own with no request refused for it.
     std::vector<size_t> empty_cache_before;
