@@ -133,8 +133,9 @@ uint64_t reserved_at(const TensorView &t, size_t first_event) {
 
 // Trace::ranges, with expandable segments. The segment events name no page, so the pages mapped when
 // the events start are inferred: every page holding a seed (c10 never unmaps a page holding a live
-// block), then the pages mapped at the report's end (tensor_view.mappings) that hold none, lowest
-// first (c10 maps the lowest free space first), until PyTorch's reserved bytes then are made up.
+// block), then those the events show mapped already (below), then those mapped at the report's end
+// (tensor_view.mappings), lowest first (c10 maps the lowest free space first), until PyTorch's reserved
+// bytes then are made up. A range starts at the lowest of its pages, seeds and blocks handed out.
 void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
     uint64_t reserved = reserved_at(t, first_event), accounted = 0;
     for (bool small : {true, false}) {
