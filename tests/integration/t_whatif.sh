@@ -128,3 +128,19 @@ if [[ -z ${SANITIZER:-} ]]; then
 else
   check "a crafted 4 MB report of fragments and refusals is replayed (--what-if)" crafted_4mb
 fi
+
+# Reports the shim wrote on the GPU machine (tests/gpu/reports/): generate() running out under a 2 GiB
+# quota, with the default allocator settings and with expandable segments, each ring wrapped (the
+# replay starts mid-run, from the segments or pages PyTorch held then). The model must follow each.
+gpu_reports_trusted() {
+  local f ok=0
+  for f in "$ROOT"/tests/gpu/reports/*.json.gz; do
+    gunzip -c "$f" > r.json || return 1
+    "$CLI" report --what-if --json r.json > w.json 2>/dev/null || { echo "    $f: exit $?"; return 1; }
+    expect_eq "$(json w.json 'd["model_check"]["trusted"], d["model_check"]["share_within_2mib"] >= 0.99')" \
+      "(True, True)" "$(basename "$f"): model check" || return 1
+    ok=$((ok + 1))
+  done
+  expect_eq "$ok" 2 "reports checked"
+}
+check "report --what-if follows the GPU machine's generate() reports (wrapped rings, defaults and expandable)" gpu_reports_trusted
