@@ -283,7 +283,9 @@ pool_race() {
   local round used truth
   for round in 1 2 3; do
     shimmed "$BIN/pool_race_linked" 4 1500 $((6*MIB)) 3000 >"$TMP/race" 2>"$TMP/race.err" &
-    for _ in $(seq 200); do [[ -s $TMP/race ]] && break; sleep 0.05; done
+    # A round takes 4.5 s of the test driver's sleeps alone; on a loaded machine (CI's two cores) its
+    # 200 us sleeps stretch, and a 10 s wait once read nothing. Its last line comes before it sleeps 3 s.
+    for _ in $(seq 1200); do [[ -s $TMP/race ]] && break; sleep 0.05; done
     expect_contains "$(cat "$TMP/race")" "errors=0" "round $round: no error but the quota's" || { cat "$TMP/race.err"; return 1; }
     used=$("$CLI" top --ledger "$TMP/ledger" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["devices"][0]["used_bytes"])')
     truth=$(truth_now)
