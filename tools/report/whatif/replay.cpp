@@ -155,9 +155,13 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         if (r.base == UINT64_MAX) r.base = lowest_seed / page * page;
         if (lowest_seed < r.base) r.base -= (r.base - lowest_seed + page - 1) / page * page;
         std::set<uint64_t> pages;  // by index from the base
+        // No more pages than PyTorch's reserved bytes hold: a crafted block of 2^60 bytes would have
+        // spanned more pages than could be counted (the report fuzzer's timeout).
+        const uint64_t most = std::min<uint64_t>(reserved / page + 1, uint64_t(1) << 20);
         for (const auto &[address, bytes] : tr.seeds)
             if (ours(bytes))
-                for (uint64_t p = (address - r.base) / page; p <= (address + bytes - 1 - r.base) / page; p++)
+                for (uint64_t p = (address - r.base) / page;
+                     p <= (address + bytes - 1 - r.base) / page && pages.size() < most; p++)
                     pages.insert(p);
         accounted = add_sat(accounted, pages.size() * page);
         tr.ranges.push_back(r);
@@ -169,6 +173,8 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
     std::vector<std::pair<uint64_t, uint64_t>> candidates, mapped_at_end(t.mappings.begin(), t.mappings.end());
     std::set<std::pair<uint64_t, uint64_t>> mapped_in_events;
     bool after_map = false;
+    // A block's pages, bounded as the seeds' are: a crafted block of 2^60 bytes spans more.
+    const uint64_t most_looked = std::min<uint64_t>(reserved / kSmallBuffer + 1, uint64_t(1) << 20);
     for (size_t i = first_event; i < t.events.size(); i++) {
         const TensorEvent &e = t.events[i];
         if (e.device != t.device) continue;
@@ -177,7 +183,9 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         const uint64_t page = e.bytes <= kSmallSize ? kSmallBuffer : kLargeBuffer;
         for (const Trace::Range &r : tr.ranges) {
             if ((page == kSmallBuffer) != r.small || e.address < r.base || !e.bytes) continue;
-            for (uint64_t p = (e.address - r.base) / page; p <= (e.address + e.bytes - 1 - r.base) / page; p++) {
+            uint64_t looked = 0;
+            for (uint64_t p = (e.address - r.base) / page;
+                 p <= (e.address + e.bytes - 1 - r.base) / page && looked < most_looked; p++, looked++) {
                 auto at = std::make_pair(r.base + p * page, page);
                 if (after_map) mapped_in_events.insert(at);
                 else if (!mapped_in_events.count(at)) candidates.push_back(at);
@@ -187,19 +195,24 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
     }
     std::sort(mapped_at_end.begin(), mapped_at_end.end());
     candidates.insert(candidates.end(), mapped_at_end.begin(), mapped_at_end.end());
+    // Each range's pages as a set while candidates join it (sorted once after: one sort a page added
+    // was quadratic in a crafted report's pages).
+    std::vector<std::set<std::pair<uint64_t, uint64_t>>> have;
+    for (const Trace::Range &r : tr.ranges) have.emplace_back(r.mapped.begin(), r.mapped.end());
     for (const auto &[address, bytes] : candidates) {
-        for (Trace::Range &r : tr.ranges) {
+        for (size_t ri = 0; ri < tr.ranges.size(); ri++) {
+            Trace::Range &r = tr.ranges[ri];
             const uint64_t page = r.small ? kSmallBuffer : kLargeBuffer;
             if (bytes != page || address < r.base || (address - r.base) % page || accounted >= reserved ||
                 bytes > reserved - accounted)
                 continue;
-            if (std::binary_search(r.mapped.begin(), r.mapped.end(), std::make_pair(address, bytes))) continue;
+            if (!have[ri].emplace(address, bytes).second) continue;
             r.mapped.emplace_back(address, bytes);
-            std::sort(r.mapped.begin(), r.mapped.end());
             accounted += bytes;
             tr.pages_inferred++;
         }
     }
+    for (Trace::Range &r : tr.ranges) std::sort(r.mapped.begin(), r.mapped.end());
     tr.cache_unknown = sub_sat(reserved, accounted);
 }
 
