@@ -216,8 +216,9 @@ private:
             if (!same_start(e, s)) continue;
             int i = 0;
             while (i < e.loads && e.offset[i] != offset) i++;
-            Entry *to = set_at(h, i < e.loads ? e.word[i] : 0);
-            if (i == e.loads || to == set) continue;  // a walk that ended before the fork: let it go
+            if (i == e.loads) continue;  // a walk that ended before the fork: let it go
+            Entry *to = set_at(h, e.word[i]);
+            if (to == set) continue;
             Entry *victim = least_recent(to);
             *victim = e;
             e.loads = 0;

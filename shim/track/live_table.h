@@ -48,26 +48,17 @@ public:
 
     // Removes the key and copies its allocation to *out; false when it is not there.
     bool take(uint64_t key, KeyKind kind, Allocation *out) {
-        if (!size_) return false;
-        for (uint64_t i = home(key, kind);; i = (i + 1) & mask()) {
-            Slot &s = slots_[i];
-            if (!s.used) return false;
-            if (s.key == key && s.kind == kind) {
-                *out = s.a;
-                erase_at(i);
-                return true;
-            }
-        }
+        uint64_t i = slot_of(key, kind);
+        if (i == kNone) return false;
+        *out = slots_[i].a;
+        erase_at(i);
+        return true;
     }
 
     // The allocation of key, or null; the pointer holds until the table next changes.
     const Allocation *find(uint64_t key, KeyKind kind) const {
-        if (!size_) return nullptr;
-        for (uint64_t i = home(key, kind);; i = (i + 1) & mask()) {
-            const Slot &s = slots_[i];
-            if (!s.used) return nullptr;
-            if (s.key == key && s.kind == kind) return &s.a;
-        }
+        uint64_t i = slot_of(key, kind);
+        return i == kNone ? nullptr : &slots_[i].a;
     }
 
     // f(key, kind, allocation) for every entry, in no particular order.
@@ -116,6 +107,17 @@ private:
     uint64_t cap_ = 0, size_ = 0;  // cap_ is 0 or a power of two
 
     uint64_t mask() const { return cap_ - 1; }
+
+    static constexpr uint64_t kNone = ~uint64_t(0);
+    // The slot holding key, or kNone: its probe from home() to the first unused slot.
+    uint64_t slot_of(uint64_t key, KeyKind kind) const {
+        if (!size_) return kNone;
+        for (uint64_t i = home(key, kind);; i = (i + 1) & mask()) {
+            const Slot &s = slots_[i];
+            if (!s.used) return kNone;
+            if (s.key == key && s.kind == kind) return i;
+        }
+    }
 
     bool grow() {
         uint64_t cap = cap_ ? cap_ * 2 : kFirstCapacity;

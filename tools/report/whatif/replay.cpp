@@ -63,6 +63,27 @@ bool c10_segment_size(uint64_t bytes) {
     return bytes % kMinBlockSize == 0 && (bytes == kSmallBuffer || (bytes >= kMinLargeAlloc && bytes <= kMaxRequest));
 }
 
+// PyTorch's reserved bytes when the events from `first_event` start: after the first of them.
+uint64_t reserved_at(const TensorView &t, size_t first_event) {
+    for (size_t i = first_event; i < t.events.size(); i++)
+        if (t.events[i].device == t.device) return t.events[i].reserved;
+    return 0;
+}
+
+// The most pages PyTorch's reserved bytes hold (and 2^20): what a crafted report claims beyond that,
+// a block of 2^60 bytes, would be more pages than could be counted (the report fuzzer's timeout).
+uint64_t most_pages(uint64_t page, uint64_t reserved) {
+    return std::min<uint64_t>(reserved / page + 1, uint64_t(1) << 20);
+}
+// The pages, by index from `base`, that a block of `bytes` at `address` lies in: [first, last], at
+// most most_pages().
+std::pair<uint64_t, uint64_t> pages_of(uint64_t address, uint64_t bytes, uint64_t base, uint64_t page,
+                                       uint64_t reserved) {
+    const uint64_t first = (address - base) / page, last = (address + bytes - 1 - base) / page;
+    const uint64_t most = most_pages(page, reserved);
+    return {first, last - first < most ? last : first + most - 1};
+}
+
 // Trace::cache, from the segments live at the report's end walked back over the segment events to the
 // first event replayed, PyTorch's reserved bytes then, and the blocks the events hand out.
 void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
@@ -99,12 +120,7 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
             given_back_in_order.push_back(e.address);
         }
     }
-    uint64_t reserved = 0, accounted = 0;
-    for (size_t i = first_event; i < t.events.size(); i++)
-        if (t.events[i].device == t.device) {
-            reserved = t.events[i].reserved;  // after a block event; the last seen before a segment event
-            break;
-        }
+    uint64_t reserved = reserved_at(t, first_event), accounted = 0;
     for (uint64_t address : pytorch) accounted = add_sat(accounted, live[address]);
     // The rest of the reserved bytes: cached segments no block touched, given back in the events first
     // (c10 gives back whole free segments when the driver refuses one), then those got with cudaMalloc.
@@ -122,13 +138,6 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
     tr.cache_unknown = sub_sat(reserved, accounted);
     for (uint64_t address : pytorch)
         if (c10_segment_size(live[address])) tr.cache.emplace_back(address, live[address]);
-}
-
-// PyTorch's reserved bytes when the events from `first_event` start: after the first of them.
-uint64_t reserved_at(const TensorView &t, size_t first_event) {
-    for (size_t i = first_event; i < t.events.size(); i++)
-        if (t.events[i].device == t.device) return t.events[i].reserved;
-    return 0;
 }
 
 // Trace::ranges, with expandable segments. The segment events name no page, so the pages mapped when
@@ -154,14 +163,12 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         if (r.base == UINT64_MAX && lowest_seed == UINT64_MAX) continue;
         if (r.base == UINT64_MAX) r.base = lowest_seed / page * page;
         if (lowest_seed < r.base) r.base -= (r.base - lowest_seed + page - 1) / page * page;
-        std::set<uint64_t> pages;  // by index from the base
-        // No more pages than PyTorch's reserved bytes hold: a crafted block of 2^60 bytes would have
-        // spanned more pages than could be counted (the report fuzzer's timeout).
-        const uint64_t most = std::min<uint64_t>(reserved / page + 1, uint64_t(1) << 20);
+        std::set<uint64_t> pages;  // by index from the base, no more than PyTorch's reserved bytes hold
+        const uint64_t most = most_pages(page, reserved);
         for (const auto &[address, bytes] : tr.seeds)
             if (ours(bytes))
-                for (uint64_t p = (address - r.base) / page;
-                     p <= (address + bytes - 1 - r.base) / page && pages.size() < most; p++)
+                for (auto [p, last] = pages_of(address, bytes, r.base, page, reserved);
+                     p <= last && pages.size() < most; p++)
                     pages.insert(p);
         accounted = add_sat(accounted, pages.size() * page);
         tr.ranges.push_back(r);
@@ -173,8 +180,6 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
     std::vector<std::pair<uint64_t, uint64_t>> candidates, mapped_at_end(t.mappings.begin(), t.mappings.end());
     std::set<std::pair<uint64_t, uint64_t>> mapped_in_events;
     bool after_map = false;
-    // A block's pages, bounded as the seeds' are: a crafted block of 2^60 bytes spans more.
-    const uint64_t most_looked = std::min<uint64_t>(reserved / kSmallBuffer + 1, uint64_t(1) << 20);
     for (size_t i = first_event; i < t.events.size(); i++) {
         const TensorEvent &e = t.events[i];
         if (e.device != t.device) continue;
@@ -183,9 +188,7 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         const uint64_t page = e.bytes <= kSmallSize ? kSmallBuffer : kLargeBuffer;
         for (const Trace::Range &r : tr.ranges) {
             if ((page == kSmallBuffer) != r.small || e.address < r.base || !e.bytes) continue;
-            uint64_t looked = 0;
-            for (uint64_t p = (e.address - r.base) / page;
-                 p <= (e.address + e.bytes - 1 - r.base) / page && looked < most_looked; p++, looked++) {
+            for (auto [p, last] = pages_of(e.address, e.bytes, r.base, page, reserved); p <= last; p++) {
                 auto at = std::make_pair(r.base + p * page, page);
                 if (after_map) mapped_in_events.insert(at);
                 else if (!mapped_in_events.count(at)) candidates.push_back(at);
