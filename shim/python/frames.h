@@ -30,9 +30,9 @@ bool available();
 // GPUGUARD_PYTHON_STACKS=0, or anything looked inconsistent).
 int capture(Frame *out, int max);
 
-// The calling thread's Python stack as it stands, for a site key (shim/stacks/reuse.h): folds every
-// frame's code object and instruction address into `seed` and returns the hash, or 0 when there
-// are no Python frames (as capture() would find none). Reads only the frames themselves: no line
+// The calling thread's Python stack as it stands, for a site key (shim/stacks/reuse.h): a hash of
+// `seed` and every frame's code object, instruction address and depth, or 0 when there are no Python
+// frames (as capture() would find none). Reads only the frames themselves: no line
 // table, no name, no lock, so a reused site costs a walk of pointers. Two different stacks give
 // the same key only if every frame ran the same instruction of a code object at the same address
 // (a freed code object's address reused by another one, at the very same places): reuse's checks

@@ -13,6 +13,10 @@ Usage: pyframes_driver.py MODE, one of:
   lines [CALLS ROUNDS]  captures from CALLS (8) lines of one long function, each line ROUNDS (50)
             times in turn: SAME or DIFF for every capture against the interpreter's view, how many,
             then the median ns of one capture
+  keys      site keys (gg::py::site_key): whether one stack gives one key and stacks that differ inside,
+            30 frames out or in depth give others
+  keybench [DEPTH EVICT_KIB]  median ns of one site key at DEPTH (60) Python frames, each after reading
+            EVICT_KIB (0) KiB of other memory
 """
 import ctypes
 import os
@@ -144,6 +148,53 @@ def recurse(depth):
 
 def bench_mode():
     recurse(30 - 2)  # with bench_mode and <module>, 30 Python frames
+
+
+lib.pyprobe_site_key_bench.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong)]
+lib.pyprobe_site_key_bench.restype = ctypes.c_double
+
+
+def site_key(rounds=1, evict_kib=0):
+    key = ctypes.c_ulonglong(0)
+    ns = lib.pyprobe_site_key_bench(rounds, evict_kib, ctypes.byref(key))
+    return key.value, ns
+
+
+def key_at_depth(depth, line):
+    """The site key `depth` Python calls down from here, taken on one of two lines of this frame."""
+    if depth > 1:
+        return key_at_depth(depth - 1, line)
+    if line == "a":
+        return site_key()[0]
+    return site_key()[0]
+
+
+def key_from(caller, depth):
+    """The same 30 inner frames, called from one of two lines of the outermost one."""
+    if caller == "a":
+        return key_at_depth(depth, "a")
+    return key_at_depth(depth, "a")
+
+
+def keys_mode():
+    """Site keys: the same stack twice gives one key; a stack that differs only in the instruction of
+    the innermost frame, or of a frame 30 calls out, or in its depth, gives another. (Each list below
+    makes its calls from one instruction of this frame.)"""
+    same = [key_from("a", 30) for _ in range(2)]
+    inner = [key_at_depth(30, line) for line in "ab"]
+    outer = [key_from(caller, 30) for caller in "ab"]
+    depth = [key_from("a", d) for d in (30, 31)]
+    print(f"same={same[0] == same[1]} inner_line={inner[0] != inner[1]} outer_line={outer[0] != outer[1]} "
+          f"depth={depth[0] != depth[1]}")
+
+
+def keybench_mode(depth="60", evict_kib="0"):
+    """Median ns of one site key at `depth` Python frames, each after reading evict_kib KiB."""
+    def down(n):
+        if n > 1:
+            return down(n - 1)
+        return site_key(20000, int(evict_kib))[1]
+    print(f"frames={depth} evict_kib={evict_kib} median_ns={down(int(depth) - 2):.0f}")
 
 
 def long_function(calls):

@@ -44,6 +44,11 @@ lines_of_a_long_function() {
   out=$(drive "$1" "lines 6000 2") || { echo "$out" >&2; return 1; }
   expect_eq "$(echo "$out" | tail -1 | cut -d' ' -f1-2)" "SAME 12000" "6000 calls: captures matching the interpreter's view"
 }
+site_keys_tell_stacks_apart() {
+  # A site key is the sum of each frame's own mix (shim/python/frames.cpp, frame_part): it must still
+  # change with the innermost frame's instruction, with a frame's 30 calls out, and with the depth.
+  expect_eq "$(drive "$1" keys | tail -1)" "same=True inner_line=True outer_line=True depth=True" "site keys"
+}
 off_by_environment() {
   local out; out=$(GPUGUARD_PYTHON_STACKS=0 drive "$1" stack)
   expect_contains "$out" "available=0" "availability" && expect_not_contains "$out" "|Holder.method|" "the frames"
@@ -69,9 +74,11 @@ else
       threads_see_their_own_frames "$py"
     check "tells the eval loop's native frames from the others ($ver)" finds_the_eval_loop "$py"
     check "names the line of each of 8 calls in a long function, every time ($ver)" lines_of_a_long_function "$py"
+    check "site keys: one stack one key; another instruction inside or 30 frames out, or depth, another ($ver)" \
+      site_keys_tell_stacks_apart "$py"
     check "GPUGUARD_PYTHON_STACKS=0 turns Python frames off ($ver)" off_by_environment "$py"
     echo "       capture cost ($ver): $(drive "$py" bench | tail -1); 3 frames, 400 lines into a function:" \
-      "$(drive "$py" lines | tail -1 | cut -d' ' -f3)"
+      "$(drive "$py" lines | tail -1 | cut -d' ' -f3); site key at 60 frames: $(drive "$py" "keybench 60 0" | tail -1 | cut -d' ' -f3)"
   done
   check "ran under at least CPython 3.11 or 3.12" test "${#seen[@]}" -gt 0
 fi

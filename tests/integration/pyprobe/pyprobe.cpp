@@ -86,3 +86,21 @@ PROBE double pyprobe_bench(int rounds, int *frames_seen) {
     std::nth_element(ns.begin(), ns.begin() + long(ns.size() / 2), ns.end());
     return ns[ns.size() / 2];
 }
+
+// Median nanoseconds of one site key (gg::py::site_key) of the calling thread's stack, over `rounds`
+// keys, each after reading `evict_kib` KiB of other memory (0: none), as PyTorch's and the driver's
+// work pushes the frames out of the nearer caches between two allocations on the GPU. *key is the
+// last key.
+PROBE double pyprobe_site_key_bench(int rounds, int evict_kib, unsigned long long *key) {
+    std::vector<double> ns(size_t(std::max(rounds, 1)));
+    std::vector<char> other(size_t(std::max(evict_kib, 0)) * 1024 + 64);
+    volatile char sink = 0;
+    for (double &v : ns) {
+        for (size_t i = 0; i + 64 <= other.size(); i += 64) sink = char(sink + other[i]++);
+        auto t0 = std::chrono::steady_clock::now();
+        *key = gg::py::site_key(1);
+        v = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::nth_element(ns.begin(), ns.begin() + long(ns.size() / 2), ns.end());
+    return ns[ns.size() / 2];
+}
