@@ -309,7 +309,8 @@ inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
 
 }  // namespace
 
-uint64_t site_key(uint64_t seed) {
+uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
+    *whole = true;
     const Runtime &r = runtime();
     if (!r.layout) return 0;
     uintptr_t frame = innermost_frame(r);
@@ -320,14 +321,23 @@ uint64_t site_key(uint64_t seed) {
     for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
         uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
         if (previous == frame) break;
+        if (n == uint64_t(max_frames)) {
+            *whole = false;
+            break;
+        }
         // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
         sum += frame_part(at<uintptr_t>(frame, l.frame_code), at<uintptr_t>(frame, l.frame_instr), n << 48);
         ++n;
         frame = previous;
     }
     if (!n) return 0;
-    uint64_t h = hash_mix(hash_mix(seed, sum), n);
+    uint64_t h = hash_mix(hash_mix(seed, sum), n | (*whole ? 0 : uint64_t(1) << 63));
     return h ? h : 1;
+}
+
+uint64_t site_key(uint64_t seed) {
+    bool whole;
+    return site_key(seed, kMaxSteps, &whole);
 }
 
 bool is_eval_loop(uintptr_t ip) {

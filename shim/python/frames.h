@@ -38,6 +38,9 @@ int capture(Frame *out, int max);
 // (a freed code object's address reused by another one, at the very same places): reuse's checks
 // find that.
 uint64_t site_key(uint64_t seed);
+// The same of at most the `max_frames` innermost frames: `*whole` is false when frames further out were
+// left out (the key then differs from any key of a stack of only those frames).
+uint64_t site_key(uint64_t seed, int max_frames, bool *whole);
 
 // True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault): the native frame
 // where Python frames stand when native and Python stacks are merged.

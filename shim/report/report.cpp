@@ -261,7 +261,9 @@ json capture_section(const Config &c) {
               {key::changes, reuse.changes},
               {key::unstable_sites, reuse.unstable_sites},
               {key::evicted, reuse.evicted},
-              {key::threads, reuse.threads}}}};
+              {key::threads, reuse.threads},
+              {key::deep_checks, reuse.deep_checks},
+              {key::deep_sites, reuse.deep_sites}}}};
 }
 
 json limit_section(const State &s, const DeviceInfo *dev) {

@@ -178,33 +178,72 @@ bool confirmed_by_native_frames(StackId cached, int skip, int depth, void *retur
     return true;
 }
 
+// How many of the innermost Python frames a site's key reads. The walk of a deep stack is most of a
+// key's cost on the GPU machine (about 5 ns a frame: the outer frames are out of the nearer caches by
+// the next allocation, BENCHMARKS.md), and generate()'s stacks are 60 frames deep; the innermost
+// frames tell almost every site apart. The frames further out are checked now and then, by the whole
+// stack's key stored with the site (SiteCache::deep_due): a site whose whole stack changed under its
+// key is keyed by every frame from then on.
+constexpr int kKeyFrames = 12;
+
 // A Python site's lookup in this thread's site cache (shim/stacks/reuse.h), before anything is
 // unwound or described: `answer` is set when the cached stack is the answer. Otherwise the capture
 // goes on to unwind, and tells the cache what it found (`sites` null: unwound every time).
 struct SiteLookup {
     reuse::SiteCache *sites = nullptr;
     uint64_t key = 0;
+    uint64_t whole = 0;  // stored with the stack: the whole Python key when `key` covers only the innermost frames
     StackId cached = 0;
     reuse::SiteCache::Verdict verdict = reuse::SiteCache::Verdict::kMiss;
 };
 
+// The key's lookup, extended by the native frames where the site is unstable; `stored_whole` is set
+// from the slot found. Returns the census's kind of key.
+census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
+    site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+    if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
+    census::note(census::Kind::kPython, census::Outcome::kUnstable);
+    site.key = with_native_frames(site.key, skip, depth, return_address);
+    site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+    return census::Kind::kPythonExtended;
+}
+
+// A key of the innermost frames only: a miss stores the whole stack's key with what it captures, and a
+// reuse due for its deep check compares it. A site found deep (another whole stack under its key)
+// is looked up again by the whole key, which is exact as every key was before.
+census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_address, uint64_t stored_whole,
+                         census::Kind kind) {
+    using Verdict = reuse::SiteCache::Verdict;
+    if (site.verdict == Verdict::kMiss) site.whole = py::site_key(site_seed(skip));
+    if (site.verdict != Verdict::kCheck && site.verdict != Verdict::kCheckDeep && site.verdict != Verdict::kDeep)
+        return kind;
+    uint64_t whole = py::site_key(site_seed(skip));
+    if (site.verdict != Verdict::kDeep) {
+        reuse::counts().deep_checks.fetch_add(1, std::memory_order_relaxed);
+        if (whole == stored_whole) {
+            if (site.verdict == Verdict::kCheckDeep) site.verdict = Verdict::kReuse;
+            return kind;
+        }
+        site.sites->mark_deep(site.key);
+    }
+    site.key = whole ? whole : 1;
+    site.whole = 0;
+    return look_up(site, skip, depth, return_address, &stored_whole);
+}
+
 bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
+    bool whole = true;
     {
         GG_PROFILE_STEP(kCapturePythonKey);
-        site.key = py::site_key(site_seed(skip));
+        site.key = py::site_key(site_seed(skip), kKeyFrames, &whole);
     }
     if (!site.key) {  // no Python frame on this thread: its native walk is the key
         *answer = capture_native(skip, depth, return_address);
         return true;
     }
-    site.verdict = site.sites->lookup(site.key, &site.cached);
-    auto kind = census::Kind::kPython;
-    if (site.verdict == reuse::SiteCache::Verdict::kUnstable) {
-        census::note(kind, census::Outcome::kUnstable);
-        site.key = with_native_frames(site.key, skip, depth, return_address);
-        site.verdict = site.sites->lookup(site.key, &site.cached);
-        kind = census::Kind::kPythonExtended;
-    }
+    uint64_t stored_whole = 0;
+    census::Kind kind = look_up(site, skip, depth, return_address, &stored_whole);
+    if (!whole) kind = settle_deep(site, skip, depth, return_address, stored_whole, kind);
     census::note(kind, census::Outcome(int(site.verdict)));
     if (site.verdict == reuse::SiteCache::Verdict::kCheck &&
         confirmed_by_native_frames(site.cached, skip, depth, return_address)) {
@@ -275,7 +314,7 @@ StackId capture_unguarded(int skip, void *return_address) {
     census::unwound(site.key, id);
     if (site.sites && id) {
         if (site.verdict == reuse::SiteCache::Verdict::kMiss) {
-            site.sites->store(site.key, id);
+            site.sites->store(site.key, id, site.whole);
         } else {
             reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
             site.sites->checked(site.key, same_site_stack(site.cached, id), id);
@@ -317,7 +356,8 @@ ReuseCounts reuse_counts() {
     return {c.reused.load(std::memory_order_relaxed),         c.unwound.load(std::memory_order_relaxed),
             c.checks.load(std::memory_order_relaxed),         c.changes.load(std::memory_order_relaxed),
             c.unstable_sites.load(std::memory_order_relaxed), c.evicted.load(std::memory_order_relaxed),
-            c.threads.load(std::memory_order_relaxed)};
+            c.threads.load(std::memory_order_relaxed),        c.deep_checks.load(std::memory_order_relaxed),
+            c.deep_sites.load(std::memory_order_relaxed)};
 }
 
 WalkerCounts walker_counts() {

@@ -11,20 +11,30 @@ SiteCache::Slot *SiteCache::find(uint64_t key) {
     return nullptr;
 }
 
-SiteCache::Verdict SiteCache::lookup(uint64_t key, StackId *id) {
+SiteCache::Verdict SiteCache::lookup(uint64_t key, StackId *id, uint64_t *whole) {
     Slot *s = find(key);
     if (!s) return Verdict::kMiss;
     s->used = ++clock_;
+    if (s->deep) return Verdict::kDeep;
     if (s->unstable) return Verdict::kUnstable;
     if (s->id == 0) return Verdict::kMiss;
     *id = s->id;
+    if (whole) *whole = s->whole;
     s->hits++;
-    return due(s->hits) ? Verdict::kCheck : Verdict::kReuse;
+    if (due(s->hits)) return Verdict::kCheck;
+    return s->whole && deep_due(s->hits) ? Verdict::kCheckDeep : Verdict::kReuse;
 }
 
-void SiteCache::store(uint64_t key, StackId id) {
+void SiteCache::mark_deep(uint64_t key) {
     Slot *s = find(key);
-    if (s && s->unstable) return;  // stays known as unstable
+    if (!s || s->deep) return;
+    s->deep = true;
+    counts().deep_sites.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SiteCache::store(uint64_t key, StackId id, uint64_t whole) {
+    Slot *s = find(key);
+    if (s && (s->unstable || s->deep)) return;  // stays known as unstable, or as deep
     if (!s) {
         Slot *set = set_of(key);
         s = &set[0];  // an empty way, else the least recently used
@@ -32,7 +42,7 @@ void SiteCache::store(uint64_t key, StackId id) {
             if (!set[w].key || set[w].used < s->used) s = &set[w];
         if (s->key) counts().evicted.fetch_add(1, std::memory_order_relaxed);
     }
-    *s = Slot{key, id, 0, ++clock_, 0, false};
+    *s = Slot{key, whole, id, 0, ++clock_, 0, false, false};
 }
 
 void SiteCache::checked(uint64_t key, bool same, StackId fresh) {

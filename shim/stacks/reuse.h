@@ -45,13 +45,19 @@ public:
     static constexpr int kWays = 4;
 
     enum class Verdict {
-        kMiss,      // unwind, then store()
-        kReuse,     // *id is the site's stack
-        kCheck,     // a reuse due for its check: unwind, then checked()
-        kUnstable,  // the site's stack changed kMaxChanges times under this key: extend the key, or unwind
+        kMiss,       // unwind, then store()
+        kReuse,      // *id is the site's stack
+        kCheck,      // a reuse due for its check: unwind, then checked(); and the deep check below
+        kUnstable,   // the site's stack changed kMaxChanges times under this key: extend the key, or unwind
+        kCheckDeep,  // a reuse due for its deep check only: the whole Python key against *whole
+        kDeep,       // a key of the innermost Python frames that covered two whole stacks: use the whole key
     };
-    Verdict lookup(uint64_t key, StackId *id);
-    void store(uint64_t key, StackId id);
+    // *whole (when asked): the whole Python stack's key stored with the site's stack, 0 when the site's
+    // key already covers every frame; a site with one is due for a deep check on deep_due()'s schedule.
+    Verdict lookup(uint64_t key, StackId *id, uint64_t *whole = nullptr);
+    void store(uint64_t key, StackId id, uint64_t whole = 0);
+    // After a deep check found another whole stack under `key`: from now on kDeep.
+    void mark_deep(uint64_t key);
     // After a check: `same` says whether the fresh stack is the cached one (shim/stacks/capture.cpp
     // decides, ignoring where exactly in the eval loop the interpreter was). A different one replaces
     // it and restarts the checks; the kMaxChanges-th change makes the site unstable.
@@ -62,17 +68,22 @@ public:
 
     // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then every 1024th.
     static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : n % 1024 == 0; }
+    // Whether it gets the deep check: powers of two up to 64, then every 64th (a whole Python key
+    // costs a walk of every frame, a few hundred ns, against a native check's unwind).
+    static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : n % 64 == 0; }
     // The set a key lies in.
     static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 
 private:
     struct Slot {
-        uint64_t key = 0;  // 0: empty
+        uint64_t key = 0;    // 0: empty
+        uint64_t whole = 0;  // the whole Python key under which id was captured (0: key covers it all)
         StackId id = 0;
         uint32_t hits = 0;
         uint32_t used = 0;  // the cache's clock at the last lookup or store: the least recent is evicted
         uint8_t changes = 0;
         bool unstable = false;
+        bool deep = false;
     };
     Slot slots_[kSets * kWays];
     uint32_t clock_ = 0;
@@ -85,6 +96,9 @@ struct Counts {
     std::atomic<uint64_t> reused{0}, unwound{0}, checks{0}, changes{0}, unstable_sites{0};
     // sites dropped from a full set for a newer one: many means more sites than the cache holds
     std::atomic<uint64_t> evicted{0};
+    // keys of the innermost Python frames whose deep check found another whole stack (then whole keys)
+    std::atomic<uint64_t> deep_sites{0};
+    std::atomic<uint64_t> deep_checks{0};  // whole Python keys compared with the one stored
     // caches made: one per thread that captured a stack (a new thread starts with an empty cache)
     std::atomic<uint64_t> threads{0};
 };

@@ -21,6 +21,7 @@ void configure(int depth, bool python, bool reuse = true);
 // How often a stack was reused and unwound (shim/stacks/reuse.h), for the report.
 struct ReuseCounts {
     uint64_t reused, unwound, checks, changes, unstable_sites, evicted, threads;
+    uint64_t deep_checks, deep_sites;  // Python keys of the innermost frames: whole keys compared, and found changed
 };
 ReuseCounts reuse_counts();
 // What the caching walker (shim/stacks/cfi_walker.h) did, for the report: walks, rules it had to work out from

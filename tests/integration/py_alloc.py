@@ -1,6 +1,6 @@
 """Allocates device memory through ctypes (the GIL is released around the call, as in PyTorch's
 operators) against whichever libcuda.so.1 is found: the report must name this file, the function
-and the line of the call. Usage: py_alloc.py [with-gil-holder NATIVE.so | paths NATIVE.so N PATTERN]
+and the line of the call. Usage: py_alloc.py [with-gil-holder NATIVE.so | paths NATIVE.so N PATTERN | deep N PATTERN]
 
 paths: N allocations from one Python line, through two_paths.so's path_a (1 MiB each) or path_b
 (2 MiB each), all kept live; PATTERN "ab" alternates, "a" takes path_a only; "ab-deep" alternates
@@ -40,8 +40,33 @@ def paths(native, n, pattern):
     print("paths ->", n)
 
 
+def below(levels, size):
+    """The same `levels` Python frames (one code object, one instruction each) above every allocation,
+    so that a site key of the innermost frames cannot tell the two callers of deep() apart."""
+    if levels > 1:
+        return below(levels - 1, size)
+    ptr = ctypes.c_uint64()
+    return cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size))
+
+
+def deep(n, pattern):
+    """N allocations through `below` 16 frames deep, from one of two lines here: 1 MiB from caller A,
+    2 MiB from caller B. PATTERN "ab" alternates; "a-then-b" makes the first half from A."""
+    for i in range(n):
+        b = i % 2 if pattern == "ab" else i >= n // 2
+        if b:
+            r = below(16, 2 << 20)  # LINE-OF-DEEP-B
+        else:
+            r = below(16, 1 << 20)  # LINE-OF-DEEP-A
+        assert r == 0, r
+    print("deep ->", n)
+
+
 def main():
     setup()
+    if len(sys.argv) > 1 and sys.argv[1] == "deep":
+        deep(int(sys.argv[2]), sys.argv[3])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "paths":
         paths(ctypes.CDLL(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
         return

@@ -120,6 +120,42 @@ stack_reuse_two_paths_deep() {
 }
 check "an unstable Python site whose native paths part far from the allocation: each path still reused" stack_reuse_two_paths_deep
 
+# deep N PATTERN [VAR=VALUE...]: py_alloc.py's deep mode under the shim; the exit report's path.
+deep_report() {
+  local n=$1 pattern=$2; shift 2
+  env GPUGUARD_REPORT_ON_EXIT=1 "$@" LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE timeout 60 \
+    python3 "$ROOT/tests/integration/py_alloc.py" deep "$n" "$pattern" >"$TMP/out" 2>"$TMP/err" || return 1
+  ls "$TMP"/gpuguard-exit-*.json
+}
+# Blocks by the line of deep() each stack names, as "[(line, bytes, count), ...]".
+BY_CALLER="sorted((next(f['line'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python' and f['function'] == 'deep'), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
+
+deep_callers_told_apart() {
+  fresh
+  local r; r=$(deep_report 200 ab) || { cat "$TMP/err"; return 1; }
+  local a b; a=$(grep -n "LINE-OF-DEEP-A" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  b=$(grep -n "LINE-OF-DEEP-B" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  # The two callers share the 16 innermost frames, all a site key reads: the first reuse's deep check
+  # finds the other whole stack, and from then on the site is keyed by every frame.
+  expect_eq "$(json "$r" "$BY_CALLER")" "[($b, $((200 * MIB)), 100), ($a, $((100 * MIB)), 100)]" \
+    "bytes by caller, exact" &&
+  expect_eq "$(json "$r" "(lambda u: (u['deep_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
+    "the site found deep once, then reused by its whole key"
+}
+check "two callers 16 Python frames out, alternating: each keeps its own stack (the deep check)" deep_callers_told_apart
+
+deep_change_found_by_the_check() {
+  fresh
+  local r; r=$(deep_report 400 a-then-b) || { cat "$TMP/err"; return 1; }
+  local b; b=$(grep -n "LINE-OF-DEEP-B" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  # 200 from A, then 200 from B: B's allocations take A's stack until the next deep check (every 64th
+  # reuse), at most 63 of them; every later one is B's own.
+  expect_eq "$(json "$r" "(lambda rows: (sum(c for l, _, c in rows), [c for l, _, c in rows if l == $b][0] >= 200 - 63))($BY_CALLER)")" \
+    "(400, True)" "at most 63 of B's taken as A's" &&
+  expect_eq "$(json "$r" "d['capture']['stack_reuse']['deep_sites']")" "1" "the change found"
+}
+check "a site's callers change 16 Python frames out: found by the deep check within 64 reuses" deep_change_found_by_the_check
+
 signal_report() {
   fresh
   # env execs the program, so $! is its pid.

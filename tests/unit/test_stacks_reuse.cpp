@@ -84,3 +84,48 @@ TEST_CASE("the check schedule: powers of two up to 1024, then every 1024th hit")
     CHECK(SiteCache::due(3072));
     CHECK_FALSE(SiteCache::due(3073));
 }
+
+TEST_CASE("a site keyed by its innermost Python frames gets a deep check at every 64th hit beside the others") {
+    auto *c = new SiteCache();
+    uint32_t id = 0;
+    uint64_t whole = 0;
+    c->store(77, 5, /*whole=*/1234);
+    std::vector<int> deep;
+    for (int n = 1; n <= 512; n++) {
+        Verdict v = c->lookup(77, &id, &whole);
+        CHECK(id == 5);
+        CHECK(whole == 1234u);
+        if (v == Verdict::kCheckDeep) deep.push_back(n);
+        else CHECK((v == Verdict::kReuse || v == Verdict::kCheck));
+    }
+    // Powers of two up to 512 are the native checks (kCheck, which carry the deep check too).
+    CHECK(deep == std::vector<int>{192, 320, 384, 448});
+    // A site whose key covers every frame (no whole key stored) never gets one.
+    c->store(78, 6);
+    for (int n = 1; n <= 512; n++) CHECK(c->lookup(78, &id, &whole) != Verdict::kCheckDeep);
+    delete c;
+}
+
+TEST_CASE("a site marked deep answers kDeep from then on, and a later store does not clear the mark") {
+    auto *c = new SiteCache();
+    uint64_t before = gg::stacks::reuse::counts().deep_sites.load();
+    uint32_t id = 0;
+    c->store(91, 3, 555);
+    REQUIRE(c->lookup(91, &id) == Verdict::kCheck);
+    c->mark_deep(91);
+    c->mark_deep(91);  // counted once
+    CHECK(gg::stacks::reuse::counts().deep_sites.load() == before + 1);
+    CHECK(c->lookup(91, &id) == Verdict::kDeep);
+    c->store(91, 4, 556);
+    CHECK(c->lookup(91, &id) == Verdict::kDeep);
+    delete c;
+}
+
+TEST_CASE("the deep check's schedule: powers of two up to 64, then every 64th hit") {
+    CHECK(SiteCache::deep_due(1));
+    CHECK(SiteCache::deep_due(64));
+    CHECK_FALSE(SiteCache::deep_due(96));
+    CHECK(SiteCache::deep_due(128));
+    CHECK(SiteCache::deep_due(192));
+    CHECK_FALSE(SiteCache::deep_due(193));
+}
