@@ -126,11 +126,18 @@ uint64_t site_seed(int skip) { return reuse::mix(0, uint64_t(skip)); }
 // lie in c10's allocator, and two operators' paths part 15 to 25 frames out (at::empty against
 // at::empty_strided). The walk stops at the eval loop, and the caching walker recalls it from the stack
 // words it read before (shim/stacks/walk_memo.h) when they are the same.
-uint64_t with_native_frames(uint64_t key, int skip, int depth, void *return_address) {
-    GG_PROFILE_STEP(kCaptureNativeKey);
-    uintptr_t frames[kMaxDepth];
-    int n = caller_frames(frames, skip, depth, return_address, stop_at_eval_loop);
-    for (int i = 0; i < n && !py::is_eval_loop(frames[i]); ++i) key = reuse::mix(key, frames[i]);
+// The native part is walked once per capture (`*native`, 0 until then): a site keyed first by its
+// innermost Python frames and then by all of them (settle_deep below) extends both keys with it.
+uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth, void *return_address) {
+    if (!*native) {
+        GG_PROFILE_STEP(kCaptureNativeKey);
+        uintptr_t frames[kMaxDepth];
+        int n = caller_frames(frames, skip, depth, return_address, stop_at_eval_loop);
+        uint64_t h = 0;
+        for (int i = 0; i < n && !py::is_eval_loop(frames[i]); ++i) h = reuse::mix(h, frames[i]);
+        *native = h ? h : 1;
+    }
+    key = reuse::mix(key, *native);
     return key ? key : 1;  // 0 marks an empty slot
 }
 
@@ -192,7 +199,8 @@ constexpr int kKeyFrames = 12;
 struct SiteLookup {
     reuse::SiteCache *sites = nullptr;
     uint64_t key = 0;
-    uint64_t whole = 0;  // stored with the stack: the whole Python key when `key` covers only the innermost frames
+    uint64_t whole = 0;   // stored with the stack: the whole Python key when `key` covers only the innermost frames
+    uint64_t native = 0;  // the native frames' part of an unstable site's key, once walked
     StackId cached = 0;
     reuse::SiteCache::Verdict verdict = reuse::SiteCache::Verdict::kMiss;
 };
@@ -203,7 +211,7 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
     if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
-    site.key = with_native_frames(site.key, skip, depth, return_address);
+    site.key = with_native_frames(site.key, &site.native, skip, depth, return_address);
     site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
     return census::Kind::kPythonExtended;
 }
