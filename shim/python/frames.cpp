@@ -319,12 +319,12 @@ uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
     uint64_t sum = 0;
     uint64_t n = 0;
     for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
-        uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
-        if (previous == frame) break;
-        if (n == uint64_t(max_frames)) {
+        if (n == uint64_t(max_frames)) {  // a frame further out: not read (its line is likely cold)
             *whole = false;
             break;
         }
+        uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
+        if (previous == frame) break;
         // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
         sum += frame_part(at<uintptr_t>(frame, l.frame_code), at<uintptr_t>(frame, l.frame_instr), n << 48);
         ++n;

@@ -121,13 +121,13 @@ uint64_t site_seed(int skip) { return reuse::mix(0, uint64_t(skip)); }
 // `key` extended with every native return address between the caller and the innermost eval loop
 // (that frame itself left out: where inside the eval loop it stood moves as CPython specialises), at
 // most `depth`: an unstable Python site, whose native paths differ somewhere below its Python frames.
-// That part is all that can differ under one Python key (which covers every Python frame), so each
-// path becomes a site of its own. A fixed few innermost frames were not enough: in PyTorch they all
-// lie in c10's allocator, and two operators' paths part 15 to 25 frames out (at::empty against
-// at::empty_strided). The walk stops at the eval loop, and the caching walker recalls it from the stack
-// words it read before (shim/stacks/walk_memo.h) when they are the same.
-// The native part is walked once per capture (`*native`, 0 until then): a site keyed first by its
-// innermost Python frames and then by all of them (settle_deep below) extends both keys with it.
+// That part is all that can differ under one whole Python key (a key of the innermost frames is checked
+// against it before, settle_deep below), so each path becomes a site of its own. A fixed few innermost frames were not
+// enough: in PyTorch they all lie in c10's allocator, and two operators' paths part 15 to 25 frames out (at::empty
+// against at::empty_strided). The walk stops at the eval loop, and the caching walker recalls it from the stack words
+// it read before (shim/stacks/walk_memo.h) when they are the same. The native part is walked once per capture
+// (`*native`, 0 until then): a site keyed first by its innermost Python frames and then by all of them (settle_deep
+// below) extends both keys with it.
 uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth, void *return_address) {
     if (!*native) {
         GG_PROFILE_STEP(kCaptureNativeKey);
@@ -219,13 +219,24 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
 // A key of the innermost frames only: a miss stores the whole stack's key with what it captures, and a
 // reuse due for its deep check compares it. A site found deep (another whole stack under its key)
 // is looked up again by the whole key, which is exact as every key was before.
+// Where the whole key cannot be had (the interpreter began finalising between the two walks), the
+// capture unwinds and keeps nothing: a short key stored without a whole one would never be checked.
 census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_address, uint64_t stored_whole,
                          census::Kind kind) {
     using Verdict = reuse::SiteCache::Verdict;
-    if (site.verdict == Verdict::kMiss) site.whole = py::site_key(site_seed(skip));
-    if (site.verdict != Verdict::kCheck && site.verdict != Verdict::kCheckDeep && site.verdict != Verdict::kDeep)
+    if (site.verdict != Verdict::kMiss && site.verdict != Verdict::kCheck && site.verdict != Verdict::kCheckDeep &&
+        site.verdict != Verdict::kDeep)
         return kind;
     uint64_t whole = py::site_key(site_seed(skip));
+    if (!whole) {
+        site.verdict = Verdict::kMiss;
+        site.sites = nullptr;
+        return kind;
+    }
+    if (site.verdict == Verdict::kMiss) {
+        site.whole = whole;
+        return kind;
+    }
     if (site.verdict != Verdict::kDeep) {
         reuse::counts().deep_checks.fetch_add(1, std::memory_order_relaxed);
         if (whole == stored_whole) {
@@ -234,9 +245,19 @@ census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_add
         }
         site.sites->mark_deep(site.key);
     }
-    site.key = whole ? whole : 1;
+    site.key = whole;
     site.whole = 0;
     return look_up(site, skip, depth, return_address, &stored_whole);
+}
+
+// A verdict the flow above settles (a deep check, a deep site) left over only where a whole or extended
+// key equals a short key of another site: unwound and kept nowhere, not counted as a census outcome.
+bool settled(SiteLookup &site) {
+    using Verdict = reuse::SiteCache::Verdict;
+    if (site.verdict != Verdict::kCheckDeep && site.verdict != Verdict::kDeep) return true;
+    site.verdict = Verdict::kMiss;
+    site.sites = nullptr;
+    return false;
 }
 
 bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
@@ -252,6 +273,7 @@ bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_addres
     uint64_t stored_whole = 0;
     census::Kind kind = look_up(site, skip, depth, return_address, &stored_whole);
     if (!whole) kind = settle_deep(site, skip, depth, return_address, stored_whole, kind);
+    if (!settled(site)) return false;
     census::note(kind, census::Outcome(int(site.verdict)));
     if (site.verdict == reuse::SiteCache::Verdict::kCheck &&
         confirmed_by_native_frames(site.cached, skip, depth, return_address)) {

@@ -6,10 +6,14 @@
 // allocations, from the same sites, every step. So a Python thread's stack is unwound once per site
 // and then reused.
 //
-// The site's key is what identifies it without unwinding: for a thread running Python, the whole
-// Python stack (every frame's code object and instruction address, read from the frames alone:
+// The site's key is what identifies it without unwinding: for a thread running Python, its 12 innermost
+// Python frames (each frame's code object and instruction address, read from the frames alone:
 // shim/python/frames.h, site_key) and the number of frames skipped (not the stack pointer: the C
 // stack's depth under one Python stack changes as CPython specialises calls, shim/stacks/capture.cpp).
+// The whole Python stack's key is stored beside the stack and compared at the 1st, 2nd, 4th ... 64th
+// reuse and every 64th after (deep_due); a site found reached from elsewhere further out is deep, and
+// keyed by its whole Python stack from then on (so at most 63 reuses in a row between two of those
+// checks can take an earlier stack).
 // Two native paths under one Python instruction share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then
 // every 1024th, is checked by the native frames between the allocation and the innermost eval loop (the only part that
 // can differ under one key; a walk the walk memo recalls), and only a check that finds other frames unwinds in full
