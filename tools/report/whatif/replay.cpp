@@ -639,6 +639,32 @@ std::string unmodelled_options(const std::string &conf) {
     return out;
 }
 
+// a: whether the model follows PyTorch on this run, from the replay of the settings it ran with under
+// the budget (`budget`: there is one).
+WhatIf::Check check_of(const Replay &rec, bool budget) {
+    WhatIf::Check c;
+    c.compared = rec.compared;
+    c.within = rec.within;
+    c.largest_difference = rec.largest_difference;
+    c.first_departure = rec.first_departure;
+    if (budget && rec.refusals > 0) c.reproduces_oom = rec.blocks_not_served == 0 && rec.last_refusal_refused;
+    bool agrees = c.compared > 0 && c.within * 10 >= c.compared * 9;
+    bool runs_out_earlier = budget && rec.blocks_not_served > 0;
+    c.trusted = agrees && !runs_out_earlier && c.reproduces_oom != false;
+    if (!agrees) {
+        c.why = "the model's reserved bytes stray more than 2 MiB from PyTorch's at over a tenth of the events";
+    } else if (runs_out_earlier) {
+        c.why = "under this budget the model runs out before PyTorch did (the budget or the model is off)";
+    } else if (c.reproduces_oom == false) {
+        c.why = "under this budget the model serves the request PyTorch refused (the budget or the model is off)";
+    } else if (c.reproduces_oom == true) {
+        c.why = "it follows PyTorch's reserved bytes and refuses the same request under the same budget";
+    } else {
+        c.why = "it follows PyTorch's reserved bytes";
+    }
+    return c;
+}
+
 }  // namespace
 
 WhatIf what_if(const Report &r) {
@@ -677,26 +703,7 @@ WhatIf what_if(const Report &r) {
 
     // a: the settings PyTorch ran with, under the same budget.
     Replay rec = replay(tr, w.recorded, limit, false);
-    WhatIf::Check &c = w.check;
-    c.compared = rec.compared;
-    c.within = rec.within;
-    c.largest_difference = rec.largest_difference;
-    c.first_departure = rec.first_departure;
-    if (w.budget && rec.refusals > 0) c.reproduces_oom = rec.blocks_not_served == 0 && rec.last_refusal_refused;
-    bool agrees = c.compared > 0 && c.within * 10 >= c.compared * 9;
-    bool runs_out_earlier = w.budget && rec.blocks_not_served > 0;
-    c.trusted = agrees && !runs_out_earlier && c.reproduces_oom != false;
-    if (!agrees) {
-        c.why = "the model's reserved bytes stray more than 2 MiB from PyTorch's at over a tenth of the events";
-    } else if (runs_out_earlier) {
-        c.why = "under this budget the model runs out before PyTorch did (the budget or the model is off)";
-    } else if (c.reproduces_oom == false) {
-        c.why = "under this budget the model serves the request PyTorch refused (the budget or the model is off)";
-    } else if (c.reproduces_oom == true) {
-        c.why = "it follows PyTorch's reserved bytes and refuses the same request under the same budget";
-    } else {
-        c.why = "it follows PyTorch's reserved bytes";
-    }
+    w.check = check_of(rec, w.budget.has_value());
 
     w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
     Config expandable = w.recorded;
