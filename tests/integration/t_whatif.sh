@@ -59,14 +59,10 @@ whatif_in_help_and_page() {
 }
 check "--what-if is in report --help and the README; the HTML page carries the answers" whatif_in_help_and_page
 
-# The report's own summary gives the replay's verdict as advice where the model follows the run, and
-# only there: on a report whose events the model does not follow, the summary points to --what-if.
 # tensor_fragmentation.json kept the last 7 of 9120 events; with 100 MiB more reserved in each event
 # than its segments hold, the model, which starts from those segments, strays from PyTorch's reserved.
-summary_advice() {
-  local out
-  fresh
-  python3 - "$DATA/tensor_fragmentation.json" <<'PY' || return 1
+strayed_report() {
+  python3 - "$DATA/tensor_fragmentation.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 ev = r["tensor_view"]["events"]
@@ -75,6 +71,14 @@ for row in ev["rows"]:
     row[reserved] += 100 << 20
 json.dump(r, open("strayed.json", "w"))
 PY
+}
+
+# The report's own summary gives the replay's verdict as advice where the model follows the run, and
+# only there: on a report whose events the model does not follow, the summary points to --what-if.
+summary_advice() {
+  local out
+  fresh
+  strayed_report || return 1
   out=$("$CLI" report --no-color "$WI") || return 1
   # 260 MiB of a 260 MiB budget: it fits, with nothing to spare for a rerun's variation.
   expect_contains "$out" "Replayed: an allocator option avoids this OOM only just, with too little to spare" "the advice's title" &&
@@ -94,6 +98,53 @@ PY
     "Replayed: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids this OOM" "advice from a replay that follows the run"
 }
 check "the summary's advice gives the replay's verdict only where the model follows the run" summary_advice
+
+# Issue 29: the summary (also --json, --html, %gpuguard) replays only what its verdict needs: the model
+# check, and nothing more where the model does not follow the run; its JSON names what it left out.
+# Nor does it replay a report listing more event rows than the shim writes (218,453): it says so in a
+# line, and --what-if still replays every event.
+summary_replays_what_it_needs() {
+  fresh
+  strayed_report || return 1
+  "$CLI" report --json strayed.json >s.json || return 1
+  expect_eq "$(json s.json '(lambda w: (w["model_check"]["trusted"], w["expandable_segments"], w["max_split_size_mb"], w["smallest_budget"]["as_configured_bytes"]))(d["analysis"]["what_if"])')" \
+    "(False, None, None, None)" "the summary's what-if, the model not trusted" &&
+  expect_contains "$(json s.json 'd["analysis"]["what_if"]["unanswered"]')" "gpuguard report --what-if" "what it left out, and where to get it" &&
+  "$CLI" report --html page.html strayed.json || return 1
+  expect_contains page.html '"unanswered":"the summary stopped after the model check' "the HTML page's data" &&
+  "$CLI" report --what-if --json strayed.json >w.json || return 1
+  expect_eq "$(json w.json '"unanswered" in d, len(d["max_split_size_mb"]), d["smallest_budget"]["as_configured_bytes"] > 0')" \
+    "(False, 6, True)" "--what-if's every answer" &&
+  "$CLI" report --json "$WI" >s.json || return 1
+  expect_eq "$(json s.json '"unanswered" in d["analysis"]["what_if"], len(d["analysis"]["what_if"]["max_split_size_mb"])')" \
+    "(False, 6)" "the summary's what-if, the model trusted" || return 1
+  python3 "$DATA/adversarial_report.py" --fragments 1000 --holes 100 --rounds 100 --bytes 8000000 padded.json || return 1
+  local out
+  out=$("$CLI" report --no-color padded.json) || return 1
+  expect_contains "$out" "What-if: the report lists 241304 event rows" "the line on the summary's bound" &&
+  expect_contains "$out" "more than the shim writes (218453; an edited report?): the summary replays none; \`gpuguard report --what-if\` replays them" \
+    "the line on the summary's bound" &&
+  "$CLI" report --json padded.json >s.json || return 1
+  expect_eq "$(json s.json '(lambda w: (w["events"], w["model_check"]))(d["analysis"]["what_if"])')" "(None, None)" "no replay in the summary" &&
+  "$CLI" report --what-if --json padded.json >w.json || return 1
+  expect_eq "$(json w.json 'd["events"]["replayed"], d["model_check"]["compared"]')" "(1950, 1950)" "--what-if replays every event"
+}
+check "the summary replays only what its verdict needs, and no report listing more rows than the shim writes" summary_replays_what_it_needs
+
+# adversarial_report.py --trusted crafts events the model follows (the summary's worst case, every
+# replay needed); --pad timeline keeps its events within the rows the shim writes.
+crafted_trusted() {
+  fresh
+  python3 "$DATA/adversarial_report.py" --trusted --pad timeline --fragments 20000 --holes 1000 --rounds 1000 \
+    --bytes 4000000 crafted.json || return 1
+  "$CLI" report --what-if --json crafted.json >w.json || return 1
+  expect_eq "$(json w.json 'd["events"]["replayed"], d["model_check"]["share_within_2mib"], d["model_check"]["trusted"], d["model_check"]["reproduces_oom"]')" \
+    "(33501, 1.0, True, True)" "the model check" &&
+  "$CLI" report --json crafted.json >s.json || return 1
+  expect_eq "$(json s.json '"unanswered" in d["analysis"]["what_if"], [a["id"] for a in d["analysis"]["advice"] if a["id"] == "what-if"]')" \
+    "(False, ['what-if'])" "the summary's verdict"
+}
+check "a crafted report the model follows: trusted, and the summary gives the verdict" crafted_trusted
 
 # Issue 29: every refusal copied and walked the whole cache, so a crafted report took minutes (52 MB:
 # over 500 s). A 64 MiB report made to be slow (tests/data/adversarial_report.py: 150,000 free

@@ -714,6 +714,83 @@ TEST_CASE("replay: a model that does not refuse what PyTorch refused is not trus
     CHECK(text.str().find("NOT trusted") != std::string::npos);
 }
 
+// Issue 29: the summary prints of the replay only its verdict, yet replayed as --what-if does (10 to 14
+// times). It now replays what the verdict needs: the check, and nothing more when the verdict would say
+// nothing; its JSON says what it left out.
+TEST_CASE("what-if for the summary: the check alone where the model does not follow the run, or no budget") {
+    History h = fragmented();
+    h.r.limit_bytes = 4096 * MiB;  // the model serves the 600 MiB PyTorch refused: not trusted
+    WhatIf all = what_if(h.r), summary = what_if(h.r, Answers::kVerdict);
+    REQUIRE_FALSE(all.check.trusted);
+    CHECK(all.reach == WhatIf::Reach::kAll);
+    CHECK(all.expandable);
+    CHECK(all.max_split.size() == 6);
+    CHECK(all.smallest_configured);
+    CHECK(summary.reach == WhatIf::Reach::kCheck);
+    CHECK(summary.check.compared == all.check.compared);
+    CHECK(summary.check.within == all.check.within);
+    CHECK_FALSE(summary.check.trusted);
+    CHECK_FALSE(summary.expandable);
+    CHECK(summary.max_split.empty());
+    CHECK_FALSE(summary.smallest_configured);
+    CHECK_FALSE(summary.smallest_expandable);
+    CHECK(summary.needed == all.needed);
+    CHECK(summary.unanswered ==
+          "the summary stopped after the model check (the model does not follow this run): `gpuguard report "
+          "--what-if` gives every answer");
+    nlohmann::json j = to_json(summary);
+    CHECK(j["unanswered"] == summary.unanswered);
+    CHECK(j["model_check"]["compared"] == all.check.compared);
+    CHECK(j["expandable_segments"].is_null());
+    CHECK(j["max_split_size_mb"].is_null());
+    CHECK(j["smallest_budget"]["allocated_peak_bytes"] == all.needed);
+    CHECK(j["smallest_budget"]["as_configured_bytes"].is_null());
+    CHECK_FALSE(to_json(all).contains("unanswered"));  // --what-if's document as it was
+
+    h.r.limit_bytes.reset();  // no quota, no device size: no budget, no verdict
+    WhatIf no_budget = what_if(h.r, Answers::kVerdict);
+    CHECK(no_budget.reach == WhatIf::Reach::kCheck);
+    CHECK(no_budget.check.trusted);
+    CHECK_FALSE(no_budget.smallest_configured);
+    CHECK(no_budget.unanswered.find("(no budget)") != std::string::npos);
+}
+
+TEST_CASE("what-if for the summary: every answer the verdict names where the model follows the run") {
+    History h = fragmented();
+    WhatIf all = what_if(h.r), summary = what_if(h.r, Answers::kVerdict);
+    REQUIRE(all.check.trusted);
+    CHECK(summary.reach == WhatIf::Reach::kAll);
+    CHECK(to_json(summary) == to_json(all));
+    REQUIRE(verdict(summary));
+    CHECK(verdict(summary)->detail == verdict(all)->detail);
+}
+
+TEST_CASE("what-if for the summary: no replay of a report listing more event rows than the shim writes") {
+    History h = fragmented();
+    TensorEvent other;  // older events of another device, as the crafted reports pad with
+    other.device = 1;
+    other.bytes = 512;
+    h.tv().events.insert(h.tv().events.begin(), gg::report_limits::kMaxEventRows - h.tv().events.size(), other);
+    CHECK(what_if(h.r, Answers::kVerdict).reach != WhatIf::Reach::kNothing);  // the most the shim writes
+    h.tv().events.insert(h.tv().events.begin(), other);
+    WhatIf summary = what_if(h.r, Answers::kVerdict);
+    CHECK(summary.reach == WhatIf::Reach::kNothing);
+    CHECK(summary.unanswered ==
+          "the report lists 218454 event rows, more than the shim writes (218453; an edited "
+          "report?): the summary replays none; `gpuguard report --what-if` replays them");
+    CHECK(summary.check.compared == 0);
+    CHECK_FALSE(verdict(summary));
+    nlohmann::json j = to_json(summary);
+    CHECK(j["events"].is_null());
+    CHECK(j["model_check"].is_null());
+    CHECK(j["smallest_budget"].is_null());
+    CHECK(j["budget"]["bytes"] == 2048 * MiB);
+    WhatIf all = what_if(h.r);  // --what-if replays them all
+    CHECK(all.reach == WhatIf::Reach::kAll);
+    CHECK(all.check.trusted);
+    CHECK(all.events == 661);
+}
+
 TEST_CASE("what-if: the summary's verdict names expandable segments when they avoid the OOM with room to spare") {
     WhatIf w;
     w.events = 61;

@@ -303,7 +303,7 @@ int report_one(const std::string &file, const Request &q, bool one_line) {
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
     }
     name_frames(r, q.naming);
-    Analysis an = analyze(r);
+    Analysis an = analyze(r, q.what_if ? gg::whatif::Answers::kAll : gg::whatif::Answers::kVerdict);
     const Stacks stacks = stacks_for(r, q.stacks);
 
     int status = 0;

@@ -45,7 +45,9 @@ struct Analysis {
     std::vector<Advice> advice;
 };
 
-Analysis analyze(const Report &r);
+// `what_if`: the replay's answers it computes (whatif::Answers): those of the summary's verdict unless
+// every one is asked (`gpuguard report --what-if`).
+Analysis analyze(const Report &r, whatif::Answers what_if = whatif::Answers::kVerdict);
 nlohmann::json to_json(const Analysis &a);
 
 }  // namespace gg::report

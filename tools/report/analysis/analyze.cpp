@@ -3,7 +3,7 @@
 
 namespace gg::report {
 
-Analysis analyze(const Report &r) {
+Analysis analyze(const Report &r, whatif::Answers what_if) {
     Analysis a;
     const uint64_t live = r.live_bytes();
     const uint64_t container = r.container_bytes.value_or(live);
@@ -33,7 +33,7 @@ Analysis analyze(const Report &r) {
     // ---- by phase and allocator: tensors when PyTorch reported its blocks, else the segments --------
     a.mode = mode_of(r);
     a.tensor = tensor_facts(r);
-    if (r.tensor && whatif::cannot_replay(r).empty()) a.what_if = whatif::what_if(r);
+    if (r.tensor && whatif::cannot_replay(r).empty()) a.what_if = whatif::what_if(r, what_if);
     const std::vector<StackBytes> &holders = a.tensor.present ? r.tensor->by_stack : r.by_stack;
     for (const StackBytes &sb : holders) {
         const Stack *s = r.stack(sb.stack);

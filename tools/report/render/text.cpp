@@ -505,6 +505,9 @@ void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std
     if (r.cudnn) print_cudnn(out, st, r, *r.cudnn);
     if (shows_container_processes(r)) print_container_processes(out, st, r);
     if (!a.advice.empty()) print_advice(out, st, a.advice);
+    // The summary's bound on its replays (whatif::Answers::kVerdict) said in one line where it applies.
+    if (a.what_if && a.what_if->reach == whatif::WhatIf::Reach::kNothing)
+        out << st.dim() << "What-if: " << a.what_if->unanswered << st.reset() << "\n\n";
     out << st.dim() << "More: gpuguard report --html report.html " << r.name << "   (flame graph, timeline, tables)"
         << st.reset() << "\n";
 }

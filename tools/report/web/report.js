@@ -759,16 +759,21 @@
     const cards = el('div', {class: 'cards'});
     function card(k, v, s) { cards.append(el('div', {class: 'card'}, el('div', {class: 'k', text: k}), el('div', {class: 'v', text: v}), el('div', {class: 's', text: s || ''}))); }
     const check = obj(w.model_check), budget = obj(w.budget), small = obj(w.smallest_budget);
-    card('model check', check.trusted ? 'trusted' : 'not trusted', check.why || '');
+    // The summary replays only what its verdict needs: what it left out is null, and `unanswered` says why.
+    if (w.model_check) card('model check', check.trusted ? 'trusted' : 'not trusted', check.why || '');
     card('budget for PyTorch', bytes(num(budget.bytes)),
          budget.scope === 'device' ? "no quota: the device's memory" : budget.scope ? 'the ' + budget.scope + ' limit, less what others hold' : '');
-    const e = w.expandable_segments && typeof w.expandable_segments === 'object' ? w.expandable_segments : null;
-    card('expandable_segments:True', e ? (e.avoids_oom ? 'avoids it' : 'does not') : 'unknown',
-         e && !e.avoids_oom ? (e.runs_out_earlier ? 'runs out earlier' : 'refuses the request too') : '');
-    const splits = arr(w.max_split_size_mb).filter(o => o && o.avoids_oom).map(o => String(o.mb));
-    card('max_split_size_mb', splits.length ? splits.join(', ') : 'none', splits.length ? 'avoid it' : 'of ' + arr(w.max_split_size_mb).map(o => obj(o).mb).join(', '));
-    card('smallest budget', bytes(num(small.as_configured_bytes)), 'allocated peak ' + bytes(num(small.allocated_peak_bytes)) + ' · expandable ' + bytes(num(small.expandable_segments_bytes)));
+    if (Array.isArray(w.max_split_size_mb)) {
+      const e = w.expandable_segments && typeof w.expandable_segments === 'object' ? w.expandable_segments : null;
+      card('expandable_segments:True', e ? (e.avoids_oom ? 'avoids it' : 'does not') : 'unknown',
+           e && !e.avoids_oom ? (e.runs_out_earlier ? 'runs out earlier' : 'refuses the request too') : '');
+      const splits = arr(w.max_split_size_mb).filter(o => o && o.avoids_oom).map(o => String(o.mb));
+      card('max_split_size_mb', splits.length ? splits.join(', ') : 'none', splits.length ? 'avoid it' : 'of ' + arr(w.max_split_size_mb).map(o => obj(o).mb).join(', '));
+    }
+    if (num(small.as_configured_bytes) !== null || !w.unanswered)
+      card('smallest budget', bytes(num(small.as_configured_bytes)), 'allocated peak ' + bytes(num(small.allocated_peak_bytes)) + ' · expandable ' + bytes(num(small.expandable_segments_bytes)));
     box.append(cards);
+    if (w.unanswered) box.append(el('p', {class: 'banner warn', text: w.unanswered}));
     for (const c of arr(obj(w.events).caveats)) box.append(el('p', {class: 'banner warn', text: 'approximate: ' + c}));
   }
 

@@ -85,13 +85,18 @@ std::string outcome_line(const Outcome &o, const WhatIf &w, const Style &s) {
 json to_json(const WhatIf &w) {
     json j;
     j["report"] = w.report;
+    // Only where the summary stopped short (what_if(r, Answers::kVerdict)): what it did not compute is
+    // null, and --what-if's document stays as it was.
+    if (w.reach != WhatIf::Reach::kAll) j["unanswered"] = w.unanswered;
     j["allocator_conf"] = w.allocator_conf;
     j["recorded"] = config_json(w.recorded);
-    j["events"] = {{"replayed", w.events},
-                   {"seeded_blocks", w.seeded},
-                   {"dropped", w.dropped},
-                   {"approximate", w.approximate},
-                   {"caveats", w.caveats}};
+    if (w.reach == WhatIf::Reach::kNothing) j["events"] = nullptr;
+    else
+        j["events"] = {{"replayed", w.events},
+                       {"seeded_blocks", w.seeded},
+                       {"dropped", w.dropped},
+                       {"approximate", w.approximate},
+                       {"caveats", w.caveats}};
     if (w.budget) {
         const Budget &b = *w.budget;
         j["budget"] = {{"bytes", b.bytes},
@@ -104,6 +109,11 @@ json to_json(const WhatIf &w) {
         j["budget"] = nullptr;
     }
     j["refused_request_bytes"] = maybe(w.refused_request);
+    if (w.reach == WhatIf::Reach::kNothing) {
+        for (const char *unknown : {"model_check", "expandable_segments", "max_split_size_mb", "smallest_budget"})
+            j[unknown] = nullptr;
+        return j;
+    }
     const WhatIf::Check &c = w.check;
     j["model_check"] = {{"compared", c.compared},
                         {"within_2mib", c.within},
@@ -121,7 +131,7 @@ json to_json(const WhatIf &w) {
         s["mb"] = o.config.max_split_size >> 20;
         splits.push_back(s);
     }
-    j["max_split_size_mb"] = splits;
+    j["max_split_size_mb"] = w.reach == WhatIf::Reach::kCheck ? json(nullptr) : splits;
     j["smallest_budget"] = {{"allocated_peak_bytes", w.needed},
                             {"as_configured_bytes", maybe(w.smallest_configured)},
                             {"expandable_segments_bytes", maybe(w.smallest_expandable)}};

@@ -667,13 +667,21 @@ WhatIf::Check check_of(const Replay &rec, bool budget) {
 
 }  // namespace
 
-WhatIf what_if(const Report &r) {
+WhatIf what_if(const Report &r, Answers answers) {
     WhatIf w;
     w.report = r.name;
     const TensorView &t = *r.tensor;
     w.allocator_conf = t.allocator_conf;
     w.recorded.expandable = t.expandable_segments();
     w.recorded.max_split_size = t.max_split_size();
+    w.budget = budget_of(r);
+    if (answers == Answers::kVerdict && t.events.size() > report_limits::kMaxEventRows) {
+        w.reach = WhatIf::Reach::kNothing;
+        w.unanswered = "the report lists " + std::to_string(t.events.size()) +
+                       " event rows, more than the shim writes (" + std::to_string(report_limits::kMaxEventRows) +
+                       "; an edited report?): the summary replays none; `gpuguard report --what-if` replays them";
+        return w;
+    }
     Trace tr = trace_of(r);
     w.events = tr.ops.size();
     w.seeded = tr.seeds.size();
@@ -685,7 +693,6 @@ WhatIf what_if(const Report &r) {
         w.caveats.push_back("PYTORCH_CUDA_ALLOC_CONF sets " + options +
                             ", which the model does not follow (it replays c10's defaults there)");
     }
-    w.budget = budget_of(r);
     const uint64_t limit = w.budget ? w.budget->bytes : kNoLimit;
 
     // c: PyTorch's own allocated peak, the refused request on top of what it held then.
@@ -704,6 +711,13 @@ WhatIf what_if(const Report &r) {
     // a: the settings PyTorch ran with, under the same budget.
     Replay rec = replay(tr, w.recorded, limit, false);
     w.check = check_of(rec, w.budget.has_value());
+    if (answers == Answers::kVerdict && (!w.check.trusted || !w.budget)) {  // verdict() would say nothing
+        w.reach = WhatIf::Reach::kCheck;
+        w.unanswered = std::string("the summary stopped after the model check (") +
+                       (w.check.trusted ? "no budget" : "the model does not follow this run") +
+                       "): `gpuguard report --what-if` gives every answer";
+        return w;
+    }
 
     w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
     Config expandable = w.recorded;

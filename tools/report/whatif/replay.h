@@ -153,7 +153,12 @@ struct Outcome {  // one setting under the budget
 };
 
 struct WhatIf {
-    std::string report;  // the file's name
+    // How far what_if() went: every answer; the model check only (the summary, whose verdict would say
+    // nothing: the model does not follow the run, or there is no budget); no replay at all (the
+    // summary, of a report listing more event rows than the shim writes: an edited or crafted one).
+    enum class Reach { kAll, kCheck, kNothing } reach = Reach::kAll;
+    std::string unanswered;  // why it stopped short of kAll, one sentence naming `gpuguard report --what-if`
+    std::string report;      // the file's name
     std::string allocator_conf;
     Config recorded;
     size_t events = 0, seeded = 0;
@@ -189,8 +194,14 @@ inline bool comfortably(const Outcome &o, uint64_t budget) {
 // The max_split_size_mb values tried (c10 requires more than 20).
 constexpr uint64_t kSplitSizesMb[] = {32, 64, 128, 256, 512, 1024};
 
-// The whole answer; the report must be replayable (cannot_replay(r) empty).
-WhatIf what_if(const report::Report &r);
+// What a caller needs of what_if(): every answer (`gpuguard report --what-if`), or those the summary's
+// verdict uses (the summary, --json, --html): the model check first, and nothing more when the verdict
+// would say nothing; no replay at all of a report that lists more event rows than the shim ever writes
+// (report_limits::kMaxEventRows), which bounds the summary's replays to that many events.
+enum class Answers { kAll, kVerdict };
+
+// The answer; the report must be replayable (cannot_replay(r) empty).
+WhatIf what_if(const report::Report &r, Answers answers = Answers::kAll);
 
 nlohmann::json to_json(const WhatIf &w);
 // A few lines a person reads in ten seconds.
