@@ -755,14 +755,27 @@ TEST_CASE("what-if for the summary: the check alone where the model does not fol
     CHECK(no_budget.unanswered.find("(no budget)") != std::string::npos);
 }
 
-TEST_CASE("what-if for the summary: every answer the verdict names where the model follows the run") {
+TEST_CASE("what-if for the summary: the verdict's answers, not the smallest budget, where the model follows the run") {
     History h = fragmented();
     WhatIf all = what_if(h.r), summary = what_if(h.r, Answers::kVerdict);
     REQUIRE(all.check.trusted);
-    CHECK(summary.reach == WhatIf::Reach::kAll);
-    CHECK(to_json(summary) == to_json(all));
+    CHECK(all.smallest_configured);
+    CHECK(summary.reach == WhatIf::Reach::kVerdict);
+    CHECK_FALSE(summary.smallest_configured);
+    CHECK_FALSE(summary.smallest_expandable);
+    nlohmann::json j = to_json(summary), k = to_json(all);
+    for (const char *same : {"model_check", "budget", "events", "expandable_segments", "max_split_size_mb"})
+        CHECK(j[same] == k[same]);
+    CHECK(j["smallest_budget"]["allocated_peak_bytes"] == k["smallest_budget"]["allocated_peak_bytes"]);
+    CHECK(j["smallest_budget"]["as_configured_bytes"].is_null());
+    CHECK(j["unanswered"] == "the summary does not search for the smallest budget: `gpuguard report --what-if` does");
     REQUIRE(verdict(summary));
-    CHECK(verdict(summary)->detail == verdict(all)->detail);
+    REQUIRE(verdict(all));
+    CHECK(verdict(summary)->title == verdict(all)->title);
+    CHECK(verdict(all)->detail.find("The run needs at least") != std::string::npos);
+    CHECK(verdict(summary)->detail.find("The run needs at least") == std::string::npos);
+    CHECK(verdict(summary)->detail.find(". `gpuguard report --what-if` gives the smallest budget the run needs; no "
+                                        "allocator does with less than its") != std::string::npos);
 }
 
 TEST_CASE("what-if for the summary: no replay of a report listing more event rows than the shim writes") {

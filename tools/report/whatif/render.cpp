@@ -176,14 +176,18 @@ std::optional<Verdict> verdict(const WhatIf &w) {
         v.detail += (avoiding.empty() ? "" : ", ") + just + " only just, with less than " +
                     human_bytes(spare_needed(budget)) + " to spare";
     if (avoiding.empty() && just.empty()) v.detail += "avoids it at none of 32 to 1024";
-    v.detail += ". The run needs at least " +
-                (w.smallest_configured ? human_bytes(*w.smallest_configured) : std::string("more than tried")) +
-                " for PyTorch as configured";
-    if (w.smallest_expandable && !w.recorded.expandable)
-        v.detail += ", " + human_bytes(*w.smallest_expandable) + " with expandable segments";
-    if (w.budget->others || w.budget->outside)
-        v.detail += " (a quota needs " + human_bytes(w.budget->others + w.budget->outside) +
-                    " more, for other processes and this process's memory outside PyTorch)";
+    if (w.reach == WhatIf::Reach::kAll) {
+        v.detail += ". The run needs at least " +
+                    (w.smallest_configured ? human_bytes(*w.smallest_configured) : std::string("more than tried")) +
+                    " for PyTorch as configured";
+        if (w.smallest_expandable && !w.recorded.expandable)
+            v.detail += ", " + human_bytes(*w.smallest_expandable) + " with expandable segments";
+        if (w.budget->others || w.budget->outside)
+            v.detail += " (a quota needs " + human_bytes(w.budget->others + w.budget->outside) +
+                        " more, for other processes and this process's memory outside PyTorch)";
+    } else {
+        v.detail += ". `gpuguard report --what-if` gives the smallest budget the run needs";
+    }
     v.detail += "; no allocator does with less than its " + human_bytes(w.needed) + " allocated peak.";
     if (w.approximate) v.detail += " Approximate: the ring had dropped older events.";
     return v;

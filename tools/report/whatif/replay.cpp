@@ -719,11 +719,19 @@ WhatIf what_if(const Report &r, Answers answers) {
         return w;
     }
 
-    w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
     Config expandable = w.recorded;
     expandable.expandable = true;
-    // Recorded with expandable segments, the two searches are one question: asked once.
-    w.smallest_expandable = w.recorded.expandable ? w.smallest_configured : smallest_limit(tr, expandable, w.needed);
+    if (answers == Answers::kAll) {
+        w.smallest_configured = smallest_limit(tr, w.recorded, w.needed);
+        // Recorded with expandable segments, the two searches are one question: asked once.
+        w.smallest_expandable =
+            w.recorded.expandable ? w.smallest_configured : smallest_limit(tr, expandable, w.needed);
+    } else {
+        // The searches are half the replays or more (one replay a probe), and the verdict's other
+        // answers need 8 in all: the summary's replays stay within 8 of at most kMaxEventRows events.
+        w.reach = WhatIf::Reach::kVerdict;
+        w.unanswered = "the summary does not search for the smallest budget: `gpuguard report --what-if` does";
+    }
 
     if (w.budget) {
         // b and d: other settings under the same budget.

@@ -153,10 +153,11 @@ struct Outcome {  // one setting under the budget
 };
 
 struct WhatIf {
-    // How far what_if() went: every answer; the model check only (the summary, whose verdict would say
-    // nothing: the model does not follow the run, or there is no budget); no replay at all (the
-    // summary, of a report listing more event rows than the shim writes: an edited or crafted one).
-    enum class Reach { kAll, kCheck, kNothing } reach = Reach::kAll;
+    // How far what_if() went: every answer; those of the summary's verdict (all but the searches of
+    // the smallest budget); the model check only (the summary, whose verdict would say nothing: the
+    // model does not follow the run, or there is no budget); no replay at all (the summary, of a
+    // report listing more event rows than the shim writes: an edited or crafted one).
+    enum class Reach { kAll, kVerdict, kCheck, kNothing } reach = Reach::kAll;
     std::string unanswered;  // why it stopped short of kAll, one sentence naming `gpuguard report --what-if`
     std::string report;      // the file's name
     std::string allocator_conf;
@@ -196,8 +197,9 @@ constexpr uint64_t kSplitSizesMb[] = {32, 64, 128, 256, 512, 1024};
 
 // What a caller needs of what_if(): every answer (`gpuguard report --what-if`), or those the summary's
 // verdict uses (the summary, --json, --html): the model check first, and nothing more when the verdict
-// would say nothing; no replay at all of a report that lists more event rows than the shim ever writes
-// (report_limits::kMaxEventRows), which bounds the summary's replays to that many events.
+// would say nothing, and never the searches of the smallest budget (the verdict then says where to get
+// it); no replay at all of a report that lists more event rows than the shim ever writes
+// (report_limits::kMaxEventRows). The summary replays at most 8 times, at most that many events each.
 enum class Answers { kAll, kVerdict };
 
 // The answer; the report must be replayable (cannot_replay(r) empty).
