@@ -29,7 +29,9 @@ whatif_page() {
   html_renders "$DATA/whatif_quota.json" --dom-only || return 1
   [[ -f shots-whatif_quota/dom.html ]] || return 0  # no Chromium: html_renders said so
   expect_contains shots-whatif_quota/dom.html '<section id="whatif-section">' "the page (the what-if section shown)" &&
-    expect_contains shots-whatif_quota/dom.html 'avoids it' "the what-if section"
+    expect_contains shots-whatif_quota/dom.html 'avoids it' "the what-if section" &&
+    expect_contains shots-whatif_quota/dom.html '<p class="banner warn">the summary does not search for the smallest budget' \
+      "what the page's replays left out (the summary's: --what-if gives it)"
 }
 check "the HTML report of a PyTorch OOM with block events shows the what-if replay" whatif_page
 
