@@ -54,14 +54,22 @@ no_python_thread() {
 }
 check "a thread without Python allocates while another holds the GIL: no deadlock, native stack" no_python_thread
 
+# py_alloc_report [VAR=VALUE...] -- ARG...: py_alloc.py ARG... under the shim; the exit report's path.
+py_alloc_report() {
+  local vars=(); while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
+  env GPUGUARD_REPORT_ON_EXIT=1 "${vars[@]}" LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE timeout 60 \
+    python3 "$ROOT/tests/integration/py_alloc.py" "$@" >"$TMP/out" 2>"$TMP/err" || return 1
+  ls "$TMP"/gpuguard-exit-*.json
+}
+# The line of py_alloc.py that carries MARK.
+line_of() { grep -n "$1" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1; }
+
 # paths N PATTERN [VAR=VALUE...]: py_alloc.py's paths mode under the shim; the exit report's path.
 paths_report() {
   local n=$1 pattern=$2; shift 2
   cc -shared -fPIC -O2 -I"${CUDA_HOME:-/usr/local/cuda}/include" -o two_paths.so "$ROOT/tests/integration/src/two_paths.c" \
     -L"$FAKE" -lcuda || return 1
-  env GPUGUARD_REPORT_ON_EXIT=1 "$@" LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE timeout 60 \
-    python3 "$ROOT/tests/integration/py_alloc.py" paths "$TMP/two_paths.so" "$n" "$pattern" >"$TMP/out" 2>"$TMP/err" || return 1
-  ls "$TMP"/gpuguard-exit-*.json
+  py_alloc_report "$@" -- paths "$TMP/two_paths.so" "$n" "$pattern"
 }
 # Bytes by stack for path_a and path_b, as "[(name, bytes, count), ...]".
 BY_PATH="sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'] if f.get('symbol') in ('path_a','path_b')), '?'))(b['stack']), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
@@ -69,7 +77,7 @@ BY_PATH="sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'
 stack_reused() {
   fresh
   local r; r=$(paths_report 200 a) || { cat "$TMP/err"; return 1; }
-  local line; line=$(grep -n "LINE-OF-PATHS" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  local line; line=$(line_of LINE-OF-PATHS)
   expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((200 * MIB)), 200)]" "all 200 under path_a" &&
   expect_eq "$(json "$r" "[(f['function'], f['line']) for f in d['stacks'][d['by_stack'][0]['stack']]['frames'] if f['kind']=='python'][:1]")" \
     "[('paths', $line)]" "with the Python line" &&
@@ -120,21 +128,13 @@ stack_reuse_two_paths_deep() {
 }
 check "an unstable Python site whose native paths part far from the allocation: each path still reused" stack_reuse_two_paths_deep
 
-# deep N PATTERN [VAR=VALUE...]: py_alloc.py's deep mode under the shim; the exit report's path.
-deep_report() {
-  local n=$1 pattern=$2; shift 2
-  env GPUGUARD_REPORT_ON_EXIT=1 "$@" LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE timeout 60 \
-    python3 "$ROOT/tests/integration/py_alloc.py" deep "$n" "$pattern" >"$TMP/out" 2>"$TMP/err" || return 1
-  ls "$TMP"/gpuguard-exit-*.json
-}
 # Blocks by the line of deep() each stack names, as "[(line, bytes, count), ...]".
 BY_CALLER="sorted((next(f['line'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python' and f['function'] == 'deep'), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
 
 deep_callers_told_apart() {
   fresh
-  local r; r=$(deep_report 200 ab) || { cat "$TMP/err"; return 1; }
-  local a b; a=$(grep -n "LINE-OF-DEEP-A" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
-  b=$(grep -n "LINE-OF-DEEP-B" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  local r; r=$(py_alloc_report -- deep 200 ab) || { cat "$TMP/err"; return 1; }
+  local a b; a=$(line_of LINE-OF-DEEP-A) b=$(line_of LINE-OF-DEEP-B)
   # The two callers share the 16 innermost frames (a site key reads 12): the first reuse's deep check
   # finds the other whole stack, and from then on the site is keyed by every frame.
   expect_eq "$(json "$r" "$BY_CALLER")" "[($b, $((200 * MIB)), 100), ($a, $((100 * MIB)), 100)]" \
@@ -146,9 +146,8 @@ check "two callers 16 Python frames out, alternating: each keeps its own stack (
 
 deep_change_found_by_the_check() {
   fresh
-  local r; r=$(deep_report 520 a-then-b) || { cat "$TMP/err"; return 1; }
-  local a b; a=$(grep -n "LINE-OF-DEEP-A" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
-  b=$(grep -n "LINE-OF-DEEP-B" "$ROOT/tests/integration/py_alloc.py" | cut -d: -f1)
+  local r; r=$(py_alloc_report -- deep 520 a-then-b) || { cat "$TMP/err"; return 1; }
+  local a b; a=$(line_of LINE-OF-DEEP-A) b=$(line_of LINE-OF-DEEP-B)
   # 260 from A, then 260 from B. The site is stored at the first allocation, so B's first is its 260th
   # reuse; the next deep check is the 320th (every 64th past 64, not a power of two: a deep check
   # alone), so B's 60 allocations before it take A's stack and every later one is B's own.

@@ -198,8 +198,8 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
     }
     std::sort(mapped_at_end.begin(), mapped_at_end.end());
     candidates.insert(candidates.end(), mapped_at_end.begin(), mapped_at_end.end());
-    // Each range's pages as a set while candidates join it (sorted once after: one sort a page added
-    // was quadratic in a crafted report's pages).
+    // Each range's pages as a set while candidates join it, written back in order after (one sort a
+    // page added was quadratic in a crafted report's pages).
     std::vector<std::set<std::pair<uint64_t, uint64_t>>> have;
     for (const Trace::Range &r : tr.ranges) have.emplace_back(r.mapped.begin(), r.mapped.end());
     for (const auto &[address, bytes] : candidates) {
@@ -210,12 +210,11 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
                 bytes > reserved - accounted)
                 continue;
             if (!have[ri].emplace(address, bytes).second) continue;
-            r.mapped.emplace_back(address, bytes);
             accounted += bytes;
             tr.pages_inferred++;
         }
     }
-    for (Trace::Range &r : tr.ranges) std::sort(r.mapped.begin(), r.mapped.end());
+    for (size_t ri = 0; ri < tr.ranges.size(); ri++) tr.ranges[ri].mapped.assign(have[ri].begin(), have[ri].end());
     tr.cache_unknown = sub_sat(reserved, accounted);
 }
 
