@@ -1,17 +1,27 @@
 // The tensor view's events between c10's report and the tables they change: a short log, appended to
-// on the hot path and applied in batches (shim/torch/view.cpp).
+// on the hot path and applied in batches, by a thread of the shim's own (shim/torch/view.cpp).
 //
-// Why: each event changes four structures (the live-block table, bytes by stack, PyTorch's totals
-// with their timeline, the event ring), and on the GPU the driver's and PyTorch's own work between
-// two events evicts every line of them: one event then waited on 30 to 40 cold cache lines, 0.5 us
-// of a Llama step's 2,100 events each (BENCHMARKS.md). Appending touches the log's lock and one
-// 64-byte slot; a batch of kBatch events is then applied in one pass, in which the structures'
+// Why a log: each event changes four structures (the live-block table, bytes by stack, PyTorch's
+// totals with their timeline, the event ring), and on the GPU the driver's and PyTorch's own work
+// between two events evicts every line of them: one event then waited on 30 to 40 cold cache lines,
+// 0.5 us of a Llama step's 2,100 events each (BENCHMARKS.md). Appending touches the log's lock and
+// one 64-byte slot; a batch of kBatch events is then applied in one pass, in which the structures'
 // shared lines stay in the cache from one event to the next.
 //
-// Ordered: one lock, so the events are applied in the order c10 reported them (a block made on the
-// forward thread and freed on the autograd thread is inserted before it is taken). Whoever reads
-// the tables applies what is pending first (settle), so a report never misses an event.
+// Why a thread: applied on the program's thread, a batch still cost 45 to 70 us on the GPU machine,
+// about a quarter of a block event's time, paid by whichever thread filled the log, inside c10's
+// allocator mutex. The applier thread takes a full batch off the program's hands (the log has two
+// buffers: one filling, one handed off) and sleeps in between. Where it cannot start (no memory, a
+// limit on threads), batches are applied as before, on the thread that fills the log.
+//
+// Ordered: appends take one lock, and batches are applied one at a time in the order they filled,
+// so the events are applied in the order c10 reported them (a block made on the forward thread and
+// freed on the autograd thread is inserted before it is taken). Whoever reads the tables applies
+// what is pending first (settle), so a report never misses an event.
 #pragma once
+#include <sys/types.h>
+#include <atomic>
+
 #include <cstdint>
 #include <mutex>
 
@@ -37,46 +47,79 @@ static_assert(sizeof(BlockEvent) == 64, "an event is one cache line");
 class PendingLog {
 public:
     static constexpr int kBatch = 256;  // 16 KiB of events; a batch applies in a few tens of microseconds
+    using Apply = void (*)(const BlockEvent *events, int n);
 
-    // Appends e; when the log is full, applies every pending event (apply(events, n)) first.
-    template <class Apply>
-    void append(const BlockEvent &e, Apply &&apply) {
+    // `background`: full batches go to the applier thread (started at the first); otherwise they are
+    // applied on the thread that fills the log (the unit tests' deterministic mode).
+    constexpr PendingLog(Apply apply, bool background) : apply_(apply), background_(background) {}
+
+    // Appends e; when the log is full, hands the batch to the applier first.
+    void append(const BlockEvent &e) {
         std::lock_guard<FutexLock> lock(mu_);
-        if (n_ == kBatch) flush(apply);
-        events_[n_++] = e;
+        if (n_ == kBatch) hand_off();
+        events_[filling_][n_++] = e;
     }
 
-    // Applies what is pending: before the tables are read.
-    template <class Apply>
-    void settle(Apply &&apply) {
+    // Applies what is pending, the batch handed off included: before the tables are read.
+    void settle() {
         std::lock_guard<FutexLock> lock(mu_);
-        flush(apply);
+        std::lock_guard<FutexLock> applying(apply_mu_);
+        apply_pending();
     }
 
-    // Runs f with the log locked and nothing pending: the tables then change only inside f.
-    template <class Apply, class F>
-    void settled(Apply &&apply, F &&f) {
+    // Runs f with nothing pending and no batch being applied: the tables then change only inside f.
+    template <class F>
+    void settled(F &&f) {
         std::lock_guard<FutexLock> lock(mu_);
-        flush(apply);
+        std::lock_guard<FutexLock> applying(apply_mu_);
+        apply_pending();
         f();
     }
 
-    // fork(): taken before, released on both sides; the child drops its parent's events.
-    void lock_for_fork() { mu_.lock(); }
-    void unlock_after_fork() { mu_.unlock(); }
-    void clear_after_fork() { n_ = 0; }
+    // Whether the applier thread runs (the report's tensor section says where batches are applied).
+    bool applier_running() const { return applier_.load(std::memory_order_relaxed) == kRunning; }
+
+    // fork(): taken before, released on both sides; the child drops its parent's events
+    // (clear_after_fork, also the unit tests' way to start afresh), and starts an applier of its own at
+    // its first full batch.
+    void lock_for_fork() {
+        mu_.lock();
+        apply_mu_.lock();
+    }
+    void unlock_after_fork() {
+        apply_mu_.unlock();
+        mu_.unlock();
+    }
+    void clear_after_fork();
 
 private:
-    template <class Apply>
-    void flush(Apply &apply) {
-        int n = n_;
-        n_ = 0;  // first: an apply that throws part-way (no host memory) must not apply them twice
-        if (n) apply(static_cast<const BlockEvent *>(events_), n);
-    }
+    enum ApplierState : uint32_t { kNotStarted, kRunning, kFailed };
 
-    FutexLock mu_;  // with n_: the one line every append changes, beside the slot it writes
+    void hand_off();         // under mu_: the full batch to the applier, or applied here
+    void apply_handed();     // under apply_mu_: the batch handed off, if the applier has not yet
+    void apply_pending();    // under both: the batch handed off, then what is filling
+    bool applier_started();  // under mu_
+    static void *applier_main(void *log);
+
+    const Apply apply_;
+    const bool background_;
+
+    // Appends: mu_ with n_ and filling_, the one line every append changes, beside the slot it writes.
+    FutexLock mu_;
     int n_ = 0;
-    BlockEvent events_[kBatch];
+    int filling_ = 0;  // the buffer appends go to; the other is handed off or free
+    std::atomic<uint32_t> applier_{kNotStarted};
+    pid_t applier_pid_ = 0;  // the process that started it (fork: a child has none)
+
+    // The hand-off: apply_mu_ is held while any batch is applied, so batches never overlap. handed_n_
+    // (events in the buffer handed off, 0 when it is free) is set under mu_ and cleared under
+    // apply_mu_; handoffs_ counts hand-offs, the word the applier sleeps on.
+    alignas(64) FutexLock apply_mu_;
+    int handed_ = 0;
+    std::atomic<int> handed_n_{0};
+    std::atomic<uint32_t> handoffs_{0};
+
+    BlockEvent events_[2][kBatch]{};
 };
 
 }  // namespace gg::torch

@@ -66,7 +66,7 @@ Mappings &mappings_table() {
     return m ? *m : never_destroyed(g_mappings_made);
 }
 
-// Replaces a value only apply() writes (one batch at a time, under the pending log's lock): a load
+// Replaces a value only apply() writes (one batch at a time: shim/torch/pending.h): a load
 // and a store, where an atomic read-modify-write would lock the bus for nothing; readers still load
 // whole values. Returns the value it replaced.
 uint64_t replace(std::atomic<uint64_t> &value, uint64_t now) {
@@ -173,14 +173,14 @@ void apply(const BlockEvent *events, int n) {
     }
 }
 
-PendingLog g_pending;
+PendingLog g_pending(apply, /*background=*/true);
 
 void append(const BlockEvent &e) {
     GG_PROFILE_STEP(kTorchLog);
-    g_pending.append(e, apply);
+    g_pending.append(e);
 }
 
-void settle() { g_pending.settle(apply); }
+void settle() { g_pending.settle(); }
 
 }  // namespace
 
@@ -205,8 +205,8 @@ bool set_enabled(bool on) {
     // Emptied before the first event is taken again: a block listed before the switch may have been
     // freed while the view was off, and would stay listed for ever. What is left unlisted is
     // PyTorch's allocated total less the listed bytes (the report's "coverage").
-    events().configure(state().cfg->tensor_events);     // started with GPUGUARD_TENSOR_VIEW=0: no ring yet
-    g_pending.settled(apply, [] { table().clear(); });  // what was pending happened before the switch
+    events().configure(state().cfg->tensor_events);  // started with GPUGUARD_TENSOR_VIEW=0: no ring yet
+    g_pending.settled([] { table().clear(); });      // what was pending happened before the switch
     if (g_off_since_ns) g_coverage.missed_off_ns += now - g_off_since_ns;
     g_coverage.listed_since_ns = now;
     g_off_since_ns = 0;

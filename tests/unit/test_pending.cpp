@@ -1,7 +1,9 @@
 // The tensor view's pending log (shim/torch/pending.h): events are applied in the order they were
-// appended, in batches, and nothing stays pending once the tables are read.
+// appended, in batches, and nothing stays pending once the tables are read; in the background mode
+// the shim uses, full batches are applied by the log's own thread.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,52 +25,101 @@ BlockEvent event_at(uint64_t i) {
     return e;
 }
 
+// What the log applied, in order, and on which threads. The log's apply is a plain function (the
+// shim's is view.cpp's), so the record is global; each case clears it first.
+struct Applied {
+    std::mutex mu;  // the applier thread and the test's thread both read and write it
+    std::vector<uint64_t> times;
+    std::vector<int> batches;
+    std::vector<std::thread::id> threads;
+    void clear() {
+        std::lock_guard<std::mutex> lock(mu);
+        times.clear();
+        batches.clear();
+        threads.clear();
+    }
+    size_t count() {
+        std::lock_guard<std::mutex> lock(mu);
+        return times.size();
+    }
+} g_applied;
+
+void record(const BlockEvent *events, int n) {
+    std::lock_guard<std::mutex> lock(g_applied.mu);
+    g_applied.batches.push_back(n);
+    g_applied.threads.push_back(std::this_thread::get_id());
+    for (int i = 0; i < n; i++) g_applied.times.push_back(events[i].t_ns);
+}
+
+// Waits (up to a minute: a loaded machine, a sanitizer) until the log's thread has applied `n` events.
+bool wait_applied(size_t n) {
+    for (int i = 0; i < 60000 && g_applied.count() < n; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return g_applied.count() >= n;
+}
+
 }  // namespace
 
 TEST_CASE("pending log: appended events are applied in order, a batch at a time, and settle applies the rest") {
-    PendingLog log;
-    std::vector<uint64_t> applied;
-    std::vector<int> batches;
-    auto apply = [&](const BlockEvent *events, int n) {
-        batches.push_back(n);
-        for (int i = 0; i < n; i++) applied.push_back(events[i].t_ns);
-    };
+    g_applied.clear();
+    static PendingLog log(record, /*background=*/false);
     const uint64_t kEvents = 3 * PendingLog::kBatch + 17;
-    for (uint64_t i = 0; i < kEvents; i++) log.append(event_at(i), apply);
-    // Full batches went as the log filled; the last 17 wait for a reader.
-    CHECK(applied.size() == 3 * PendingLog::kBatch);
-    for (int n : batches) CHECK(n == PendingLog::kBatch);
-    log.settle(apply);
-    REQUIRE(applied.size() == kEvents);
-    for (uint64_t i = 0; i < kEvents; i++) CHECK(applied[i] == i);
+    for (uint64_t i = 0; i < kEvents; i++) log.append(event_at(i));
+    // Full batches went as the log filled, on this thread; the last 17 wait for a reader.
+    CHECK(g_applied.count() == 3 * PendingLog::kBatch);
+    for (int n : g_applied.batches) CHECK(n == PendingLog::kBatch);
+    log.settle();
+    REQUIRE(g_applied.count() == kEvents);
+    for (uint64_t i = 0; i < kEvents; i++) CHECK(g_applied.times[i] == i);
+    for (std::thread::id t : g_applied.threads) CHECK(bool(t == std::this_thread::get_id()));
     // Nothing pending: settling again applies nothing.
-    batches.clear();
-    log.settle(apply);
-    CHECK(batches.empty());
+    g_applied.batches.clear();
+    log.settle();
+    CHECK(g_applied.batches.empty());
+    CHECK_FALSE(log.applier_running());
+}
+
+TEST_CASE("pending log: in the background, a full batch is applied by the log's thread, and settle takes the rest") {
+    g_applied.clear();
+    static PendingLog log(record, /*background=*/true);
+    // One batch full and handed off, one event more: the hand-off happens at the append after the
+    // batch fills.
+    for (uint64_t i = 0; i <= uint64_t(PendingLog::kBatch); i++) log.append(event_at(i));
+    CHECK(log.applier_running());
+    REQUIRE(wait_applied(PendingLog::kBatch));
+    {
+        std::lock_guard<std::mutex> lock(g_applied.mu);
+        REQUIRE(g_applied.batches.size() == 1);
+        CHECK(g_applied.batches[0] == PendingLog::kBatch);
+        CHECK(bool(g_applied.threads[0] != std::this_thread::get_id()));
+    }
+    // The one event appended after it stays pending until a reader settles the log.
+    CHECK(g_applied.count() == size_t(PendingLog::kBatch));
+    log.settle();
+    REQUIRE(g_applied.count() == size_t(PendingLog::kBatch) + 1);
+    for (uint64_t i = 0; i <= uint64_t(PendingLog::kBatch); i++) CHECK(g_applied.times[i] == i);
 }
 
 TEST_CASE("pending log: events appended from two threads are applied once each, in one order both saw") {
-    PendingLog log;
-    std::mutex applied_mu;  // taken inside apply, which runs under the log's lock: never contended
-    std::vector<uint64_t> applied;
-    auto apply = [&](const BlockEvent *events, int n) {
-        std::lock_guard<std::mutex> lock(applied_mu);
-        for (int i = 0; i < n; i++) applied.push_back(events[i].t_ns);
-    };
-    // Each thread appends its own numbers, in order; the log must keep each thread's order and lose none.
-    const uint64_t kEach = 5000;
-    auto run = [&](uint64_t base) {
-        for (uint64_t i = 0; i < kEach; i++) log.append(event_at(base + i), apply);
-    };
-    std::thread a(run, 0), b(run, 1u << 20);
-    a.join();
-    b.join();
-    log.settle(apply);
-    REQUIRE(applied.size() == 2 * kEach);
-    uint64_t next[2] = {0, 1u << 20};
-    for (uint64_t t : applied) {
-        int who = t >= (1u << 20);
-        CHECK(t == next[who]);
-        next[who] = t + 1;
+    for (bool background : {false, true}) {
+        CAPTURE(background);
+        g_applied.clear();
+        PendingLog *log = new PendingLog(record, background);  // never freed: its thread may sleep on it
+        // Each thread appends its own numbers, in order; the log must keep each thread's order and lose
+        // none, whichever thread applies a batch (the log's, or an appender when the log's lags).
+        const uint64_t kEach = 5000;
+        auto run = [&](uint64_t base) {
+            for (uint64_t i = 0; i < kEach; i++) log->append(event_at(base + i));
+        };
+        std::thread a(run, 0), b(run, 1u << 20);
+        a.join();
+        b.join();
+        log->settle();
+        REQUIRE(g_applied.count() == 2 * kEach);
+        uint64_t next[2] = {0, 1u << 20};
+        for (uint64_t t : g_applied.times) {
+            int who = t >= (1u << 20);
+            CHECK(t == next[who]);
+            next[who] = t + 1;
+        }
     }
 }
