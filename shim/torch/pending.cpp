@@ -30,44 +30,44 @@ void PendingLog::hand_off() {
         apply_pending();
         return;
     }
-    // The applier has not finished the batch before (it lags a whole batch behind, or was not yet
-    // woken): this thread applies it, in order, and the buffer is free again.
-    if (handed_n_.load(std::memory_order_acquire) != 0) {
+    // Every other buffer handed off and not yet applied (the applier is descheduled, or was not yet
+    // woken): this thread applies them, oldest first, and a buffer is free again.
+    if (filled_ - applied_.load(std::memory_order_acquire) == kBuffers - 1) {
         std::lock_guard<FutexLock> applying(apply_mu_);
         apply_handed();
     }
-    handed_ = filling_;
-    handed_n_.store(n_, std::memory_order_release);
-    filling_ ^= 1;
+    counts_[filled_ % kBuffers] = n_;
+    filled_++;
     n_ = 0;
-    handoffs_.fetch_add(1, std::memory_order_release);
-    futex_wake(handoffs_, 1);
+    handed_.store(filled_, std::memory_order_release);
+    futex_wake(handed_, 1);
 }
 
 void PendingLog::apply_handed() {
-    int n = handed_n_.load(std::memory_order_acquire);
-    if (n == 0) return;
-    apply_guarded(apply_, events_[handed_], n);
-    handed_n_.store(0, std::memory_order_release);  // after: the buffer is read until apply returns
+    uint32_t handed = handed_.load(std::memory_order_acquire);
+    for (uint32_t next = applied_.load(std::memory_order_relaxed); next != handed; next++) {
+        apply_guarded(apply_, events_[next % kBuffers], counts_[next % kBuffers]);
+        applied_.store(next + 1, std::memory_order_release);  // after: the buffer is read until apply returns
+    }
 }
 
 void PendingLog::apply_pending() {
     apply_handed();
     int n = n_;
     n_ = 0;
-    if (n) apply_guarded(apply_, events_[filling_], n);
+    if (n) apply_guarded(apply_, filling(), n);
 }
 
 void *PendingLog::applier_main(void *arg) {
     auto *log = static_cast<PendingLog *>(arg);
     prctl(PR_SET_NAME, "gpuguard-apply", 0, 0, 0);
     for (;;) {
-        uint32_t seen = log->handoffs_.load(std::memory_order_acquire);
+        uint32_t seen = log->handed_.load(std::memory_order_acquire);
         {
             std::lock_guard<FutexLock> applying(log->apply_mu_);
             log->apply_handed();
         }
-        futex_wait(log->handoffs_, seen);  // returns at once if a batch came meanwhile
+        futex_wait(log->handed_, seen);  // returns at once if a batch came meanwhile
     }
     return nullptr;
 }
@@ -78,10 +78,11 @@ bool PendingLog::applier_started() {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);  // a batch's calls are shallow
-    // Every signal blocked in it, so that the program's signals keep going where they went.
+    // Every signal blocked in it, so that the program's signals keep going where they went; but a
+    // fault of its own (SIGSEGV, SIGBUS...) still reaches the handlers, as on the program's thread.
     sigset_t all, old;
     sigfillset(&all);
+    for (int fault : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) sigdelset(&all, fault);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t t;
     int rc = pthread_create(&t, &attr, applier_main, this);
@@ -104,10 +105,11 @@ void PendingLog::clear_after_fork() {
     std::lock_guard<FutexLock> lock(mu_);
     std::lock_guard<FutexLock> applying(apply_mu_);
     n_ = 0;
-    handed_n_.store(0, std::memory_order_relaxed);
+    applied_.store(handed_.load(std::memory_order_relaxed), std::memory_order_relaxed);  // dropped, not applied
     // Threads do not cross fork: a child starts an applier of its own at its first full batch (a
     // failure to start stays a failure). In the process that started it (the unit tests clear the
-    // view between cases), the applier it has keeps going.
+    // view between cases), the applier it has keeps going. A child whose pid reads as its parent's
+    // (another PID namespace) keeps none and applies each batch itself at the next hand-off.
     if (applier_.load(std::memory_order_relaxed) == kRunning && applier_pid_ != getpid())
         applier_.store(kNotStarted, std::memory_order_relaxed);
 }

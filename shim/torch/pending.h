@@ -10,9 +10,11 @@
 //
 // Why a thread: applied on the program's thread, a batch still cost 45 to 70 us on the GPU machine,
 // about a quarter of a block event's time, paid by whichever thread filled the log, inside c10's
-// allocator mutex. The applier thread takes a full batch off the program's hands (the log has two
-// buffers: one filling, one handed off) and sleeps in between. Where it cannot start (no memory, a
-// limit on threads), batches are applied as before, on the thread that fills the log.
+// allocator mutex. The applier thread takes full batches off the program's hands (the log has four
+// buffers: one filling, up to three handed off) and sleeps in between. The program's thread waits on
+// it only when three batches wait (a descheduled applier on a machine with every core busy): it then
+// applies them itself, in order. Where the thread cannot start (no memory, a limit on threads),
+// batches are applied as before, on the thread that fills the log.
 //
 // Ordered: appends take one lock, and batches are applied one at a time in the order they filled,
 // so the events are applied in the order c10 reported them (a block made on the forward thread and
@@ -47,6 +49,7 @@ static_assert(sizeof(BlockEvent) == 64, "an event is one cache line");
 class PendingLog {
 public:
     static constexpr int kBatch = 256;  // 16 KiB of events; a batch applies in a few tens of microseconds
+    static constexpr int kBuffers = 4;  // one filling, up to three handed off and waiting for the applier
     using Apply = void (*)(const BlockEvent *events, int n);
 
     // `background`: full batches go to the applier thread (started at the first); otherwise they are
@@ -57,10 +60,15 @@ public:
     void append(const BlockEvent &e) {
         std::lock_guard<FutexLock> lock(mu_);
         if (n_ == kBatch) hand_off();
-        events_[filling_][n_++] = e;
+        BlockEvent *slot = filling() + n_++;
+        *slot = e;
+        // The next slot's line was last read by the applier, on another core: asked for now, for
+        // writing, it is this core's when the next event comes, and c10's unlock after this call
+        // does not wait for it (BENCHMARKS.md, the fifth session).
+        prefetch_for_write(n_ < kBatch ? slot + 1 : events_[(filled_ + 1) % kBuffers]);
     }
 
-    // Applies what is pending, the batch handed off included: before the tables are read.
+    // Applies what is pending, the batches handed off first: before the tables are read.
     void settle() {
         std::lock_guard<FutexLock> lock(mu_);
         std::lock_guard<FutexLock> applying(apply_mu_);
@@ -76,7 +84,7 @@ public:
         f();
     }
 
-    // Whether the applier thread runs (the report's tensor section says where batches are applied).
+    // Whether the applier thread runs (tests).
     bool applier_running() const { return applier_.load(std::memory_order_relaxed) == kRunning; }
 
     // fork(): taken before, released on both sides; the child drops its parent's events
@@ -95,31 +103,41 @@ public:
 private:
     enum ApplierState : uint32_t { kNotStarted, kRunning, kFailed };
 
+    BlockEvent *filling() { return events_[filled_ % kBuffers]; }
+    static void prefetch_for_write(const void *p) {
+#if defined(__x86_64__)
+        asm volatile("prefetchw %0" : : "m"(*static_cast<const char *>(p)));  // a no-op where the CPU lacks it
+#else
+        __builtin_prefetch(p, 1);
+#endif
+    }
+
     void hand_off();         // under mu_: the full batch to the applier, or applied here
-    void apply_handed();     // under apply_mu_: the batch handed off, if the applier has not yet
-    void apply_pending();    // under both: the batch handed off, then what is filling
+    void apply_handed();     // under apply_mu_: every batch handed off and not yet applied, oldest first
+    void apply_pending();    // under both: the batches handed off, then what is filling
     bool applier_started();  // under mu_
     static void *applier_main(void *log);
 
     const Apply apply_;
     const bool background_;
 
-    // Appends: mu_ with n_ and filling_, the one line every append changes, beside the slot it writes.
+    // Appends: mu_ with n_ and filled_, the line every append changes.
     FutexLock mu_;
-    int n_ = 0;
-    int filling_ = 0;  // the buffer appends go to; the other is handed off or free
+    int n_ = 0;            // events in the filling buffer, filled() = events_[filled_ % kBuffers]
+    uint32_t filled_ = 0;  // batches handed off so far
     std::atomic<uint32_t> applier_{kNotStarted};
     pid_t applier_pid_ = 0;  // the process that started it (fork: a child has none)
 
-    // The hand-off: apply_mu_ is held while any batch is applied, so batches never overlap. handed_n_
-    // (events in the buffer handed off, 0 when it is free) is set under mu_ and cleared under
-    // apply_mu_; handoffs_ counts hand-offs, the word the applier sleeps on.
+    // The hand-off: handed_ counts the batches handed off (a release after the batch's count is
+    // written; the word the applier sleeps on), applied_ those applied, both only ever growing;
+    // apply_mu_ is held while any batch is applied, so batches never overlap and go oldest first.
     alignas(64) FutexLock apply_mu_;
-    int handed_ = 0;
-    std::atomic<int> handed_n_{0};
-    std::atomic<uint32_t> handoffs_{0};
+    std::atomic<uint32_t> handed_{0};
+    std::atomic<uint32_t> applied_{0};
+    int counts_[kBuffers] = {};
 
-    BlockEvent events_[2][kBatch]{};
+    BlockEvent events_[kBuffers][kBatch]{};
+    static_assert((kBuffers & (kBuffers - 1)) == 0, "the batch counters wrap at 2^32: a power of two keeps the order");
 };
 
 }  // namespace gg::torch

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <new>
 
 #include "shim/api/export.h"
 #include "shim/base/clock.h"
@@ -169,7 +170,11 @@ void apply(const BlockEvent *events, int n) {
     for (int i = 0; i < n; i++) {
         if (i + kSlotAhead < n) prefetch_slot(events[i + kSlotAhead]);
         if (i + kHolderAhead < n) prefetch_holder(events[i + kHolderAhead]);
-        apply_one(events[i]);
+        try {
+            apply_one(events[i]);
+        } catch (const std::bad_alloc &) {
+            // No host memory for a table's growth: this event's change is lost, not the rest of the batch.
+        }
     }
 }
 

@@ -13,6 +13,7 @@
  *     view-off, view-on  gpuguard_set_tensor_view(0 / 1), when the shim is loaded; prints "view was=W"
  *     report MESSAGE   gpuguard_report(MESSAGE), when the shim is loaded
  *     fork-report MESSAGE  a forked child writes gpuguard_report(MESSAGE) and exits; the parent waits
+ *     fork-blocks N MESSAGE  the same, the child making N blocks of 1 KiB first
  *     raw PTR SIZE ALLOCATED  one call of c10's reportMemoryUsageToProfiler as a hostile caller makes
  *                      it: PTR, SIZE ("min": INT64_MIN) and the allocated total as given, reserved the
  *                      same, device cuda:0
@@ -181,10 +182,14 @@ int main(int argc, char **argv) {
         } else if (!strcmp(step, "raw") && i + 3 < argc) {
             raw_report(argv[i + 1], argv[i + 2], argv[i + 3]);
             i += 3;
-        } else if (!strcmp(step, "fork-report") && i + 1 < argc) {
+        } else if ((!strcmp(step, "fork-report") && i + 1 < argc) || (!strcmp(step, "fork-blocks") && i + 2 < argc)) {
+            long blocks = !strcmp(step, "fork-blocks") ? atol(argv[++i]) : 0;
             const char *message = argv[++i];
             pid_t child = fork();
-            if (child == 0) _exit(report(message) == 0 ? 0 : 1);
+            if (child == 0) {
+                for (long b = 0; b < blocks; b++) alloc(1024);
+                _exit(report(message) == 0 ? 0 : 1);
+            }
             int status = 0;
             if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
                 fprintf(stderr, "c10_app: the forked child wrote no report\n");

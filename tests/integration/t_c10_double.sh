@@ -219,6 +219,21 @@ shim_child_coverage() {
 }
 check "a forked child's tensor view coverage starts afresh (the parent's switches are not its own)" shim_child_coverage
 
+# The view's batches are applied by a thread of the shim's (shim/torch/pending.h), which does not
+# cross fork: a child whose parent's thread was running starts its own, and its report lists its own
+# blocks and events, every one, and none of its parent's.
+shim_child_applier() {
+  fresh
+  GPUGUARD_LEDGER=none shimmed "$BIN/c10_app" alloc 1Kx700 fork-blocks 700 child alloc 1Kx100 report parent >/dev/null 2>err.txt ||
+    { cat err.txt; return 1; }
+  local c p; c=$(report_named child); p=$(report_named parent)
+  [[ -n $c && -n $p ]] || { echo "reports: child '$c', parent '$p'"; cat err.txt; return 1; }
+  local q='(d["tensor_view"]["blocks"]["count"], sum(r[1] == "a" for r in d["tensor_view"]["events"]["rows"]))'
+  expect_eq "$(json "$c" "$q")" "(700, 700)" "the child's blocks and block events" &&
+    expect_eq "$(json "$p" "$q")" "(800, 800)" "the parent's"
+}
+check "a forked child applies its own 700 blocks' events, none of its parent's 700 before" shim_child_applier
+
 # Issue 29: at GPUGUARD_TENSOR_EVENTS's maximum the shim wrote a 107 MB report that `gpuguard report`
 # refused (over its 64 MiB), and a caller's message went in whole. Now the report lists the newest
 # events that fit (common/report/limits.h), counts the rest as dropped and left out, cuts the message

@@ -44,17 +44,41 @@ struct Applied {
     }
 } g_applied;
 
+// A gate that holds the log's thread inside a batch, as a descheduled applier would be: while closed,
+// any thread but the test's own waits at the start of record(), and says so.
+std::atomic<bool> g_gate_closed{false};
+std::atomic<bool> g_held{false};
+std::thread::id g_test_thread;
+
+void wait_at_gate() {
+    if (!g_gate_closed.load() || std::this_thread::get_id() == g_test_thread) return;
+    g_held = true;
+    while (g_gate_closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g_held = false;
+}
+
 void record(const BlockEvent *events, int n) {
+    wait_at_gate();
     std::lock_guard<std::mutex> lock(g_applied.mu);
     g_applied.batches.push_back(n);
     g_applied.threads.push_back(std::this_thread::get_id());
     for (int i = 0; i < n; i++) g_applied.times.push_back(events[i].t_ns);
 }
 
-// Waits (up to a minute: a loaded machine, a sanitizer) until the log's thread has applied `n` events.
+// Waits (up to a minute: a loaded machine, a sanitizer) until `done` holds.
+template <class Done>
+bool wait_until(Done done) {
+    for (int i = 0; i < 60000 && !done(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+}
 bool wait_applied(size_t n) {
-    for (int i = 0; i < 60000 && g_applied.count() < n; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return g_applied.count() >= n;
+    return wait_until([n] { return g_applied.count() >= n; });
+}
+
+void check_in_order(uint64_t n) {
+    std::lock_guard<std::mutex> lock(g_applied.mu);
+    REQUIRE(g_applied.times.size() == n);
+    for (uint64_t i = 0; i < n; i++) CHECK(g_applied.times[i] == i);
 }
 
 }  // namespace
@@ -97,6 +121,54 @@ TEST_CASE("pending log: in the background, a full batch is applied by the log's 
     log.settle();
     REQUIRE(g_applied.count() == size_t(PendingLog::kBatch) + 1);
     for (uint64_t i = 0; i <= uint64_t(PendingLog::kBatch); i++) CHECK(g_applied.times[i] == i);
+}
+
+TEST_CASE("pending log: a reader settles while the log's thread is held inside a batch, more handed meanwhile") {
+    g_applied.clear();
+    static PendingLog log(record, /*background=*/true);
+    g_test_thread = std::this_thread::get_id();
+    g_gate_closed = true;
+    const int kB = PendingLog::kBatch;
+    // The first batch goes to the log's thread, which stops at the gate, holding the batch.
+    for (uint64_t i = 0; i <= uint64_t(kB); i++) log.append(event_at(i));
+    REQUIRE(wait_until([] { return g_held.load(); }));
+    // Two more batches are handed off behind it: appending does not wait for it.
+    uint64_t appended = kB + 1;
+    for (; appended < uint64_t(3 * kB + 5); appended++) log.append(event_at(appended));
+    CHECK(g_applied.count() == 0);
+    // A reader settles meanwhile: it waits for the held batch, then applies the two handed after it
+    // and the five filling, in order.
+    std::thread reader([] { log.settle(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the reader reaches the batch lock
+    g_gate_closed = false;
+    reader.join();
+    check_in_order(appended);
+}
+
+TEST_CASE("pending log: when every buffer waits on a held log thread, the appender waits for them, in order") {
+    g_applied.clear();
+    static PendingLog log(record, /*background=*/true);
+    g_test_thread = std::this_thread::get_id();
+    g_gate_closed = true;
+    const int kB = PendingLog::kBatch;
+    for (uint64_t i = 0; i <= uint64_t(kB); i++) log.append(event_at(i));
+    REQUIRE(wait_until([] { return g_held.load(); }));
+    // The gate opens a little later, from another thread. Until then the log's thread holds the
+    // first batch; two more are handed behind it, and the append that would hand off a fourth finds
+    // no free buffer: it waits until the three handed are applied (by the log's thread, or by itself),
+    // rather than overwrite one.
+    std::thread opener([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        g_gate_closed = false;
+    });
+    uint64_t appended = kB + 1;
+    for (; appended < uint64_t(PendingLog::kBuffers * kB); appended++) log.append(event_at(appended));
+    CHECK(g_applied.count() == 0);  // three batches handed, none applied: appending never waited
+    log.append(event_at(appended++));
+    CHECK(g_applied.count() >= size_t((PendingLog::kBuffers - 1) * kB));
+    opener.join();
+    log.settle();
+    check_in_order(appended);
 }
 
 TEST_CASE("pending log: events appended from two threads are applied once each, in one order both saw") {
