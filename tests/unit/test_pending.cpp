@@ -75,6 +75,16 @@ bool wait_applied(size_t n) {
     return wait_until([n] { return g_applied.count() >= n; });
 }
 
+// Closes the gate and appends one batch and one event: the batch goes to the log's thread, which
+// stops at the gate, holding it.
+void hold_first_batch(PendingLog &log) {
+    g_applied.clear();
+    g_test_thread = std::this_thread::get_id();
+    g_gate_closed = true;
+    for (uint64_t i = 0; i <= uint64_t(PendingLog::kBatch); i++) log.append(event_at(i));
+    REQUIRE(wait_until([] { return g_held.load(); }));
+}
+
 void check_in_order(uint64_t n) {
     std::lock_guard<std::mutex> lock(g_applied.mu);
     REQUIRE(g_applied.times.size() == n);
@@ -124,14 +134,9 @@ TEST_CASE("pending log: in the background, a full batch is applied by the log's 
 }
 
 TEST_CASE("pending log: a reader settles while the log's thread is held inside a batch, more handed meanwhile") {
-    g_applied.clear();
     static PendingLog log(record, /*background=*/true);
-    g_test_thread = std::this_thread::get_id();
-    g_gate_closed = true;
     const int kB = PendingLog::kBatch;
-    // The first batch goes to the log's thread, which stops at the gate, holding the batch.
-    for (uint64_t i = 0; i <= uint64_t(kB); i++) log.append(event_at(i));
-    REQUIRE(wait_until([] { return g_held.load(); }));
+    hold_first_batch(log);
     // Two more batches are handed off behind it: appending does not wait for it.
     uint64_t appended = kB + 1;
     for (; appended < uint64_t(3 * kB + 5); appended++) log.append(event_at(appended));
@@ -146,13 +151,9 @@ TEST_CASE("pending log: a reader settles while the log's thread is held inside a
 }
 
 TEST_CASE("pending log: when every buffer waits on a held log thread, the appender waits for them, in order") {
-    g_applied.clear();
     static PendingLog log(record, /*background=*/true);
-    g_test_thread = std::this_thread::get_id();
-    g_gate_closed = true;
     const int kB = PendingLog::kBatch;
-    for (uint64_t i = 0; i <= uint64_t(kB); i++) log.append(event_at(i));
-    REQUIRE(wait_until([] { return g_held.load(); }));
+    hold_first_batch(log);
     // The gate opens a little later, from another thread. Until then the log's thread holds the
     // first batch; two more are handed behind it, and the append that would hand off a fourth finds
     // no free buffer: it waits until the three handed are applied (by the log's thread, or by itself),
