@@ -118,6 +118,47 @@ PY
 }
 check "report strings with markup in them stay text in the page" hostile_page
 
+# The page embeds the report's arrays of rows copied from its text, the rest from the document the
+# loader read (tools/report/render/html.cpp): the page's data must be the file's JSON all the same, read
+# as any JSON reader reads it (a later key replaces an earlier one, escapes decoded), whitespace and all,
+# with the environment the reader does not carry left out, and no string in a row may end the script.
+embedded_rows_page() {
+  python3 - "$DATA/tensor_fragmentation.json" rows.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+hostile = "</script><script>throw new Error('escaped')</script><!--"
+d["process"]["env"]["NOT_CARRIED_SECRET"] = "hunter2"
+t = d["tensor_view"]
+t["blocks"]["list"][0][2] = hostile
+t["events"]["rows"].insert(0, [1, hostile, 4096, 512, 512, 2097152, 0])
+t["SEGMENTS_KEY"] = t.pop("segments")
+text = json.dumps(d, indent=2)  # whitespace and newlines inside every row array
+text = text.replace('"SEGMENTS_KEY"', '"s\\u0065gments"', 1)  # a key spelled with an escape
+# An earlier tensor view, replaced by the later one: its rows are in no reader's document.
+text = '{"tensor_view": {"events": {"rows": [[9, "early"]]}, "segments": [[1, 2, "s1", "early"]]},' + text[1:]
+open(sys.argv[2], "w").write(text)
+PY
+  "$CLI" report --html rows.html rows.json 2>/dev/null || { echo "gpuguard report --html failed"; return 1; }
+  python3 - rows.json rows.html <<'PY' || return 1
+import json, sys
+report = json.loads(open(sys.argv[1]).read())
+page = open(sys.argv[2]).read()
+start = page.index('<script type="application/json" id="gg-data">') + len('<script type="application/json" id="gg-data">')
+embedded = json.loads(page[start:page.index("</script>", start)])["report"]
+env = embedded["process"].pop("env")
+if "NOT_CARRIED_SECRET" in env or "hunter2" in page:
+    sys.exit("the environment the reader does not carry is in the page")
+if env != {k: v for k, v in report["process"].pop("env").items() if k != "NOT_CARRIED_SECRET"}:
+    sys.exit("the carried environment differs: %r" % env)
+if embedded != report:
+    for k in report:
+        if embedded.get(k) != report[k]: print("differs under", k)
+    sys.exit("the page's report is not the file's JSON")
+PY
+  html_renders "$PWD/rows.json" --dom-only
+}
+check "the page embeds the report's rows as the file holds them, and a row's string cannot end the script" embedded_rows_page
+
 # The real speedscope app imports our --speedscope and --folded files. Needs speedscope's npm package:
 # SPEEDSCOPE_DIR=<unpacked package>, else `npm pack speedscope` once into a cache (about 3 MB); without
 # either (no npm, no registry) it prints a skip line and passes.

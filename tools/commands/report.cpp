@@ -124,7 +124,7 @@ struct Naming {
     SymbolizeOptions options;
 };
 
-// `keep`: Keep::kDocument only for the outputs that embed the document (--html).
+// `keep`: Keep::kText only for the outputs that embed the document (--html).
 bool load_or_say(const std::string &path, Report &r, Keep keep) {
     LoadError err;
     if (load(path, r, err, Limits(), keep)) return true;
@@ -297,7 +297,7 @@ Stacks stacks_for(const Report &r, const std::string &asked) {
 // Writes the outputs asked of one report, then prints its summary, JSON or what-if.
 int report_one(const std::string &file, const Request &q, bool one_line) {
     Report r;
-    if (!load_or_say(file, r, q.html.empty() ? Keep::kModelOnly : Keep::kDocument)) return 2;
+    if (!load_or_say(file, r, q.html.empty() ? Keep::kModelOnly : Keep::kText)) return 2;
     if (q.what_if) {
         std::string why = gg::whatif::cannot_replay(r);
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);

@@ -264,15 +264,15 @@ RowArray rows_into(std::vector<const char *> path, std::vector<T> &out) {
             [](void *o, const Row &row) { Read(row, *static_cast<std::vector<T> *>(o)); }};
 }
 
+// In the order of row_array_paths().
 std::vector<RowArray> row_arrays(Rows &rows) {
-    return {
-        rows_into<TensorEvent, read_event_row>({key::tensor_view, key::events, key::rows}, rows.events),
-        rows_into<TensorBlock, read_block_row>({key::tensor_view, key::blocks, key::list}, rows.blocks),
-        rows_into<TensorSegment, read_segment_row>({key::tensor_view, key::segments}, rows.segments),
-        rows_into<std::pair<uint64_t, uint64_t>, read_mapping_row>({key::tensor_view, key::mappings}, rows.mappings),
-        rows_into<TensorView::Point, read_tensor_point_row>({key::tensor_view, key::timeline, key::points},
-                                                            rows.tensor_timeline),
-        rows_into<std::pair<int64_t, uint64_t>, read_point_row>({key::timeline, key::points}, rows.timeline)};
+    const auto &path = row_array_paths();
+    return {rows_into<TensorEvent, read_event_row>(path[0], rows.events),
+            rows_into<TensorBlock, read_block_row>(path[1], rows.blocks),
+            rows_into<TensorSegment, read_segment_row>(path[2], rows.segments),
+            rows_into<std::pair<uint64_t, uint64_t>, read_mapping_row>(path[3], rows.mappings),
+            rows_into<TensorView::Point, read_tensor_point_row>(path[4], rows.tensor_timeline),
+            rows_into<std::pair<int64_t, uint64_t>, read_point_row>(path[5], rows.timeline)};
 }
 
 template <typename T>
@@ -584,6 +584,16 @@ int nesting(const std::string &text, int max) {
     return deepest;
 }
 
+const std::vector<std::vector<const char *>> &row_array_paths() {
+    static const std::vector<std::vector<const char *>> paths = {{key::tensor_view, key::events, key::rows},
+                                                                 {key::tensor_view, key::blocks, key::list},
+                                                                 {key::tensor_view, key::segments},
+                                                                 {key::tensor_view, key::mappings},
+                                                                 {key::tensor_view, key::timeline, key::points},
+                                                                 {key::timeline, key::points}};
+    return paths;
+}
+
 bool load(const std::string &path, Report &out, LoadError &err, const Limits &limits, Keep keep) {
     out = Report();
     out.path = path;
@@ -626,8 +636,10 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
         }
     }
     std::string name = out.name;  // a copy: parse starts by clearing `out`
-    bool ok = parse(text, name, out, err, limits, keep);
+    // kText's document is kModelOnly's; the text is moved here rather than copied by parse.
+    bool ok = parse(text, name, out, err, limits, keep == Keep::kText ? Keep::kModelOnly : keep);
     out.path = path;
+    if (ok && keep == Keep::kText) out.text = std::move(text);
     return ok;
 }
 
@@ -736,6 +748,7 @@ bool parse(const std::string &text, const std::string &name, Report &out, LoadEr
     }
     drop_uncarried_env(d);
     out.raw = std::move(d);
+    if (keep == Keep::kText) out.text = text;
     return true;
 }
 
