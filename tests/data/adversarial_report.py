@@ -1,7 +1,7 @@
 """Writes a report crafted to be as slow as possible to read and replay, up to a size.
 
   adversarial_report.py OUT [--bytes N] [--fragments N] [--holes N] [--rounds N] [--expandable | --trusted]
-                        [--pad events|timeline]
+                        [--pad events|timeline] [--walk BLOCKS]
 
 From the what-if fixture (tests/data/whatif_quota.json), its tensor view's events replaced by:
   1. fragments: small blocks handed out, every other one taken back, so that the caching allocator's
@@ -20,7 +20,9 @@ then needs every replay): the same fragments and holes, PyTorch's reserved bytes
 give it back, and one request of 32 TiB refused at the end under a quota of 4 TiB, after which c10
 gives back the free holes. No block is live before the events. --pad timeline puts the padding in
 the report's timeline instead of the events, so that the events stay within what the shim writes
-(218,453 rows, common/report/limits.h) while the file is still N bytes.
+(218,453 rows, common/report/limits.h) while the file is still N bytes. --walk crafts instead the
+worst case of c10's walk from the best fit with expandable segments (walk_events below; the tests
+use --walk 10000 --rounds 80000 --pad timeline: 200,001 events).
 """
 import argparse
 import json
@@ -91,6 +93,28 @@ def trusted_events(fragments, holes, rounds):
     return ev.rows
 
 
+def walk_events(blocks, rounds):
+    """--walk: with expandable segments, c10 walks on from the best fit while the next free block of the
+    size order can grow to less (get_free_block). One range (1 PiB) holding `blocks` free blocks of one
+    20 MiB page, in address order, the i-th followed by blocks + 1 - i unmapped pages: each can grow to
+    a page less than the one before, so that every request of a page walks past all of them. Made by
+    handing out each block and its pages after it, then those pages taken back and given back by a
+    refusal, then the blocks taken back; then `rounds` times a page handed out and taken back."""
+    ev, page = Events(), 20 * MiB
+    kept, holes = [], []
+    for i in range(blocks):
+        kept.append(ev.alloc(page, reserve=None))
+        holes.append((ev.alloc((blocks - i) * page, reserve=None), (blocks - i) * page))
+    for a, size in holes:
+        ev.free(a, size)
+    ev.row("o", 0, (1 << 50) - page)  # more than the budget leaves: c10 gives back every free page
+    for a in kept:
+        ev.free(a, page)
+    for _ in range(rounds):
+        ev.free(ev.alloc(page, reserve=None), page)
+    return ev.rows
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -101,6 +125,7 @@ def main():
     p.add_argument("--expandable", action="store_true", help="recorded with expandable_segments:True")
     p.add_argument("--trusted", action="store_true", help="events the what-if's model follows")
     p.add_argument("--pad", choices=["events", "timeline"], default="events")
+    p.add_argument("--walk", type=int, metavar="BLOCKS", help="c10's walk of expandable free blocks (above)")
     a = p.parse_args()
     if a.trusted and a.expandable:
         raise SystemExit("adversarial_report.py: --trusted counts reserved bytes without expandable segments")
@@ -114,7 +139,14 @@ def main():
     # The replay that runs every event whatever it refuses is the one as configured: with expandable
     # segments it walks the holes too (still quadratic in them: docs/architecture.md).
     t["allocator_conf"] = "expandable_segments:True" if a.expandable else ""
-    if a.trusted:
+    if a.walk:
+        report["limit"]["bytes"] = 1 << 50
+        report["limit"]["spec"] = "1PiB"
+        report["device"]["total_bytes"] = 1 << 50
+        t["allocator_conf"] = "expandable_segments:True"
+        t["blocks"], t["segments"], t["mappings"] = [], [], []
+        rows = walk_events(a.walk, a.rounds)
+    elif a.trusted:
         report["limit"]["bytes"] = 4 << 40
         report["limit"]["spec"] = "4TiB"
         t["blocks"], t["segments"], t["mappings"] = [], [], []
