@@ -250,6 +250,33 @@ TEST_CASE("model: with expandable segments, a free block that can grow counts as
     CHECK(m.m.reserved() == 40 * MiB);
 }
 
+// The walk that `adversarial_report.py --walk` crafts, small: free blocks of one page in address order,
+// each able to grow a page less than the one before (the last, before the range's unmapped end, far
+// more). c10 walks from the best fit, the first of them, to the last whose successor can grow further.
+TEST_CASE("model: with expandable segments, the walk from the best fit passes every block that grows less") {
+    Options o = expandable();
+    o.range_bytes = 1000 * kLargeBuffer;
+    Model m(o);
+    const int blocks = 40;
+    std::vector<uint64_t> kept, pages;
+    for (int i = 0; i < blocks; i++) {
+        kept.push_back(m.malloc(kLargeBuffer));
+        pages.push_back(m.malloc((blocks - i) * kLargeBuffer));
+    }
+    for (uint64_t p : pages) m.free(p);
+    m.m.empty_cache();  // the pages between the blocks unmapped
+    for (uint64_t k : kept) m.free(k);
+    for (int round = 0; round < 3; round++) {
+        uint64_t p = m.malloc(kLargeBuffer);
+        CHECK(p == kept[blocks - 2]);
+        m.free(p);
+    }
+    // With the one before the end taken, the walk stops one earlier.
+    uint64_t held = m.malloc(kLargeBuffer);
+    CHECK(m.malloc(kLargeBuffer) == kept[blocks - 3]);
+    m.free(held);
+}
+
 // ---- the replay ----------------------------------------------------------------------------------
 
 namespace {
@@ -1004,6 +1031,34 @@ TEST_CASE("model: random histories choose as the linear search of free room did"
         o.range_bytes = 400 * MiB;  // small ranges: requests spill into new ones, whole ranges go back
         CAPTURE(c.seed);
         CHECK(history_digest(o, c.seed, 4000) == c.digest);
+    }
+}
+
+// The stops of c10's walk (Pool::stops) are kept as blocks are listed, unlisted and unmapped; a stop
+// left stale would change an answer only on some later request, so every step is checked.
+TEST_CASE("model: the walk's stops are where c10's walk stops, at every step of random histories") {
+    for (uint64_t seed : {11, 12, 13}) {
+        CAPTURE(seed);
+        Options o = expandable(seed == 13 ? kNoLimit : 300 * MiB);
+        o.range_bytes = 200 * MiB;
+        Model m(o);
+        std::mt19937_64 rng(seed);
+        std::vector<uint64_t> live;
+        for (int i = 0; i < 1500; i++) {
+            uint64_t r = rng() % 16;
+            if (r < 7 || live.empty()) {
+                uint64_t request = r < 2 ? 1 + rng() % kSmallSize : kSmallSize + rng() % (60 * MiB);
+                if (uint64_t at = m.malloc(request)) live.push_back(at);
+            } else if (r < 15) {
+                size_t k = rng() % live.size();
+                m.free(live[k]);
+                live[k] = live.back();
+                live.pop_back();
+            } else {
+                m.m.empty_cache();
+                m.check();
+            }
+        }
     }
 }
 

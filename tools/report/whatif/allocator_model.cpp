@@ -161,18 +161,38 @@ bool CachingAllocatorModel::releasable(const Pool &pool, const Block *b) const {
 }
 
 void CachingAllocatorModel::list_free(Pool &pool, Block *b) {
-    pool.free.insert(b);
+    auto at = pool.free.insert(b).first;
     if (releasable(pool, b)) pool.releasable.insert(b);
+    if (options_.expandable) restop(pool, at);
 }
 
 void CachingAllocatorModel::unlist_free(Pool &pool, Block *b) {
-    pool.free.erase(b);
+    auto at = pool.free.find(b);
+    if (at == pool.free.end()) return;
+    auto before = at == pool.free.begin() ? pool.free.end() : std::prev(at);
+    pool.free.erase(at);
     pool.releasable.erase(b);
+    if (!options_.expandable) return;
+    pool.stops.erase(b);
+    if (before != pool.free.end()) restop(pool, before);
+}
+
+void CachingAllocatorModel::restop(Pool &pool, std::set<Block *, BySize>::iterator at) {
+    auto one = [&pool](std::set<Block *, BySize>::iterator b) {
+        auto next = std::next(b);
+        if (next == pool.free.end() || growable(*next) >= growable(*b)) pool.stops.insert(*b);
+        else pool.stops.erase(*b);
+    };
+    one(at);
+    if (at != pool.free.begin()) one(std::prev(at));
 }
 
 void CachingAllocatorModel::list_unmapped(Pool &pool, Block *b) {
     pool.unmapped.insert(b);
     if (!b->prev && !b->next) pool.empty_ranges.insert(b);
+    // The free block before it can now grow into it: its stop, and that of the one before, may change.
+    if (b->prev)
+        if (auto at = pool.free.find(b->prev); at != pool.free.end()) restop(pool, at);
 }
 
 void CachingAllocatorModel::unlist_unmapped(Pool &pool, Block *b) {
@@ -209,13 +229,10 @@ CachingAllocatorModel::Block *CachingAllocatorModel::get_free_block(Pool &pool, 
     key.size = size;
     auto it = pool.free.lower_bound(&key);
     if (it == pool.free.end()) return nullptr;
-    if (options_.expandable) {
-        // c10 counts a free block followed by unmapped space as the size it can grow to, and walks on
-        // from the best fit while the next one's is smaller.
-        auto growable = [](const Block *b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); };
-        for (auto next = std::next(it); next != pool.free.end() && growable(*next) < growable(*it); ++next) it = next;
-    }
-    Block *b = *it;
+    // c10 counts a free block followed by unmapped space as the size it can grow to, and walks on from
+    // the best fit while the next one's is smaller: to the first stop at or after it (the last free
+    // block is one).
+    Block *b = options_.expandable ? *pool.stops.lower_bound(*it) : *it;
     const uint64_t m = options_.max_split_size;
     if (size < m && b->size >= m) return nullptr;                     // no oversize block for a small request
     if (size >= m && b->size >= size + kLargeBuffer) return nullptr;  // nor one much larger than asked
@@ -635,6 +652,7 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
     if (subsets !=
         small_.releasable.size() + large_.releasable.size() + small_.empty_ranges.size() + large_.empty_ranges.size())
         return broken("stale releasable or empty-range set entry");
+    if (options_.expandable && !(walk_consistent(small_, why) && walk_consistent(large_, why))) return false;
     size_t runs = 0, room = 0;
     for (const auto &[address, s] : segments_)
         for (const Block *b = s->head; b && s->expandable; b = b->next)
@@ -648,6 +666,25 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
     if (reserved != reserved_) return broken("reserved total");
     if (reserved_ > options_.limit) return broken("reserved past the limit");
     if (allocated_ > reserved_) return broken("allocated past reserved");
+    return true;
+}
+
+bool CachingAllocatorModel::walk_consistent(const Pool &pool, std::string *why) const {
+    // Where c10's walk stops, as walking the free blocks finds it.
+    size_t stops = 0;
+    for (auto b = pool.free.begin(); b != pool.free.end(); ++b) {
+        auto next = std::next(b);
+        bool stop = next == pool.free.end() || growable(*next) >= growable(*b);
+        if (stop != (pool.stops.count(*b) > 0)) {
+            if (why) *why = "c10's walk would not stop where the stops say";
+            return false;
+        }
+        stops += stop;
+    }
+    if (stops != pool.stops.size()) {
+        if (why) *why = "stale stop entry";
+        return false;
+    }
     return true;
 }
 

@@ -188,6 +188,11 @@ private:
         // The free blocks a refusal gives back, so that it visits no other: whole segments, or free
         // blocks holding at least one whole page of an expandable segment. A subset of `free`.
         std::set<Block *, BySize> releasable;
+        // Expandable segments: c10's walk from the best fit (get_free_block) stops at the first free block
+        // whose successor in `free` can grow to as much or more (growable()); these are the free blocks
+        // where it stops, a subset of `free`, so that the walk is one search, not a visit of every block
+        // it passes (as many as the free blocks on a crafted history: O(E^2) over a replay).
+        std::set<Block *, BySize> stops;
         std::set<Block *, ByAddress> empty_ranges;  // unmapped blocks that are a whole range
         // Expandable segments: every run of free space between live blocks of a range (mapped or not),
         // its start -> its end; and the runs holding unmapped space, by start, with their length, where a
@@ -202,6 +207,9 @@ private:
     void grew(uint64_t bytes);
 
     Block *get_free_block(Pool &pool, uint64_t size);
+    // What c10 takes a free block's size to be with expandable segments: with the unmapped space after it.
+    static uint64_t growable(const Block *b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); }
+    void restop(Pool &pool, std::set<Block *, BySize>::iterator at);  // `at` and the free block before it
     Block *alloc_block(Pool &pool, uint64_t size);
     Block *new_segment(Pool &pool, uint64_t bytes);  // a segment of one free block, not yet listed
     Block *alloc_expandable(Pool &pool, uint64_t size);
@@ -232,6 +240,7 @@ private:
     void drop_run(Pool &pool, uint64_t address);                                    // a range released
     void index_room(Pool &pool, uint64_t start, uint64_t end);  // listed in `room` if it holds unmapped space
     void index_room_at(Pool &pool, uint64_t address);           // the run holding `address`
+    bool walk_consistent(const Pool &pool, std::string *why) const;
     bool runs_consistent(const Pool &pool, const Segment *s, std::string *why) const;
 
     Options options_;
