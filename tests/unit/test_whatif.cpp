@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "tools/report/analysis.h"
 #include "tools/report/whatif/allocator_model.h"
 #include "tools/report/whatif/replay.h"
 #include "tools/report/whatif/room_index.h"
@@ -829,6 +830,35 @@ TEST_CASE("what-if for the summary: no replay of a report listing more event row
     CHECK(all.reach == WhatIf::Reach::kAll);
     CHECK(all.check.trusted);
     CHECK(all.events == 661);
+}
+
+// The text summary shows the what-if only in its verdict, which a report of no failure has not, and in
+// the line of a report it replays none of (text.cpp): it replays nothing for a report of no failure.
+TEST_CASE("what-if for the text summary: no replay of a report with no failure; --json and the page keep theirs") {
+    History h = fragmented();
+    h.r.reason = "request";  // the program asked for the report: no failure
+    gg::report::Analysis text = gg::report::analyze(h.r, Answers::kVerdictOfFailure);
+    CHECK_FALSE(text.failure);
+    CHECK_FALSE(text.what_if.has_value());
+    gg::report::Analysis json = gg::report::analyze(h.r, Answers::kVerdict);
+    REQUIRE(json.what_if.has_value());
+    CHECK(json.what_if->check.compared > 0);
+
+    h.r.reason = "allocator_oom";  // the same events, with a failure: the verdict's replays
+    gg::report::Analysis failed = gg::report::analyze(h.r, Answers::kVerdictOfFailure);
+    CHECK(failed.failure);
+    REQUIRE(failed.what_if.has_value());
+    CHECK(failed.what_if->reach == json.what_if->reach);
+    CHECK(failed.what_if->check.compared == json.what_if->check.compared);
+
+    h.r.reason = "request";  // past the shim's rows: the line that says the summary replays none stays
+    TensorEvent other;
+    other.device = 1;
+    other.bytes = 512;
+    h.tv().events.insert(h.tv().events.begin(), gg::report_limits::kMaxEventRows, other);
+    gg::report::Analysis past = gg::report::analyze(h.r, Answers::kVerdictOfFailure);
+    REQUIRE(past.what_if.has_value());
+    CHECK(past.what_if->reach == WhatIf::Reach::kNothing);
 }
 
 TEST_CASE("what-if: the summary's verdict names expandable segments when they avoid the OOM with room to spare") {

@@ -303,7 +303,11 @@ int report_one(const std::string &file, const Request &q, bool one_line) {
         if (!why.empty()) return gg::tool::fail(2, r.name + " " + why);
     }
     name_frames(r, q.naming);
-    Analysis an = analyze(r, q.what_if ? gg::whatif::Answers::kAll : gg::whatif::Answers::kVerdict);
+    // --json and the page show the summary's what-if whatever the report; the text, only with a failure.
+    using gg::whatif::Answers;
+    Analysis an = analyze(r, q.what_if                      ? Answers::kAll
+                             : q.as_json || !q.html.empty() ? Answers::kVerdict
+                                                            : Answers::kVerdictOfFailure);
     const Stacks stacks = stacks_for(r, q.stacks);
 
     int status = 0;

@@ -33,7 +33,6 @@ Analysis analyze(const Report &r, whatif::Answers what_if) {
     // ---- by phase and allocator: tensors when PyTorch reported its blocks, else the segments --------
     a.mode = mode_of(r);
     a.tensor = tensor_facts(r);
-    if (r.tensor && whatif::cannot_replay(r).empty()) a.what_if = whatif::what_if(r, what_if);
     const std::vector<StackBytes> &holders = a.tensor.present ? r.tensor->by_stack : r.by_stack;
     for (const StackBytes &sb : holders) {
         const Stack *s = r.stack(sb.stack);
@@ -53,6 +52,9 @@ Analysis analyze(const Report &r, whatif::Answers what_if) {
 
     analysis::Facts f{live, container, ledger_total, request, held_total, api, on_device};
     analysis::diagnose(r, f, a);
+    const bool shown =
+        what_if != whatif::Answers::kVerdictOfFailure || a.failure || (r.tensor && !whatif::summary_replays(r));
+    if (r.tensor && whatif::cannot_replay(r).empty() && shown) a.what_if = whatif::what_if(r, what_if);
     analysis::advise(r, f, a);
     return a;
 }

@@ -666,7 +666,10 @@ WhatIf::Check check_of(const Replay &rec, bool budget) {
 
 }  // namespace
 
+bool summary_replays(const Report &r) { return r.tensor->events.size() <= report_limits::kMaxEventRows; }
+
 WhatIf what_if(const Report &r, Answers answers) {
+    if (answers == Answers::kVerdictOfFailure) answers = Answers::kVerdict;
     WhatIf w;
     w.report = r.name;
     const TensorView &t = *r.tensor;
@@ -674,7 +677,7 @@ WhatIf what_if(const Report &r, Answers answers) {
     w.recorded.expandable = t.expandable_segments();
     w.recorded.max_split_size = t.max_split_size();
     w.budget = budget_of(r);
-    if (answers == Answers::kVerdict && t.events.size() > report_limits::kMaxEventRows) {
+    if (answers == Answers::kVerdict && !summary_replays(r)) {
         w.reach = WhatIf::Reach::kNothing;
         w.unanswered = "the report lists " + std::to_string(t.events.size()) +
                        " event rows, more than the shim writes (" + std::to_string(report_limits::kMaxEventRows) +

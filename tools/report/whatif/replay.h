@@ -200,7 +200,15 @@ constexpr uint64_t kSplitSizesMb[] = {32, 64, 128, 256, 512, 1024};
 // would say nothing, and never the searches of the smallest budget (the verdict then says where to get
 // it); no replay at all of a report that lists more event rows than the shim ever writes
 // (report_limits::kMaxEventRows). The summary replays at most 8 times, at most that many events each.
-enum class Answers { kAll, kVerdict };
+// kVerdictOfFailure: the text summary's. Its text shows nothing of the what-if without a failure but the
+// line of a report not replayed (Reach::kNothing), so analyze() asks kVerdict's answers of a report
+// of a failure, and of one without only where they cost no replay (summary_replays() false); what_if()
+// answers it as kVerdict.
+enum class Answers { kAll, kVerdict, kVerdictOfFailure };
+
+// Whether what_if() replays anything for the summary: not for a report that lists more event rows than
+// the shim writes.
+bool summary_replays(const report::Report &r);
 
 // The answer; the report must be replayable (cannot_replay(r) empty).
 WhatIf what_if(const report::Report &r, Answers answers = Answers::kAll);
