@@ -97,6 +97,7 @@ uint64_t CachingAllocatorModel::malloc(uint64_t request, uint64_t *block_bytes) 
 CachingAllocatorModel::Block *CachingAllocatorModel::split_at(Block *b, uint64_t at) {
     // The lower part keeps the block's object, so that a segment's head never changes.
     Block *rest = new Block(*b);
+    rest->passed = rest->run_end = false;  // not listed yet
     rest->address = at;
     rest->size = b->address + b->size - at;
     rest->prev = b;
@@ -163,36 +164,51 @@ bool CachingAllocatorModel::releasable(const Pool &pool, const Block *b) const {
 void CachingAllocatorModel::list_free(Pool &pool, Block *b) {
     auto at = pool.free.insert(b).first;
     if (releasable(pool, b)) pool.releasable.insert(b);
-    if (options_.expandable) restop(pool, at);
+    if (options_.expandable) rewalk(pool, at);
 }
 
 void CachingAllocatorModel::unlist_free(Pool &pool, Block *b) {
     auto at = pool.free.find(b);
     if (at == pool.free.end()) return;
-    auto before = at == pool.free.begin() ? pool.free.end() : std::prev(at);
-    pool.free.erase(at);
     pool.releasable.erase(b);
-    if (!options_.expandable) return;
-    pool.stops.erase(b);
-    if (before != pool.free.end()) restop(pool, before);
+    if (!options_.expandable) {
+        pool.free.erase(at);
+        return;
+    }
+    set_run_end(pool, b, false);
+    b->passed = false;
+    auto next = pool.free.erase(at);
+    if (next != pool.free.begin()) rewalk(pool, std::prev(next));  // the block before it, now before `next`
+    else if (next != pool.free.end()) rewalk(pool, next);          // `next` is the first now
 }
 
-void CachingAllocatorModel::restop(Pool &pool, std::set<Block *, BySize>::iterator at) {
-    auto one = [&pool](std::set<Block *, BySize>::iterator b) {
+void CachingAllocatorModel::set_run_end(Pool &pool, Block *b, bool end) {
+    if (b->run_end == end) return;
+    b->run_end = end;
+    if (end) pool.run_ends.insert(b);
+    else pool.run_ends.erase(b);
+}
+
+void CachingAllocatorModel::rewalk(Pool &pool, std::set<Block *, BySize>::iterator at) {
+    auto passes = [&pool](std::set<Block *, BySize>::iterator b) {
         auto next = std::next(b);
-        if (next == pool.free.end() || growable(*next) >= growable(*b)) pool.stops.insert(*b);
-        else pool.stops.erase(*b);
+        return next != pool.free.end() && growable(*next) < growable(*b);
     };
-    one(at);
-    if (at != pool.free.begin()) one(std::prev(at));
+    const auto from = at == pool.free.begin() ? at : std::prev(at);
+    (*from)->passed = passes(from);
+    (*at)->passed = passes(at);
+    auto to = std::next(at);
+    if (to != pool.free.end()) ++to;  // through the block after `at`, whose run may end or no longer end
+    for (auto b = from; b != to; ++b)
+        set_run_end(pool, *b, !(*b)->passed && b != pool.free.begin() && (*std::prev(b))->passed);
 }
 
 void CachingAllocatorModel::list_unmapped(Pool &pool, Block *b) {
     pool.unmapped.insert(b);
     if (!b->prev && !b->next) pool.empty_ranges.insert(b);
-    // The free block before it can now grow into it: its stop, and that of the one before, may change.
+    // The free block before it can now grow into it: whether the walk passes it, or the one before, may change.
     if (b->prev)
-        if (auto at = pool.free.find(b->prev); at != pool.free.end()) restop(pool, at);
+        if (auto at = pool.free.find(b->prev); at != pool.free.end()) rewalk(pool, at);
 }
 
 void CachingAllocatorModel::unlist_unmapped(Pool &pool, Block *b) {
@@ -230,9 +246,9 @@ CachingAllocatorModel::Block *CachingAllocatorModel::get_free_block(Pool &pool, 
     auto it = pool.free.lower_bound(&key);
     if (it == pool.free.end()) return nullptr;
     // c10 counts a free block followed by unmapped space as the size it can grow to, and walks on from
-    // the best fit while the next one's is smaller: to the first stop at or after it (the last free
-    // block is one).
-    Block *b = options_.expandable ? *pool.stops.lower_bound(*it) : *it;
+    // the best fit while the next one's is smaller: to the block that ends its run of passed blocks.
+    Block *b = *it;
+    if (options_.expandable && b->passed) b = *pool.run_ends.lower_bound(b);  // the end of its run
     const uint64_t m = options_.max_split_size;
     if (size < m && b->size >= m) return nullptr;                     // no oversize block for a small request
     if (size >= m && b->size >= size + kLargeBuffer) return nullptr;  // nor one much larger than asked
@@ -670,19 +686,23 @@ bool CachingAllocatorModel::consistent(std::string *why) const {
 }
 
 bool CachingAllocatorModel::walk_consistent(const Pool &pool, std::string *why) const {
-    // Where c10's walk stops, as walking the free blocks finds it.
-    size_t stops = 0;
+    // Whether c10's walk passes each free block, and where its runs of passed blocks end, as walking
+    // the free blocks finds it.
+    size_t ends = 0;
+    bool before_passed = false;
     for (auto b = pool.free.begin(); b != pool.free.end(); ++b) {
         auto next = std::next(b);
-        bool stop = next == pool.free.end() || growable(*next) >= growable(*b);
-        if (stop != (pool.stops.count(*b) > 0)) {
-            if (why) *why = "c10's walk would not stop where the stops say";
+        bool passed = next != pool.free.end() && growable(*next) < growable(*b);
+        bool end = !passed && before_passed;
+        if (passed != (*b)->passed || end != (*b)->run_end || end != (pool.run_ends.count(*b) > 0)) {
+            if (why) *why = "c10's walk would not stop where the flags say";
             return false;
         }
-        stops += stop;
+        ends += end;
+        before_passed = passed;
     }
-    if (stops != pool.stops.size()) {
-        if (why) *why = "stale stop entry";
+    if (ends != pool.run_ends.size()) {
+        if (why) *why = "stale run end";
         return false;
     }
     return true;

@@ -163,6 +163,9 @@ private:
         uint64_t address = 0, size = 0;
         bool allocated = false;
         bool mapped = true;  // false: an expandable segment's unmapped space
+        // Listed free blocks with expandable segments (Pool::run_ends): c10's walk passes it; it ends a
+        // run of passed blocks.
+        bool passed = false, run_end = false;
         Segment *segment = nullptr;
         Block *prev = nullptr, *next = nullptr;
     };
@@ -188,11 +191,13 @@ private:
         // The free blocks a refusal gives back, so that it visits no other: whole segments, or free
         // blocks holding at least one whole page of an expandable segment. A subset of `free`.
         std::set<Block *, BySize> releasable;
-        // Expandable segments: c10's walk from the best fit (get_free_block) stops at the first free block
-        // whose successor in `free` can grow to as much or more (growable()); these are the free blocks
-        // where it stops, a subset of `free`, so that the walk is one search, not a visit of every block
-        // it passes (as many as the free blocks on a crafted history: O(E^2) over a replay).
-        std::set<Block *, BySize> stops;
+        // Expandable segments: c10's walk from the best fit (get_free_block) passes a free block whose
+        // successor in `free` can grow to less (growable(), Block::passed), and stops at the first that
+        // it does not pass. The blocks where a run of passed blocks ends (Block::run_end), so that the
+        // walk is one search, not a visit of every block it passes (as many as the free blocks on a
+        // crafted history: O(E^2) over a replay). Few or none on a real run: kept as flags in the
+        // blocks, the set changes only where a run begins or ends.
+        std::set<Block *, BySize> run_ends;
         std::set<Block *, ByAddress> empty_ranges;  // unmapped blocks that are a whole range
         // Expandable segments: every run of free space between live blocks of a range (mapped or not),
         // its start -> its end; and the runs holding unmapped space, by start, with their length, where a
@@ -209,7 +214,10 @@ private:
     Block *get_free_block(Pool &pool, uint64_t size);
     // What c10 takes a free block's size to be with expandable segments: with the unmapped space after it.
     static uint64_t growable(const Block *b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); }
-    void restop(Pool &pool, std::set<Block *, BySize>::iterator at);  // `at` and the free block before it
+    // After `at`'s growable size or neighbours in `free` changed: whether the walk passes it and the
+    // block before it, and where runs of passed blocks end around it.
+    void rewalk(Pool &pool, std::set<Block *, BySize>::iterator at);
+    void set_run_end(Pool &pool, Block *b, bool end);
     Block *alloc_block(Pool &pool, uint64_t size);
     Block *new_segment(Pool &pool, uint64_t bytes);  // a segment of one free block, not yet listed
     Block *alloc_expandable(Pool &pool, uint64_t size);
