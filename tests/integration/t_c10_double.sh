@@ -232,7 +232,13 @@ shim_child_applier() {
   expect_eq "$(json "$c" "$q")" "(700, 700)" "the child's blocks and block events" &&
     expect_eq "$(json "$p" "$q")" "(800, 800)" "the parent's"
 }
-check "a forked child applies its own 700 blocks' events, none of its parent's 700 before" shim_child_applier
+if [[ $SANITIZER == thread ]]; then
+  # The child starts a thread after a fork of a process with threads, which ThreadSanitizer refuses
+  # ("starting new threads after multi-threaded fork is not supported"); the plain and ASan runs check it.
+  skip "a forked child applies its own blocks' events" "ThreadSanitizer cannot start threads in a forked child"
+else
+  check "a forked child applies its own 700 blocks' events, none of its parent's 700 before" shim_child_applier
+fi
 
 # Issue 29: at GPUGUARD_TENSOR_EVENTS's maximum the shim wrote a 107 MB report that `gpuguard report`
 # refused (over its 64 MiB), and a caller's message went in whole. Now the report lists the newest
