@@ -22,8 +22,8 @@
 // what is pending first (settle), so a report never misses an event.
 #pragma once
 #include <sys/types.h>
-#include <atomic>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 

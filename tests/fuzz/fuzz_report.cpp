@@ -122,7 +122,7 @@ int depth_of(const std::string &text) {
 }
 
 // The model's rows, read as they are parsed (tools/report/streamed_rows.h), are the same whether the
-// document keeps them (Keep::kDocument, for --html) or not.
+// document keeps them (Keep::kDocument) or not.
 bool same_rows(const Report &a, const Report &b) {
     if (a.timeline != b.timeline || a.tensor.has_value() != b.tensor.has_value()) return false;
     if (!a.tensor) return true;

@@ -147,7 +147,7 @@ struct ApiCounts {
 struct Report {
     std::string path;  // as given on the command line
     std::string name;  // its base name, for messages
-    json raw;          // the whole document, for renderers that embed it (without its rows: Keep::kModelOnly)
+    json raw;  // the whole document; its arrays of rows empty unless Keep::kDocument (--html copies them from `text`)
     std::string text;  // the file's text, kept with Keep::kText only: --html copies the arrays of rows from it
 
     std::string reason, message, gpuguard_version;

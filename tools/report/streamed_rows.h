@@ -2,7 +2,8 @@
 // segments...), whose rows are handed to a reader one at a time as they are parsed. A 64 MiB report is
 // almost all rows: held as JSON values they took most of the reader's time and memory (nlohmann_json's
 // document of 1.3 million event rows, then the model made from it), read as they pass they take
-// neither. The document keeps the rows too only when asked (Keep::kDocument: --html embeds it whole).
+// neither. The document keeps the rows too only when asked (Keep::kDocument); --html copies them from
+// the file's text instead (Keep::kText).
 //
 // The document is what json::parse makes (the same builder, nlohmann's json_sax_dom_parser), so a
 // later key replaces an earlier one of the same name; an array of rows replaced so is read again from

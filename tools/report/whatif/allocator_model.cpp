@@ -190,13 +190,9 @@ void CachingAllocatorModel::set_run_end(Pool &pool, Block *b, bool end) {
 }
 
 void CachingAllocatorModel::rewalk(Pool &pool, std::set<Block *, BySize>::iterator at) {
-    auto passes = [&pool](std::set<Block *, BySize>::iterator b) {
-        auto next = std::next(b);
-        return next != pool.free.end() && growable(*next) < growable(*b);
-    };
     const auto from = at == pool.free.begin() ? at : std::prev(at);
-    (*from)->passed = passes(from);
-    (*at)->passed = passes(at);
+    (*from)->passed = walk_passes(pool, from);
+    (*at)->passed = walk_passes(pool, at);
     auto to = std::next(at);
     if (to != pool.free.end()) ++to;  // through the block after `at`, whose run may end or no longer end
     for (auto b = from; b != to; ++b)
@@ -691,8 +687,7 @@ bool CachingAllocatorModel::walk_consistent(const Pool &pool, std::string *why) 
     size_t ends = 0;
     bool before_passed = false;
     for (auto b = pool.free.begin(); b != pool.free.end(); ++b) {
-        auto next = std::next(b);
-        bool passed = next != pool.free.end() && growable(*next) < growable(*b);
+        bool passed = walk_passes(pool, b);
         bool end = !passed && before_passed;
         if (passed != (*b)->passed || end != (*b)->run_end || end != (pool.run_ends.count(*b) > 0)) {
             if (why) *why = "c10's walk would not stop where the flags say";

@@ -214,6 +214,11 @@ private:
     Block *get_free_block(Pool &pool, uint64_t size);
     // What c10 takes a free block's size to be with expandable segments: with the unmapped space after it.
     static uint64_t growable(const Block *b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); }
+    // Whether c10's walk from the best fit goes on past the free block at `b`: its successor can grow to less.
+    static bool walk_passes(const Pool &pool, std::set<Block *, BySize>::const_iterator b) {
+        auto next = std::next(b);
+        return next != pool.free.end() && growable(*next) < growable(*b);
+    }
     // After `at`'s growable size or neighbours in `free` changed: whether the walk passes it and the
     // block before it, and where runs of passed blocks end around it.
     void rewalk(Pool &pool, std::set<Block *, BySize>::iterator at);
