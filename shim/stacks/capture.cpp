@@ -208,7 +208,10 @@ struct SiteLookup {
 // The key's lookup, extended by the native frames where the site is unstable; `stored_whole` is set
 // from the slot found. Returns the census's kind of key.
 census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
-    site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+    {
+        GG_PROFILE_STEP(kCaptureLookup);
+        site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+    }
     if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
     site.key = with_native_frames(site.key, &site.native, skip, depth, return_address);

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "shim/base/profile.h"
+
 namespace gg::stacks::cfi {
 
 class WalkMemo {
@@ -84,16 +86,29 @@ public:
     // -1 when none is. `load(at)` reads a stack word.
     template <class Load>
     int recall(const Start &s, uint32_t generation, void **ips, Load load) {
+        GG_PROFILE_STEP(kMemoRecall);
         last_ = nullptr;
         if (generation != generation_) return forget(generation), -1;
-        Entry *set = set_of(s, load);
+        Entry *set;
+        {
+            GG_PROFILE_STEP(kMemoSet);
+            set = set_of(s, load);
+        }
         missed_with_start_ = false;
-        for (int w = 0; w < kWays; w++) {
-            Entry &e = set[w];
-            if (!same_start(e, s)) continue;
-            missed_with_start_ = true;
-            if (e.read_fp && e.fp != s.fp) continue;
-            if (!same_words(e, s.sp, load)) continue;
+        Entry *found = nullptr;
+        {
+            GG_PROFILE_STEP(kMemoCompare);
+            for (int w = 0; w < kWays && !found; w++) {
+                Entry &e = set[w];
+                if (!same_start(e, s)) continue;
+                missed_with_start_ = true;
+                if (e.read_fp && e.fp != s.fp) continue;
+                if (same_words(e, s.sp, load)) found = &e;
+            }
+        }
+        if (Entry *hit = found) {
+            GG_PROFILE_STEP(kMemoCopy);
+            Entry &e = *hit;
             e.used = ++clock_;
             last_ = &e.tag;
             int n = 0;
