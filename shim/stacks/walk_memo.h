@@ -18,8 +18,12 @@
 // One start, many walks: autograd's thread allocates from many call paths at one stack depth (the
 // H200's census counted more walks at one depth than a set's ways, each keeping pushed out the next;
 // BENCHMARKS.md). Walks from one start read the same words until the first return address where their
-// call paths part, and that word's offset (the fork) is learned when two of them meet in a set; from
-// then on the set is chosen by the start and the stack's word at the fork, so each path has its set.
+// call paths part, and that word's offset (a fork) is learned when two of them meet in a set; from then
+// on the set is chosen by the start and the stack's word at the fork. Paths that agree there may part
+// further out (autograd's backward functions share at::empty's frames, then part at the function), so
+// two walks that meet in a set chosen by the forks known teach the start one more, up to kForkWords:
+// each path has its set. (With one fork, the walks of every operator through at::empty shared one set
+// and pushed each other out: an H100 census counted 3,166 walks anew in 40 llama steps, BENCHMARKS.md.)
 // The choice of set only says where to look: a walk is still recalled only when every word matches.
 #pragma once
 #include <cstdint>
@@ -36,7 +40,8 @@ public:
     static constexpr int kMaxLoads = 72;
     static constexpr int kSets = 128;  // 512 walks of 640 bytes: 320 KiB a thread that walks
     static constexpr int kWays = 4;
-    static constexpr int kForks = 256;  // starts whose fork is known (direct-mapped: 4 KiB)
+    static constexpr int kForks = 256;    // starts whose forks are known (direct-mapped: 6 KiB)
+    static constexpr int kForkWords = 4;  // forks a start learns at most
 
     // What a walk read, recorded as it goes (a walk that reads more than kMaxLoads words is not kept).
     struct Recording {
@@ -165,11 +170,13 @@ private:
     bool missed_with_start_ = false;
     Evicted last_eviction_ = Evicted::kNone;
 
-    // Where the walks from one start part (see the header): the offset, in words from the start, of the
-    // first word two of them read differently.
+    // Where the walks from one start part (see the header): the offsets, in words from the start, of the
+    // words that told two of them apart, in the order they were learned. A set of the start holds the
+    // walks that agree on every one of those words.
     struct Fork {
         uint64_t start = 0;  // the start's hash; 0: no fork known
-        uint16_t offset = 0;
+        uint8_t count = 0;
+        uint16_t offset[kForkWords] = {};
     };
     Fork forks_[kForks];
 
@@ -179,20 +186,30 @@ private:
         return h | 1;  // never 0, which marks a fork slot unused
     }
     Fork &fork_of(uint64_t h) { return forks_[(h >> 32) % kForks]; }
+    static uint64_t with_fork_word(uint64_t h, uintptr_t word) { return (h ^ word) * 0xC2B2AE3D27D4EB4Full; }
+    Entry *set_at(uint64_t h) { return &entries_[(h >> 40) % kSets * kWays]; }
 
-    // The start's set: by the start alone until its fork is known, then by the start and the word there
-    // (the stack at the fork lies within the caller's frames, which no walk's own frames overwrite).
+    // The start's set: by the start alone until a fork is known, then by the start and the stack's words
+    // at its forks (they lie within the caller's frames, which no walk's own frames overwrite). The words
+    // are independent loads, in flight at once.
     template <class Load>
     Entry *set_of(const Start &s, Load load) {
         uint64_t h = hash_of(s);
         const Fork &f = fork_of(h);
-        if (f.start != h) return &entries_[(h >> 40) % kSets * kWays];
-        return set_at(h, load(s.sp + sizeof(uintptr_t) * f.offset));
+        if (f.start != h) return set_at(h);
+        for (int i = 0; i < f.count; i++) h = with_fork_word(h, load(s.sp + sizeof(uintptr_t) * f.offset[i]));
+        return set_at(h);
     }
-
-    Entry *set_at(uint64_t h, uintptr_t word_at_fork) {
-        h ^= word_at_fork * 0xC2B2AE3D27D4EB4Full;
-        return &entries_[(h >> 40) % kSets * kWays];
+    // The set a kept walk belongs in, by the words it read at the forks; null when it read none at one
+    // (it ended before), and no set can be told from its own words.
+    Entry *set_of_entry(const Entry &e, uint64_t h, const Fork &f) {
+        for (int i = 0; i < f.count; i++) {
+            int at = 0;
+            while (at < e.loads && e.offset[at] != f.offset[i]) at++;
+            if (at == e.loads) return nullptr;
+            h = with_fork_word(h, e.word[at]);
+        }
+        return set_at(h);
     }
     Entry *least_recent(Entry *set) {
         Entry *victim = &set[0];
@@ -204,38 +221,38 @@ private:
         return e.loads && e.depth == s.depth && e.max == s.max && e.stop == s.stop;
     }
 
-    // When the new walk meets a walk of its start in the start's one set, the first word where the two
-    // differ is the fork (the same start and the same words before it put both loads at one offset).
-    // True when a fork was learned, and the set must be chosen again.
+    // When the new walk meets a walk of its start in its set (both agree on every fork known so far),
+    // the first word where the two differ is a new fork (the same start and the same words before it
+    // put both loads at one offset): autograd's paths part at one frame, then again further out, each
+    // part with more paths than a set has ways. True when a fork was learned, and the set must be
+    // chosen again.
     bool learn_fork(const Start &s, Entry *set, const Recording &r) {
         uint64_t h = hash_of(s);
         Fork &f = fork_of(h);
-        if (f.start == h) return false;  // known: a walk that meets another in its set parts from it later
+        if (f.start == h && f.count == kForkWords) return false;  // as told apart as it gets: the set's LRU decides
         for (int w = 0; w < kWays; w++) {
             const Entry &e = set[w];
             if (!same_start(e, s)) continue;
             for (int i = 0; i < e.loads && i < r.loads && e.offset[i] == r.offset[i]; i++)
                 if (e.word[i] != r.word[i]) {
-                    f = {h, r.offset[i]};
-                    move_to_forked_sets(s, h, set, f.offset);
+                    if (f.start != h) f = {h, 0, {}};  // a start of its own (it may take another's slot)
+                    f.offset[f.count++] = r.offset[i];
+                    move_to_forked_sets(s, h, f);
                     return true;
                 }
         }
         return false;
     }
-    // The walks of the start kept before its fork was known, each to the set its word there chooses, as
-    // recall() will look for it.
-    void move_to_forked_sets(const Start &s, uint64_t h, Entry *set, uint16_t offset) {
-        for (int w = 0; w < kWays; w++) {
-            Entry &e = set[w];
+    // Every walk of the start kept so far, to the set its words at the forks now choose, as recall()
+    // will look for it (a walk that ended before a fork is let go). Rare: at most kForkWords times a
+    // start, so a pass over the whole memo is affordable.
+    void move_to_forked_sets(const Start &s, uint64_t h, const Fork &f) {
+        for (Entry &e : entries_) {
             if (!same_start(e, s)) continue;
-            int i = 0;
-            while (i < e.loads && e.offset[i] != offset) i++;
-            if (i == e.loads) continue;  // a walk that ended before the fork: let it go
-            Entry *to = set_at(h, e.word[i]);
-            if (to == set) continue;
-            Entry *victim = least_recent(to);
-            *victim = e;
+            Entry *to = set_of_entry(e, h, f);
+            Entry *from = &entries_[(&e - entries_) / kWays * kWays];
+            if (to == from) continue;
+            if (to) *least_recent(to) = e;
             e.loads = 0;
         }
     }

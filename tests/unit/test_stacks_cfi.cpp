@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -323,6 +324,17 @@ __attribute__((noinline)) void short_from(int n, ShortLeaf leaf, ShortWalk *w) {
     else short_from(n - 1, leaf, w);
     asm volatile("" ::: "memory");
 }
+// Callers of one shape further out, each its own function: paths that agree at the leaf and part here.
+template <int K>
+__attribute__((noinline)) void short_mid(ShortLeaf leaf, ShortWalk *w) {
+    volatile int which = K;
+    short_from(3, leaf, w);
+    asm volatile("" ::"r"(which) : "memory");
+}
+using ShortMid = void (*)(ShortLeaf, ShortWalk *);
+constexpr ShortMid kManyMids[] = {short_mid<0>, short_mid<1>, short_mid<2>, short_mid<3>,
+                                  short_mid<4>, short_mid<5>, short_mid<6>, short_mid<7>};
+static_assert(sizeof kManyMids / sizeof kManyMids[0] > cfi::WalkMemo::kWays);
 
 std::vector<void *> ips_of(const ShortWalk &w) { return std::vector<void *>(w.ips, w.ips + (w.n < 0 ? 0 : w.n)); }
 
@@ -378,6 +390,29 @@ TEST_SUITE("stacks: walk memo") {
             CHECK(ips_of(w) == first[i]);
         }
         CHECK(cfi::counts().recalled - before == first.size());
+    }
+
+    TEST_CASE("paths that part at two frames, more of them at the outer than a set has ways, are all recalled") {
+        // As autograd's thread allocates: every backward function's allocation runs through at::empty's
+        // frames, which part from at::empty_strided's near the allocation; the functions part further
+        // out. With one fork per start (the leaf's, learned first), the paths through leaf 0 shared one
+        // set and each walk pushed out another.
+        std::vector<std::pair<int, int>> paths = {{0, 0}, {0, 1}};  // (mid, leaf): the leaves part first
+        for (int mid = 1; mid < int(std::size(kManyMids)); mid++) paths.push_back({mid, 0});
+        ShortWalk w;
+        std::vector<std::vector<void *>> walked[2];
+        uint64_t recalled[2];
+        for (int round = 0; round < 2; round++) {  // one call site: the same stacks in both rounds
+            uint64_t before = cfi::counts().recalled;
+            for (auto [mid, leaf] : paths) {
+                kManyMids[mid](kManyLeaves[leaf], &w);
+                walked[round].push_back(ips_of(w));
+            }
+            recalled[round] = cfi::counts().recalled - before;
+        }
+        REQUIRE(std::set<std::vector<void *>>(walked[0].begin(), walked[0].end()).size() == paths.size());
+        CHECK(walked[1] == walked[0]);
+        CHECK(recalled[1] == paths.size());
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
