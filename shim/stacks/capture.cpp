@@ -100,11 +100,13 @@ int locate_caller(void *const *raw, int n, void *return_address) {
 
 // The native return addresses from capture()'s caller outward, `skip` of them dropped, at most
 // `depth`: walked (cut at the innermost eval loop when `stop` says so), then the shim's own frames
-// and the unwinder's passed over by the caller's return address. Returns how many are in frames[].
-int caller_frames(uintptr_t *frames, int skip, int depth, void *return_address, unwind::StopFn stop) {
+// and the unwinder's passed over by the caller's return address. Returns how many are in frames[]
+// (none where `tag_only` is a salt the caching walker recalled the walk's tag under: unwind::backtrace).
+int caller_frames(uintptr_t *frames, int skip, int depth, void *return_address, unwind::StopFn stop,
+                  int tag_only = -1) {
     void *raw[kSlack + 2 * kMaxDepth];
     int want = frames_above_caller() + skip + depth;
-    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop);
+    int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop, tag_only);
     int kept = 0;
     for (int i = locate_caller(raw, n, return_address) + skip; i < n && kept < depth; ++i)
         frames[kept++] = reinterpret_cast<uintptr_t>(raw[i]);
@@ -151,8 +153,9 @@ uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth,
 StackId capture_native(int skip, int depth, void *return_address) {
     GG_PROFILE_STEP(kCaptureNative);
     uintptr_t words[kMaxDepth];
-    int n_native = caller_frames(words, skip, depth, return_address, nullptr);
     uint16_t salt = uint16_t(skip);  // the id depends on the frames skipped, beside the walk
+    // A walk recalled with its id gives no frames: the id is all this needs.
+    int n_native = caller_frames(words, skip, depth, return_address, nullptr, salt);
     if (StackId id = unwind::last_walk_tag(salt)) {
         census::note(census::Kind::kNative, census::Outcome::kReuse);
         reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);

@@ -516,7 +516,7 @@ void census_eviction(WalkMemo::Evicted e) {
 
 // The walk, from its own frame outward (see walk()): remembered by the words it read, and recalled
 // from them (shim/stacks/walk_memo.h).
-__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
+__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, int tag_only) {
     if (!available()) return -1;
     ThreadTable *t = g_tables.get();
     if (!t) return -1;
@@ -540,7 +540,7 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
         return walk_frames(t, pc, sp, fp, ips, max, stop, nullptr);
     }
     auto stack_word = [](uintptr_t a) { return load_word(a); };
-    int n = t->memo.recall(at, t->generation, ips, stack_word);
+    int n = t->memo.recall(at, t->generation, ips, stack_word, tag_only);
     if (n >= 0) {
         g_recalled.fetch_add(1, std::memory_order_relaxed);
         census::memo(census::Memo::kRecalled);
@@ -560,8 +560,8 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop) {
 
 bool available() { return kArchSupported && &_Unwind_Find_FDE != nullptr; }
 
-int walk(void **ips, int max, StopFn stop) {
-    int n = walk_from_here(ips, max, stop);
+int walk(void **ips, int max, StopFn stop, int tag_only) {
+    int n = walk_from_here(ips, max, stop, tag_only);
     if (n < 0) g_fallbacks.fetch_add(1, std::memory_order_relaxed);
     return n;
 }

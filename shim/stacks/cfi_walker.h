@@ -38,7 +38,10 @@ bool available();
 // stops after max, at the end of the stack, or after the first frame for which stop() answers
 // true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
 // above): the caller then unwinds with a general unwinder.
-int walk(void **ips, int max, StopFn stop);
+// `tag_only` (a salt, -1 for none): a caller that needs only the value attached to the walk
+// (last_walk_tag) gets 0 frames when the walk is recalled with a value under that salt: copying the
+// return addresses out of the memo would cost more than the rest of the recall (BENCHMARKS.md).
+int walk(void **ips, int max, StopFn stop, int tag_only = -1);
 
 // The value a caller attached to this thread's last walk (the capture's stack id: shim/stacks/capture.cpp),
 // if that walk was recalled from the memo or remembered in it, and the value was attached with the same

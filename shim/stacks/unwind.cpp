@@ -95,6 +95,7 @@ struct GccWalk {
 
 // backtrace()'s stop predicate, for gcc_step (the backends share one signature, which has no room).
 __attribute__((tls_model("initial-exec"))) thread_local StopFn t_stop = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local int t_tag_only = -1;  // backtrace()'s, for the walker
 // Whether this thread's last backtrace() was the caching walker's (last_walk_tag).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_by_walker = false;
 
@@ -151,7 +152,7 @@ constexpr bool kPreferLibgcc = false;
 std::atomic<BacktraceFn> g_cfi_fallback{nullptr};
 
 int cfi_backtrace(void **ips, int max) {
-    int n = cfi::walk(ips, max, t_stop);
+    int n = cfi::walk(ips, max, t_stop, t_tag_only);
     if (n >= 0) return n;  // a fallback's walk below is no walk of the memo: its tag stays 0
     BacktraceFn fallback = g_cfi_fallback.load(std::memory_order_relaxed);
     return fallback ? fallback(ips, max) : 0;
@@ -251,7 +252,7 @@ int inside_total() {
 
 }  // namespace
 
-int backtrace(void **ips, int max, StopFn stop) {
+int backtrace(void **ips, int max, StopFn stop, int tag_only) {
     const Backend *b = active();
     if (!b->fn || max <= 0) return 0;
     // Announce, then look (both seq_cst, as before_fork() sets the flag, then counts): either the
@@ -262,8 +263,10 @@ int backtrace(void **ips, int max, StopFn stop) {
     t_by_walker = false;
     if (!g_fork_pending.load(std::memory_order_seq_cst) && !g_off_after_fork.load(std::memory_order_relaxed)) {
         t_stop = stop;
+        t_tag_only = tag_only;
         n = b->fn(ips, max);
         t_stop = nullptr;
+        t_tag_only = -1;
         t_by_walker = b->fn == cfi_backtrace;
     }
     s.inside.fetch_sub(1, std::memory_order_release);

@@ -18,8 +18,10 @@ namespace gg::stacks::unwind {
 // how many. Loads the unwinder on first use. 0 when no unwinder is available.
 // stop: when it answers true for a frame, that frame is the last one kept. The caching walker and
 // libgcc's unwinder stop there; libunwind's fills up to max regardless.
+// tag_only (a salt, -1 for none): 0 frames where the caching walker recalled this walk with a tag under
+// that salt, which last_walk_tag() then gives (the caller needs nothing else).
 using StopFn = bool (*)(uintptr_t ip);
-int backtrace(void **ips, int max, StopFn stop = nullptr);
+int backtrace(void **ips, int max, StopFn stop = nullptr, int tag_only = -1);
 
 // The caching walker's tag of this thread's last backtrace() (shim/stacks/cfi_walker.h): 0 when that
 // walk was not the walker's own, or not remembered.

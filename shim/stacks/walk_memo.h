@@ -88,9 +88,10 @@ public:
     Evicted last_eviction() const { return last_eviction_; }
 
     // The return addresses of a remembered walk from `s` whose every word is as it was, into ips;
-    // -1 when none is. `load(at)` reads a stack word.
+    // -1 when none is. `load(at)` reads a stack word. None are copied (0) when the walk has a value
+    // under the salt `tag_only` (>= 0): its caller wants only that (last()).
     template <class Load>
-    int recall(const Start &s, uint32_t generation, void **ips, Load load) {
+    int recall(const Start &s, uint32_t generation, void **ips, Load load, int tag_only = -1) {
         GG_PROFILE_STEP(kMemoRecall);
         last_ = nullptr;
         if (generation != generation_) return forget(generation), -1;
@@ -116,6 +117,7 @@ public:
             Entry &e = *hit;
             e.used = ++clock_;
             last_ = &e.tag;
+            if (e.tag.value && e.tag.salt == tag_only) return 0;
             int n = 0;
             for (int i = 0; i < e.loads; i++)  // a zero return address ended the walk without being one of its
                 if ((e.is_return_address[i / 64] >> (i % 64) & 1) && e.word[i])

@@ -315,6 +315,11 @@ __attribute__((noinline)) void short_walk_nth(ShortWalk *w) {
     w->n = cfi::walk(w->ips, kShort, nullptr);
     asm volatile("" ::"r"(which) : "memory");
 }
+int g_tag_only = -1;
+__attribute__((noinline)) void short_walk_tag_only(ShortWalk *w) {
+    w->n = cfi::walk(w->ips, kShort, nullptr, g_tag_only);
+    asm volatile("" ::: "memory");
+}
 using ShortLeaf = void (*)(ShortWalk *);
 constexpr ShortLeaf kManyLeaves[] = {short_walk_nth<0>, short_walk_nth<1>, short_walk_nth<2>, short_walk_nth<3>,
                                      short_walk_nth<4>, short_walk_nth<5>, short_walk_nth<6>, short_walk_nth<7>};
@@ -413,6 +418,28 @@ TEST_SUITE("stacks: walk memo") {
         REQUIRE(std::set<std::vector<void *>>(walked[0].begin(), walked[0].end()).size() == paths.size());
         CHECK(walked[1] == walked[0]);
         CHECK(recalled[1] == paths.size());
+    }
+
+    TEST_CASE("a walk recalled with a tag under the salt asked for gives no frames, only the tag") {
+        // capture_native's recall: the stack id attached to the walk is all it needs. One call site in a
+        // loop with no branch (a peeled first round would be another site, so another stack).
+        ShortWalk w[3];
+        const int tag_only[3] = {-1, 7, 8};
+        uint32_t tag[3];
+        volatile int rounds = 3;
+        for (int i = 0; i < rounds; i++) {
+            g_tag_only = tag_only[i];
+            short_from(12, short_walk_tag_only, &w[i]);
+            tag[i] = cfi::last_walk_tag(7);
+            cfi::tag_last_walk(42, 7);  // the same value each time: the first round's tag, kept
+        }
+        CHECK(w[0].n == kShort);
+        CHECK(tag[0] == 0);       // walked anew: no value yet
+        CHECK(w[1].n == 0);       // recalled, with a value under salt 7: no frames
+        CHECK(tag[1] == 42);      // and the value
+        CHECK(w[2].n == kShort);  // recalled, asking for salt 8: the frames
+        CHECK(tag[2] == 42);
+        CHECK(std::vector<void *>(w[2].ips, w[2].ips + kShort) == std::vector<void *>(w[0].ips, w[0].ips + kShort));
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
