@@ -143,6 +143,14 @@ uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth,
     return key ? key : 1;  // 0 marks an empty slot
 }
 
+// `key` extended with where this thread's stack stood (an address in capture's own frame: the same for
+// the same native path, within one thread, whose site cache this is). A mix of its own, so that it never
+// equals a key extended by native frames.
+uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
+    key = reuse::mix(reuse::mix(key, 0x5354u), stack_at);
+    return key ? key : 1;  // 0 marks an empty slot
+}
+
 // A site without Python frames (PyTorch's autograd threads, C++ programs): its native stack, walked
 // by the caching walker, is recalled from the stack words the walk read before (shim/stacks/walk_memo.h),
 // and the stack id attached to that walk is the answer. Exact: the memo answers only when every word
@@ -202,14 +210,22 @@ constexpr int kKeyFrames = 12;
 struct SiteLookup {
     reuse::SiteCache *sites = nullptr;
     uint64_t key = 0;
-    uint64_t whole = 0;   // stored with the stack: the whole Python key when `key` covers only the innermost frames
-    uint64_t native = 0;  // the native frames' part of an unstable site's key, once walked
+    uint64_t whole = 0;      // stored with the stack: the whole Python key when `key` covers only the innermost frames
+    uint64_t native = 0;     // the native frames' part of an unstable site's key, once walked
+    uintptr_t stack_at = 0;  // where this thread's stack stood at the capture: an unstable site's first extension
     StackId cached = 0;
     reuse::SiteCache::Verdict verdict = reuse::SiteCache::Verdict::kMiss;
 };
 
-// The key's lookup, extended by the native frames where the site is unstable; `stored_whole` is set
-// from the slot found. Returns the census's kind of key.
+// The key's lookup, extended where the site is unstable: first by where the thread's stack stands (free:
+// the native paths under one Python line almost always differ in depth: generate()'s first token's
+// against the next ones'), and where that is unstable too (two paths of one depth), by the native
+// frames themselves (a walk, about 800 ns on the GPU machine, 24 a decode step before). A key with the
+// stack's depth is checked on the same schedule as any other (SiteCache::due), by the native frames, so
+// a second path of the same depth is found as a Python key's second path is. The depth of the C stack
+// under one Python stack moves while CPython specialises its calls (site_seed): warm-up costs a few more
+// captures, and only for unstable sites. `stored_whole` is set from the slot found. Returns the census's
+// kind of key.
 census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
     {
         GG_PROFILE_STEP(kCaptureLookup);
@@ -217,7 +233,12 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     }
     if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
-    site.key = with_native_frames(site.key, &site.native, skip, depth, return_address);
+    uint64_t python_key = site.key;
+    site.key = with_stack_depth(python_key, site.stack_at);
+    site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+    if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPythonDepth;
+    census::note(census::Kind::kPythonDepth, census::Outcome::kUnstable);
+    site.key = with_native_frames(python_key, &site.native, skip, depth, return_address);
     site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
     return census::Kind::kPythonExtended;
 }
@@ -302,6 +323,7 @@ StackId capture_unguarded(int skip, void *return_address) {
 
     // A site seen before is found by its key, before anything is unwound or described.
     SiteLookup site;
+    site.stack_at = reinterpret_cast<uintptr_t>(&site);  // where the stack stands: a local of this frame
     if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (site.sites = g_sites.get())) {
         StackId answer = 0;
         if (!python) return capture_native(skip, depth, return_address);

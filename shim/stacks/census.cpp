@@ -15,7 +15,7 @@
 namespace gg::stacks::census {
 namespace {
 
-std::atomic<uint64_t> g_counts[3][4];
+std::atomic<uint64_t> g_counts[int(Kind::kCount)][4];
 
 // Stacks unwound (by id), each with its unwinds and its distinct keys (up to kKeys remembered).
 constexpr int kStacks = 4096, kKeys = 64;
@@ -28,7 +28,10 @@ struct Entry {
 Entry *g_table = nullptr;
 FutexLock g_mu;
 
-const char *kind_name(int k) { return k == 0 ? "python key" : k == 1 ? "native key" : "python+native key"; }
+const char *kind_name(int k) {
+    const char *names[] = {"python key", "native key", "python+native key", "python+depth key"};
+    return names[k];
+}
 
 // The innermost frames worth reading: the first Python frame or the first native one outside the shim.
 std::string where(uint32_t stack) {
@@ -62,7 +65,7 @@ __attribute__((destructor)) void print_census() {
         for (auto &n : kind) any += n.load();
     if (!any) return;  // a process that captured nothing (a shell the program ran through)
     fprintf(stderr, "gpuguard: census %-18s %10s %10s %10s %10s\n", "key", "miss", "reuse", "check", "unstable");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < int(Kind::kCount); k++)
         fprintf(stderr, "gpuguard: census %-18s %10llu %10llu %10llu %10llu\n", kind_name(k),
                 (unsigned long long)g_counts[k][0].load(), (unsigned long long)g_counts[k][1].load(),
                 (unsigned long long)g_counts[k][2].load(), (unsigned long long)g_counts[k][3].load());

@@ -7,7 +7,7 @@
 
 namespace gg::stacks::census {
 
-enum class Kind { kPython, kNative, kPythonExtended };
+enum class Kind { kPython, kNative, kPythonExtended, kPythonDepth, kCount };
 enum class Outcome { kMiss, kReuse, kCheck, kUnstable };
 // The walk memo's answers (shim/stacks/walk_memo.h): recalled; not recalled though a walk from the same
 // start was kept (its words differed); not recalled, none kept from that start; and, on keeping a

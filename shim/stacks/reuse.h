@@ -21,7 +21,9 @@
 // one and starts the schedule again (a library takes another path once it has warmed up, and keeps to
 // it); the third time a site's stack changes, the site is unstable (one Python line whose calls take
 // several native paths: a generate() step's first token and the next ones). An unstable site's key
-// is then extended with the native return addresses between the allocation and the innermost eval
+// is then extended with where the thread's stack stands (the paths almost always differ in depth; such
+// a key is checked as any other), and where that is unstable too, with the native return addresses
+// between the allocation and the innermost eval
 // loop (a walk that stops there, recalled from the stack words it read before where they are the
 // same: shim/stacks/walk_memo.h), which is all that can differ under one Python key; only a site
 // unstable under that key too unwinds every time. (Stacks that differ only in where inside the interpreter's eval loop

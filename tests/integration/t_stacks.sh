@@ -72,7 +72,7 @@ paths_report() {
   py_alloc_report "$@" -- paths "$TMP/two_paths.so" "$n" "$pattern"
 }
 # Bytes by stack for path_a and path_b, as "[(name, bytes, count), ...]".
-BY_PATH="sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'] if f.get('symbol') in ('path_a','path_b')), '?'))(b['stack']), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
+BY_PATH="sorted(((lambda st: next((f['symbol'] for f in d['stacks'][st]['frames'] if f.get('symbol') in ('path_a','path_b','path_c')), '?'))(b['stack']), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
 
 stack_reused() {
   fresh
@@ -105,12 +105,13 @@ check "one Python line reaching the driver through two native paths at the same 
 stack_reuse_two_paths_extended() {
   fresh
   local r; r=$(paths_report 200 ab) || { cat "$TMP/err"; return 1; }
-  # Once the site is unstable, its key takes in the innermost native return addresses: each path is a
-  # site of its own, and is reused from then on (it used to be unwound at every allocation).
+  # Once the site is unstable, its key takes in where the stack stands, which is the same for both paths
+  # (unstable too), then the innermost native return addresses: each path is a site of its own, and is
+  # reused from then on (it used to be unwound at every allocation).
   expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((100 * MIB)), 100), ('path_b', $((200 * MIB)), 100)]" \
     "bytes by native path, exact" &&
-  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
-    "the Python site unstable, its two native paths reused"
+  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(2, True)" \
+    "the Python site and its key with the stack's depth unstable, its two native paths reused"
 }
 check "an unstable Python site is told apart by its native frames: each path reused with its own stack" stack_reuse_two_paths_extended
 
@@ -123,10 +124,24 @@ stack_reuse_two_paths_deep() {
   local by_path="${BY_PATH//path_a/deep_path_a}"; by_path="${by_path//path_b/deep_path_b}"
   expect_eq "$(json "$r" "$by_path")" "[('deep_path_a', $((100 * MIB)), 100), ('deep_path_b', $((200 * MIB)), 100)]" \
     "bytes by native path, exact" &&
-  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
-    "the Python site unstable, its two native paths reused"
+  expect_eq "$(json "$r" "(lambda u: (u['unstable_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(2, True)" \
+    "the Python site and its key with the stack's depth unstable, its two native paths reused"
 }
 check "an unstable Python site whose native paths part far from the allocation: each path still reused" stack_reuse_two_paths_deep
+
+stack_reuse_two_depths() {
+  fresh
+  local r; r=$(paths_report 200 ab-depth) || { cat "$TMP/err"; return 1; }
+  # Two native paths at two stack depths (generate()'s first token against the next ones): once the
+  # Python site is unstable, where the stack stands tells them apart, and no allocation walks its native
+  # frames for a key (that walk cost about 800 ns on the GPU machine). Walks are left for the checks and
+  # the first captures: far fewer than the 200 allocations (each allocation walked before).
+  expect_eq "$(json "$r" "$BY_PATH")" "[('path_a', $((100 * MIB)), 100), ('path_c', $((200 * MIB)), 100)]" \
+    "bytes by native path, exact" &&
+  expect_eq "$(json "$r" "(lambda u, w: (u['unstable_sites'], u['reused'] >= 150, w['walks'] < 60))(d['capture']['stack_reuse'], d['capture']['walker'])")" \
+    "(1, True, True)" "the Python site unstable, its key with the stack's depth not: both paths reused, few walks"
+}
+check "an unstable Python site whose native paths stand at two depths: told apart by the depth, without a walk each" stack_reuse_two_depths
 
 # Blocks by the line of deep() each stack names, as "[(line, bytes, count), ...]".
 BY_CALLER="sorted((next(f['line'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python' and f['function'] == 'deep'), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"

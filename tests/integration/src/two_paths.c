@@ -24,6 +24,18 @@ __attribute__((noinline)) CUresult path_b(CUdeviceptr *p, size_t n) {
 
 CUresult alloc_via(int which, CUdeviceptr *p, size_t n) { return which ? path_b(p, n) : path_a(p, n); }
 
+/* A path with a larger frame than path_a's: a Python line that calls either reaches cuMemAlloc at two
+ * stack depths, as generate()'s first token and the next ones do. */
+__attribute__((noinline)) CUresult path_c(CUdeviceptr *p, size_t n) {
+    volatile char pad[256];
+    pad[0] = 0;
+    CUresult r = common_alloc(p, n);
+    __asm__ volatile("" ::"r"(pad) : "memory");
+    return r + pad[0];
+}
+
+CUresult alloc_via_depth(int which, CUdeviceptr *p, size_t n) { return which ? path_c(p, n) : path_a(p, n); }
+
 /* The same two paths with a deep common part between them and the allocation (kDeep frames, as c10's
  * allocator, at::empty and the dispatcher lie between a PyTorch operator and the driver): paths that
  * differ only further out than a fixed number of innermost frames. */
