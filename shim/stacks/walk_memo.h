@@ -199,7 +199,11 @@ private:
         uint64_t h = hash_of(s);
         const Fork &f = fork_of(h);
         if (f.start != h) return set_at(h);
-        for (int i = 0; i < f.count; i++) h = with_fork_word(h, load(s.sp + sizeof(uintptr_t) * f.offset[i]));
+        for (int i = 0; i < f.count; i++) {
+            // Within the stack even where another start's forks came with a hash equal to this one's.
+            uintptr_t at = sizeof(uintptr_t) * f.offset[i];
+            h = with_fork_word(h, at < s.depth ? load(s.sp + at) : 0);
+        }
         return set_at(h);
     }
     // The set a kept walk belongs in, by the words it read at the forks; null when it read none at one

@@ -442,6 +442,34 @@ TEST_SUITE("stacks: walk memo") {
         CHECK(std::vector<void *>(w[2].ips, w[2].ips + kShort) == std::vector<void *>(w[0].ips, w[0].ips + kShort));
     }
 
+    TEST_CASE("a start whose hash equals another's never reads past its own stack at that one's forks") {
+        // The memo's forks are found by a hash of the start (depth, max, stop): a start of 128 bytes
+        // whose hash equals that of a start 8 KiB deep must not read the deep one's fork, 7 KiB up.
+        static cfi::WalkMemo memo;  // 330 KB
+        std::vector<uintptr_t> stack(2048, 0);
+        const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data()), high = base + 8192;
+        constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // walk_memo.h's hash_of
+        cfi::WalkMemo::Start deep{base, 0, 8192, 16, nullptr};
+        cfi::WalkMemo::Start shallow{high - 128, 0, 128, 16,
+                                     reinterpret_cast<const void *>((8192 * kGolden) ^ (128 * kGolden))};
+        auto word = [](uintptr_t at) { return *reinterpret_cast<const uintptr_t *>(at); };
+        for (uintptr_t fork_word : {5, 6}) {  // two walks from the deep start that part 900 words up
+            stack[0] = 111;
+            stack[900] = fork_word;
+            cfi::WalkMemo::Recording r;
+            r.load(base, base, 111, true);
+            r.load(base, base + 900 * 8, fork_word, true);
+            memo.remember(deep, 0, r, word);
+        }
+        void *ips[16];
+        bool outside = false;
+        memo.recall(shallow, 0, ips, [&](uintptr_t at) {
+            outside |= at < shallow.sp || at >= high;
+            return at < high ? word(at) : 0;
+        });
+        CHECK_FALSE(outside);
+    }
+
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
         // ASan warns on swapcontext (a report, which fails the run) and TSan needs fibers announced:
