@@ -25,7 +25,7 @@ enum Step {
     kCaptureCheck,   // a reuse's check, by the native frames up to the eval loop
     kCaptureLookup,  // a Python site's key looked up in the thread's site cache
     kMemoRecall,     // the walk memo's recall (shim/stacks/walk_memo.h), whole
-    kMemoSet,        // its set: the start's fork word read, the set chosen
+    kMemoSet,        // its set: the stack's words at the start's forks read, the set chosen
     kMemoCompare,    // the ways' words compared with the stack's
     kMemoCopy,       // a recalled walk's return addresses copied out
     kFreeTotal,

@@ -65,10 +65,12 @@ __attribute__((destructor)) void print_census() {
         for (auto &n : kind) any += n.load();
     if (!any) return;  // a process that captured nothing (a shell the program ran through)
     fprintf(stderr, "gpuguard: census %-18s %10s %10s %10s %10s\n", "key", "miss", "reuse", "check", "unstable");
-    for (int k = 0; k < int(Kind::kCount); k++)
+    for (Kind kind : {Kind::kPython, Kind::kPythonDepth, Kind::kPythonExtended, Kind::kNative}) {  // as looked up
+        int k = int(kind);
         fprintf(stderr, "gpuguard: census %-18s %10llu %10llu %10llu %10llu\n", kind_name(k),
                 (unsigned long long)g_counts[k][0].load(), (unsigned long long)g_counts[k][1].load(),
                 (unsigned long long)g_counts[k][2].load(), (unsigned long long)g_counts[k][3].load());
+    }
     print_memo();
     if (!g_table) return;
     for (int shown = 0; shown < 15; shown++) {

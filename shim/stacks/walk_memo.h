@@ -38,9 +38,10 @@ public:
     // A whole capture's walk: the default 48 frames and the shim's own above them, and the saved frame
     // pointers that rules read (few: most code keeps no frame pointer).
     static constexpr int kMaxLoads = 72;
-    static constexpr int kSets = 128;  // 512 walks of 640 bytes: 320 KiB a thread that walks
+    static constexpr int kSets = 128;  // 512 walks of 776 bytes: 388 KiB a thread that walks
     static constexpr int kWays = 4;
-    static constexpr int kForks = 256;    // starts whose forks are known (direct-mapped: 6 KiB)
+    static constexpr int kForks = 256;    // starts whose forks are known (6 KiB)
+    static constexpr int kForkWays = 4;   // in sets of 4: two busy starts of one slot took it from each other
     static constexpr int kForkWords = 4;  // forks a start learns at most
 
     // What a walk read, recorded as it goes (a walk that reads more than kMaxLoads words is not kept).
@@ -84,6 +85,11 @@ public:
     // For the profiling build's census: whether the last recall that failed had a walk from the same
     // start, and whether the last walk kept pushed one out (and from the same start).
     bool missed_with_start() const { return missed_with_start_; }
+    // How many forks the start has learned (tests).
+    int forks(const Start &s) {
+        const Fork *f = find_fork(hash_of(s));
+        return f ? f->count : 0;
+    }
     enum class Evicted { kNone, kSameStart, kOtherStart };
     Evicted last_eviction() const { return last_eviction_; }
 
@@ -113,11 +119,11 @@ public:
             }
         }
         if (Entry *hit = found) {
-            GG_PROFILE_STEP(kMemoCopy);
             Entry &e = *hit;
             e.used = ++clock_;
             last_ = &e.tag;
             if (e.tag.value && e.tag.salt == tag_only) return 0;
+            GG_PROFILE_STEP(kMemoCopy);
             int n = 0;
             for (int i = 0; i < e.loads; i++)  // a zero return address ended the walk without being one of its
                 if ((e.is_return_address[i / 64] >> (i % 64) & 1) && e.word[i])
@@ -176,7 +182,8 @@ private:
     // words that told two of them apart, in the order they were learned. A set of the start holds the
     // walks that agree on every one of those words.
     struct Fork {
-        uint64_t start = 0;  // the start's hash; 0: no fork known
+        uint64_t start = 0;    // the start's hash; 0: no fork known
+        uint32_t learned = 0;  // the memo's clock when it last learned one: the least recent gives way
         uint8_t count = 0;
         uint16_t offset[kForkWords] = {};
     };
@@ -187,7 +194,24 @@ private:
             (uint64_t(s.depth) * 0x9E3779B97F4A7C15ull) ^ uint64_t(s.max) ^ reinterpret_cast<uintptr_t>(s.stop);
         return h | 1;  // never 0, which marks a fork slot unused
     }
-    Fork &fork_of(uint64_t h) { return forks_[(h >> 32) % kForks]; }
+    Fork *fork_set(uint64_t h) { return &forks_[(h >> 32) % (kForks / kForkWays) * kForkWays]; }
+    const Fork *find_fork(uint64_t h) {
+        Fork *set = fork_set(h);
+        for (int w = 0; w < kForkWays; w++)
+            if (set[w].start == h) return &set[w];
+        return nullptr;
+    }
+    // The start's forks, to learn one more: its own, or the way of its set that learned least recently
+    // (that start's walks then wait in sets its recall no longer looks in, and are walked anew).
+    Fork &fork_to_learn(uint64_t h) {
+        Fork *set = fork_set(h), *victim = &set[0];
+        for (int w = 0; w < kForkWays; w++) {
+            if (set[w].start == h) return set[w];
+            if (set[w].learned < victim->learned) victim = &set[w];
+        }
+        *victim = Fork{h, 0, 0, {}};
+        return *victim;
+    }
     static uint64_t with_fork_word(uint64_t h, uintptr_t word) { return (h ^ word) * 0xC2B2AE3D27D4EB4Full; }
     Entry *set_at(uint64_t h) { return &entries_[(h >> 40) % kSets * kWays]; }
 
@@ -197,11 +221,11 @@ private:
     template <class Load>
     Entry *set_of(const Start &s, Load load) {
         uint64_t h = hash_of(s);
-        const Fork &f = fork_of(h);
-        if (f.start != h) return set_at(h);
-        for (int i = 0; i < f.count; i++) {
+        const Fork *f = find_fork(h);
+        if (!f) return set_at(h);
+        for (int i = 0; i < f->count; i++) {
             // Within the stack even where another start's forks came with a hash equal to this one's.
-            uintptr_t at = sizeof(uintptr_t) * f.offset[i];
+            uintptr_t at = sizeof(uintptr_t) * f->offset[i];
             h = with_fork_word(h, at < s.depth ? load(s.sp + at) : 0);
         }
         return set_at(h);
@@ -217,41 +241,51 @@ private:
         }
         return set_at(h);
     }
+    // An empty way first (one a move emptied keeps its clock), else the least recently used.
     Entry *least_recent(Entry *set) {
         Entry *victim = &set[0];
-        for (int w = 1; w < kWays; w++)
+        for (int w = 0; w < kWays; w++) {
+            if (!set[w].loads) return &set[w];
             if (set[w].used < victim->used) victim = &set[w];
+        }
         return victim;
     }
     static bool same_start(const Entry &e, const Start &s) {
         return e.loads && e.depth == s.depth && e.max == s.max && e.stop == s.stop;
     }
 
-    // When the new walk meets a walk of its start in its set (both agree on every fork known so far),
-    // the first word where the two differ is a new fork (the same start and the same words before it
-    // put both loads at one offset): autograd's paths part at one frame, then again further out, each
-    // part with more paths than a set has ways. True when a fork was learned, and the set must be
-    // chosen again.
+    // When the new walk meets a walk of its start in its set, the first word where the two differ (the
+    // same start and the same words before it put both loads at one offset) is a new fork, unless it
+    // is a fork already known: the sets are few, and walks told apart by a fork still meet in one by the
+    // hash of their words (the set's LRU decides between those). Autograd's paths part at one frame,
+    // then again further out, each part with more paths than a set has ways. True when a fork was
+    // learned, and the set must be chosen again.
     bool learn_fork(const Start &s, Entry *set, const Recording &r) {
         uint64_t h = hash_of(s);
-        Fork &f = fork_of(h);
-        if (f.start == h && f.count == kForkWords) return false;  // as told apart as it gets: the set's LRU decides
+        const Fork *known = find_fork(h);
+        if (known && known->count == kForkWords) return false;  // as told apart as it gets: the set's LRU decides
         for (int w = 0; w < kWays; w++) {
             const Entry &e = set[w];
             if (!same_start(e, s)) continue;
-            for (int i = 0; i < e.loads && i < r.loads && e.offset[i] == r.offset[i]; i++)
-                if (e.word[i] != r.word[i]) {
-                    if (f.start != h) f = {h, 0, {}};  // a start of its own (it may take another's slot)
-                    f.offset[f.count++] = r.offset[i];
-                    move_to_forked_sets(s, h, f);
-                    return true;
-                }
+            int i = 0;
+            while (i < e.loads && i < r.loads && e.offset[i] == r.offset[i] && e.word[i] == r.word[i]) i++;
+            if (i == e.loads || i == r.loads || e.offset[i] != r.offset[i] || is_fork(known, r.offset[i])) continue;
+            Fork &f = fork_to_learn(h);
+            f.offset[f.count++] = r.offset[i];
+            f.learned = ++clock_;
+            move_to_forked_sets(s, h, f);
+            return true;
         }
+        return false;
+    }
+    static bool is_fork(const Fork *f, uint16_t offset) {
+        for (int i = 0; f && i < f->count; i++)
+            if (f->offset[i] == offset) return true;
         return false;
     }
     // Every walk of the start kept so far, to the set its words at the forks now choose, as recall()
     // will look for it (a walk that ended before a fork is let go). Rare: at most kForkWords times a
-    // start, so a pass over the whole memo is affordable.
+    // start while it keeps its fork slot, so a pass over the whole memo is affordable.
     void move_to_forked_sets(const Start &s, uint64_t h, const Fork &f) {
         for (Entry &e : entries_) {
             if (!same_start(e, s)) continue;

@@ -445,7 +445,7 @@ TEST_SUITE("stacks: walk memo") {
     TEST_CASE("a start whose hash equals another's never reads past its own stack at that one's forks") {
         // The memo's forks are found by a hash of the start (depth, max, stop): a start of 128 bytes
         // whose hash equals that of a start 8 KiB deep must not read the deep one's fork, 7 KiB up.
-        static cfi::WalkMemo memo;  // 330 KB
+        static cfi::WalkMemo memo;  // 394 KiB
         std::vector<uintptr_t> stack(2048, 0);
         const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data()), high = base + 8192;
         constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // walk_memo.h's hash_of
@@ -468,6 +468,33 @@ TEST_SUITE("stacks: walk memo") {
             return at < high ? word(at) : 0;
         });
         CHECK_FALSE(outside);
+    }
+
+    TEST_CASE("paths that part at a known fork yet share a set by their hashes teach it no second time") {
+        // The sets are few (WalkMemo::kSets): paths told apart by a known fork still land in one by the
+        // hash of their words. Their first differing word is then that fork: learned again, it spent the
+        // start's forks on copies, and paths that part further out came to share one set.
+        static cfi::WalkMemo memo;  // 394 KiB
+        std::vector<uintptr_t> stack(64, 0);
+        const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
+        const cfi::WalkMemo::Start start{base, 0, 64 * 8, 16, nullptr};
+        auto word = [](uintptr_t at) { return *reinterpret_cast<const uintptr_t *>(at); };
+        auto walk = [&](uintptr_t word1, uintptr_t word10) {  // a walk that reads words 0, 1 and 10
+            stack[0] = 0x42, stack[1] = word1, stack[10] = word10;
+            void *ips[16];
+            if (memo.recall(start, 0, ips, word) >= 0) return true;
+            cfi::WalkMemo::Recording r;
+            for (int at : {0, 1, 10}) r.load(base, base + 8 * at, stack[at], true);
+            memo.remember(start, 0, r, word);
+            return false;
+        };
+        for (uintptr_t a = 1; a <= 200; a++) walk(a << 12, 7);  // 200 paths parting at word 1: many share sets
+        CHECK(memo.forks(start) == 1);
+        for (uintptr_t b = 1; b <= 6; b++) walk(1 << 12, 7 + b);  // parting from the first further out
+        CHECK(memo.forks(start) == 2);
+        size_t again = 0;
+        for (uintptr_t b = 0; b <= 6; b++) again += walk(1 << 12, 7 + b);
+        CHECK(again == 7);
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
