@@ -224,8 +224,9 @@ struct SiteLookup {
 // stack's depth is checked on the same schedule as any other (SiteCache::due), by the native frames, so
 // a second path of the same depth is found as a Python key's second path is. The depth of the C stack
 // under one Python stack moves while CPython specialises its calls (site_seed): warm-up costs a few more
-// captures, and only for unstable sites. `stored_whole` is set from the slot found. Returns the census's
-// kind of key.
+// captures, and only for unstable sites; a site whose depth keeps moving on one path (alloca) stops
+// trying it after SiteCache::kMaxDepthMisses keys not found. `stored_whole` is set from the slot found.
+// Returns the census's kind of key.
 census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
     {
         GG_PROFILE_STEP(kCaptureLookup);
@@ -234,10 +235,13 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
     uint64_t python_key = site.key;
-    site.key = with_stack_depth(python_key, site.stack_at);
-    site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
-    if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPythonDepth;
-    census::note(census::Kind::kPythonDepth, census::Outcome::kUnstable);
+    if (site.sites->depth_keys_help(python_key)) {
+        site.key = with_stack_depth(python_key, site.stack_at);
+        site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
+        if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_by_depth(python_key);
+        if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPythonDepth;
+        census::note(census::Kind::kPythonDepth, census::Outcome::kUnstable);
+    }
     site.key = with_native_frames(python_key, &site.native, skip, depth, return_address);
     site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
     return census::Kind::kPythonExtended;

@@ -42,7 +42,16 @@ void SiteCache::store(uint64_t key, StackId id, uint64_t whole) {
             if (!set[w].key || set[w].used < s->used) s = &set[w];
         if (s->key) counts().evicted.fetch_add(1, std::memory_order_relaxed);
     }
-    *s = Slot{key, whole, id, 0, ++clock_, 0, false, false};
+    *s = Slot{key, whole, id, 0, ++clock_, 0, 0, false, false};
+}
+
+bool SiteCache::depth_keys_help(uint64_t key) {
+    Slot *s = find(key);
+    return s && s->depth_misses < kMaxDepthMisses;
+}
+
+void SiteCache::missed_by_depth(uint64_t key) {
+    if (Slot *s = find(key); s && s->depth_misses < kMaxDepthMisses) s->depth_misses++;
 }
 
 void SiteCache::checked(uint64_t key, bool same, StackId fresh) {

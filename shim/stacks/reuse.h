@@ -64,6 +64,12 @@ public:
     void store(uint64_t key, StackId id, uint64_t whole = 0);
     // After a deep check found another whole stack under `key`: from now on kDeep.
     void mark_deep(uint64_t key);
+    // Whether an unstable site's key is still worth extending by the stack's depth, and a miss of such a
+    // key, counted against it: a site whose depth moves on one native path (alloca, a sanitizer's fake
+    // stacks) would miss at almost every allocation, and is keyed by its native frames instead.
+    bool depth_keys_help(uint64_t key);
+    void missed_by_depth(uint64_t key);
+    static constexpr int kMaxDepthMisses = 16;
     // After a check: `same` says whether the fresh stack is the cached one (shim/stacks/capture.cpp
     // decides, ignoring where exactly in the eval loop the interpreter was). A different one replaces
     // it and restarts the checks; the kMaxChanges-th change makes the site unstable.
@@ -88,6 +94,7 @@ private:
         uint32_t hits = 0;
         uint32_t used = 0;  // the cache's clock at the last lookup or store: the least recent is evicted
         uint8_t changes = 0;
+        uint8_t depth_misses = 0;  // an unstable site's keys with the stack's depth not found
         bool unstable = false;
         bool deep = false;
     };

@@ -5,7 +5,8 @@ and the line of the call. Usage: py_alloc.py [with-gil-holder NATIVE.so | paths 
 paths: N allocations from one Python line, through two_paths.so's path_a (1 MiB each) or path_b
 (2 MiB each), all kept live; PATTERN "ab" alternates, "a" takes path_a only; "ab-deep" alternates
 deep_path_a and deep_path_b, whose common part below them is 20 frames deep; "ab-depth" alternates
-path_a and path_c (2 MiB each), whose frames differ in size."""
+path_a and path_c (2 MiB each), whose frames differ in size; "ab-varying" alternates path_a and
+path_a under a frame whose size changes at every call (2 MiB each)."""
 import ctypes
 import sys
 import threading
@@ -33,7 +34,9 @@ def train_step(model):
 
 def paths(native, n, pattern):
     ptr = ctypes.c_uint64()
-    via = {"-deep": native.alloc_via_deep, "-depth": native.alloc_via_depth}.get(pattern[2:], native.alloc_via)
+    via = {"-deep": native.alloc_via_deep, "-depth": native.alloc_via_depth, "-varying": native.alloc_via_varying}.get(
+        pattern[2:], native.alloc_via
+    )
     for i in range(n):
         which = 1 if pattern.startswith("ab") and i % 2 else 0
         r = via(which, ctypes.byref(ptr), ctypes.c_size_t((which + 1) << 20))  # LINE-OF-PATHS

@@ -143,6 +143,19 @@ stack_reuse_two_depths() {
 }
 check "an unstable Python site whose native paths stand at two depths: told apart by the depth, without a walk each" stack_reuse_two_depths
 
+stack_reuse_moving_depth() {
+  fresh
+  local r; r=$(paths_report 200 ab-varying) || { cat "$TMP/err"; return 1; }
+  # One of the two paths runs below a frame sized at run time, a new depth at each call: keyed by the
+  # depth, nearly every allocation would be a new key, unwound in full. After a few keys not found the
+  # site is keyed by its native frames, and both paths are reused.
+  expect_eq "$(json "$r" "sorted((b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])")" \
+    "[($((100 * MIB)), 100), ($((200 * MIB)), 100)]" "bytes by native path, exact" &&
+  expect_eq "$(json "$r" "(lambda u: (u['unwound'] < 40, u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(True, True)" \
+    "few captures unwound, most reused"
+}
+check "an unstable Python site whose depth moves at every call on one path: keyed by its native frames after a few misses" stack_reuse_moving_depth
+
 # Blocks by the line of deep() each stack names, as "[(line, bytes, count), ...]".
 BY_CALLER="sorted((next(f['line'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python' and f['function'] == 'deep'), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
 

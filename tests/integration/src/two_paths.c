@@ -36,6 +36,19 @@ __attribute__((noinline)) CUresult path_c(CUdeviceptr *p, size_t n) {
 
 CUresult alloc_via_depth(int which, CUdeviceptr *p, size_t n) { return which ? path_c(p, n) : path_a(p, n); }
 
+/* path_a, or path_a below a frame sized at run time (alloca), a new depth at every call: a key with
+ * the stack's depth is then new at almost every allocation. */
+static unsigned g_calls;
+__attribute__((noinline)) CUresult path_varying(CUdeviceptr *p, size_t n) {
+    volatile char *pad = __builtin_alloca(16 + 16 * (g_calls++ % 61));
+    pad[0] = 0;
+    CUresult r = path_a(p, n);
+    __asm__ volatile("" ::"r"(pad) : "memory");
+    return r + pad[0];
+}
+
+CUresult alloc_via_varying(int which, CUdeviceptr *p, size_t n) { return which ? path_varying(p, n) : path_a(p, n); }
+
 /* The same two paths with a deep common part between them and the allocation (kDeep frames, as c10's
  * allocator, at::empty and the dispatcher lie between a PyTorch operator and the driver): paths that
  * differ only further out than a fixed number of innermost frames. */
