@@ -122,7 +122,7 @@ int depth_of(const std::string &text) {
 }
 
 // The model's rows, read as they are parsed (tools/report/streamed_rows.h), are the same whether the
-// document keeps them (Keep::kDocument) or not.
+// document keeps them (Keep::kDocument) or not (the scanner of tools/report/scanned_rows.h reads them).
 bool same_rows(const Report &a, const Report &b) {
     if (a.timeline != b.timeline || a.tensor.has_value() != b.tensor.has_value()) return false;
     if (!a.tensor) return true;
@@ -131,9 +131,20 @@ bool same_rows(const Report &a, const Report &b) {
         return e.t_ns == f.t_ns && e.action == f.action && e.address == f.address && e.bytes == f.bytes &&
                e.allocated == f.allocated && e.reserved == f.reserved && e.device == f.device;
     };
+    auto same_block = [](const TensorBlock &b, const TensorBlock &c) {
+        return b.address == c.address && b.bytes == c.bytes && b.stack == c.stack && b.age_ns == c.age_ns;
+    };
+    auto same_segment = [](const TensorSegment &s, const TensorSegment &t) {
+        return s.address == t.address && s.bytes == t.bytes && s.stack == t.stack && s.api == t.api;
+    };
+    auto same_point = [](const TensorView::Point &p, const TensorView::Point &q) {
+        return p.t_ns == q.t_ns && p.allocated == q.allocated && p.reserved == q.reserved;
+    };
     return std::equal(x.events.begin(), x.events.end(), y.events.begin(), y.events.end(), same_event) &&
-           x.blocks.size() == y.blocks.size() && x.segments.size() == y.segments.size() && x.mappings == y.mappings &&
-           x.timeline.size() == y.timeline.size();
+           std::equal(x.blocks.begin(), x.blocks.end(), y.blocks.begin(), y.blocks.end(), same_block) &&
+           std::equal(x.segments.begin(), x.segments.end(), y.segments.begin(), y.segments.end(), same_segment) &&
+           x.mappings == y.mappings &&
+           std::equal(x.timeline.begin(), x.timeline.end(), y.timeline.begin(), y.timeline.end(), same_point);
 }
 
 }  // namespace
@@ -189,6 +200,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(err.message.rfind("fuzz.json: ", 0) == 0 && err.message.find('\n') == std::string::npos);
         if (too_large) FUZZ_REQUIRE(err.message.find("larger than") != std::string::npos);
         if (too_deep) FUZZ_REQUIRE(err.message.find("nested more than") != std::string::npos);
+        // Read by the scanner of rows (tools/report/scanned_rows.h), the file is refused the same way.
+        Report lean;
+        LoadError lean_err;
+        FUZZ_REQUIRE(!parse(text, "fuzz.json", lean, lean_err, kLimits, Keep::kModelOnly) &&
+                     lean_err.message == err.message);
         return 0;
     }
     FUZZ_REQUIRE(!too_large && !too_deep);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tools/report/model.h"
+#include "tools/report/scanned_rows.h"
 
 using gg::report::Keep;
 using gg::report::LoadError;
@@ -161,4 +162,127 @@ TEST_CASE("report reader: a file broken inside its rows is refused with one line
     // Rows under a root that is not an object: no report.
     CHECK(refusal(R"([{"tensor_view": {"events": {"rows": [[1, "a", 4096, 512, 512, 2097152, 0]]}}}])") ==
           "rows.json: not a gpuguard report (the JSON is not an object)");
+}
+
+namespace {
+
+// Each row an array of rows hands its reader, written as its cells' kinds and values.
+void note_row(void *rows, const gg::report::Row &row) {
+    std::string s;
+    for (size_t i = 0; i < row.size(); i++) {
+        const gg::report::Cell &c = row[i];
+        s += std::to_string(int(c.kind)) + ":";
+        if (c.kind == gg::report::Cell::kUnsigned) s += std::to_string(c.u);
+        if (c.kind == gg::report::Cell::kSigned) s += std::to_string(c.i);
+        if (c.kind == gg::report::Cell::kFloat) s += std::to_string(c.f);
+        if (c.kind == gg::report::Cell::kString) s += c.s;
+        s += " ";
+    }
+    static_cast<std::vector<std::string> *>(rows)->push_back(s);
+}
+
+std::vector<gg::report::RowArray> rows_at_points(std::vector<std::string> &rows) {
+    return {{{"timeline", "points"},
+             &rows,
+             [](void *r) { static_cast<std::vector<std::string> *>(r)->clear(); },
+             note_row}};
+}
+
+// The rows the scanner reads from `text`, with what it leaves to nlohmann's parser; false when it
+// leaves the whole text to it.
+bool scanned(const std::string &text, std::vector<std::string> &rows, std::string &rest, int max_depth = 64) {
+    return gg::report::RowScanner(text, rows_at_points(rows)).scan(max_depth, rest);
+}
+
+// The rows nlohmann's SAX parser hands the same reader (tools/report/streamed_rows.h).
+std::vector<std::string> parsed(const std::string &text) {
+    std::vector<std::string> rows;
+    nlohmann::json d;
+    gg::report::StreamedRows handler(d, rows_at_points(rows), false);
+    REQUIRE(nlohmann::json::sax_parse(text, &handler));
+    return rows;
+}
+
+}  // namespace
+
+TEST_CASE("report reader: the scanner of rows reads each value as nlohmann's parser reads it") {
+    const std::string text = R"({"timeline": {"t0": 1, "points": [ [0, 1, 18446744073709551615, 18446744073709551616],
+        [-0, -1, -9223372036854775808, -9223372036854775809, 1234567890123456789, 12345678901234567890],
+        [1.5, -2.5e3, 1E2, 0.0, "plain", "tab\tbreak\nq\"\u00e9", "\u00e9t\u00e9", true, false, null] ,
+        "not a row", 7, null, [], [ ] ]}, "ro\u0077s": [[1]], "points": [[2]]})";
+    std::vector<std::string> rows;
+    std::string rest;
+    REQUIRE(scanned(text, rows, rest));
+    CHECK(rows == parsed(text));
+    REQUIRE(rows.size() == 5);
+    CHECK(rows[0] == "1:0 1:1 1:18446744073709551615 3:18446744073709551616.000000 ");
+    CHECK(rows[1] ==
+          "2:0 2:-1 2:-9223372036854775808 3:-9223372036854775808.000000 1:1234567890123456789 "
+          "1:12345678901234567890 ");
+    CHECK(rows[2] ==
+          "3:1.500000 3:-2500.000000 3:100.000000 3:0.000000 4:plain 4:tab\tbreak\nq\"\xc3\xa9 "
+          "4:\xc3\xa9t\xc3\xa9 0: 0: 0: ");
+    CHECK(rows[3] == "");
+    // The array written [], the rest as it was, for nlohmann's parser to make the document of.
+    CHECK(rest == R"({"timeline": {"t0": 1, "points": []}, "ro\u0077s": [[1]], "points": [[2]]})");
+}
+
+TEST_CASE("report reader: a later array of rows at the same place replaces the scanner's rows too") {
+    std::vector<std::string> rows;
+    std::string rest;
+    REQUIRE(scanned(R"({"timeline": {"points": [[1]], "p\u006fints": [[2], [3]]}})", rows, rest));
+    CHECK(rows == std::vector<std::string>{"1:2 ", "1:3 "});
+    CHECK(rest == R"({"timeline": {"points": [], "p\u006fints": []}})");
+    // At another place (inside an array, deeper, under another key) an array is no row array.
+    rows.clear();
+    rest.clear();
+    const std::string elsewhere = R"({"x": [{"timeline": {"points": [[1]]}}], "timeline": {"y": {"points": [[2]]}}})";
+    REQUIRE(scanned(elsewhere, rows, rest));
+    CHECK(rows.empty());
+    CHECK(rest == elsewhere);
+}
+
+TEST_CASE("report reader: what the scanner of rows does not read is left whole to nlohmann's parser") {
+    for (std::string points : {"[[1, [2]]]", "[[1, {}]]", "[{\"t\": 1}]", "[[01]]", "[[1.]]", "[[-]]", "[[tru]]",
+                               "[[1 2]]", "[[1],]", "[,[1]]", "[[1]", "[[\"\x01\"]]", "[[\"\\x\"]]", "[[\"\xff\"]]"}) {
+        CAPTURE(points);
+        std::vector<std::string> rows;
+        std::string rest;
+        CHECK_FALSE(scanned(std::string(R"({"timeline": {"points": )") + points + "}}", rows, rest));
+    }
+    std::vector<std::string> rows;
+    std::string rest;
+    CHECK_FALSE(scanned(R"({"a": [}])", rows, rest));              // brackets that do not pair
+    CHECK_FALSE(scanned(R"({"a": "open)", rows, rest));            // a string the text ends in
+    CHECK_FALSE(scanned(R"({"\q": {"points": 1}})", rows, rest));  // a key that is no JSON string
+    // Nesting: a row is one level deeper than its array; past the limit, nlohmann's path refuses it.
+    CHECK(scanned(R"({"timeline": {"points": [[1]]}})", rows, rest, 4));
+    CHECK_FALSE(scanned(R"({"timeline": {"points": [[1]]}})", rows, rest, 3));
+    CHECK(scanned(R"({"timeline": {"points": []}})", rows, rest, 3));
+}
+
+TEST_CASE("report reader: a report whose rows the scanner reads gives the model and refusals of before") {
+    // Escaped and non-ASCII strings, floats and wide integers: the scanner hands them to nlohmann one
+    // by one; read() compares the model with the one the document gives (Keep::kDocument, no scanner).
+    Report r = read(R"("tensor_view": {"source": "c10", "device": 2, "events": {"r\u006fws": [
+        [1, "\u0061", 4096, 512, 512, 2097152, 0],
+        [2, "f", 4096.0, 512, 0, 2.097152e6, 18446744073709551616],
+        [3, "a", 8192, 1024, 1024, 2097152, -1], "junk", null
+    ]}, "blocks": {"list": [[4096, 512, "s\u00e9", 10], [8192, 1024, "s2"]]},
+        "segments": [[0, 2097152, "s2", "cuMemAlloc_v2"]], "mappings": [[8388608, 2097152]],
+        "timeline": {"points": [[3, 512, 2097152], [1, 0, 0]]}},
+        "timeline": {"points": [[2, 100], [1, 1e2], [1.5, 7]]})");
+    REQUIRE(r.tensor);
+    REQUIRE(r.tensor->events.size() == 3);
+    CHECK(r.tensor->events[0].action == TensorEvent::kAlloc);
+    CHECK(r.tensor->events[1].reserved == 2097152);
+    CHECK(r.tensor->events[1].device == 2);  // no device under 64: the view's
+    CHECK(r.tensor->blocks[1].stack == "s\xc3\xa9");
+    CHECK(r.timeline == std::vector<std::pair<int64_t, uint64_t>>{{1, 100}, {1, 7}, {2, 100}});
+    // A file broken inside its rows, where the scanner stops: refused with nlohmann's line.
+    const std::string rows = kHead + R"("timeline": {"points": [[1, 2])";
+    for (std::string end : {"", ", [01]]}}", ", [1,]]}}", ", [\"\x01\"]]}}", ", [tru]]}}"}) {
+        CAPTURE(end);
+        CHECK(refusal(rows + end) == "rows.json: truncated or malformed JSON, not a complete gpuguard report");
+    }
 }

@@ -3,6 +3,7 @@
 #include "common/base/version.h"
 
 #include "tools/report/model.h"
+#include "tools/report/scanned_rows.h"
 #include "tools/report/streamed_rows.h"
 
 #include "common/base/printable.h"
@@ -645,6 +646,14 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
 
 namespace {
 
+// The rows read by the scanner of their layout (scanned_rows.h), and in `rest` the text it leaves for
+// nlohmann's parser; false, with no row kept, where it leaves the whole text to the parser.
+bool scan_rows(const std::string &text, int max_depth, Rows &rows, std::string &rest) {
+    if (RowScanner(text, row_arrays(rows)).scan(max_depth, rest)) return true;
+    for (const RowArray &a : row_arrays(rows)) a.restart(a.reader);
+    return false;
+}
+
 // The text as a JSON object, or the line that says why it is none; its arrays of rows read into `rows`
 // as they are parsed, and kept in the document too only with Keep::kDocument.
 bool parse_json(const std::string &text, const std::string &name, const Limits &limits, Keep keep, json &d, Rows &rows,
@@ -654,22 +663,30 @@ bool parse_json(const std::string &text, const std::string &name, const Limits &
             name + ": larger than " + size_text(limits.max_bytes) + ", more than any gpuguard report; not read";
         return false;
     }
-    if (nesting(text, limits.max_depth) > limits.max_depth) {
-        err.message = name + ": nested more than " + std::to_string(limits.max_depth) +
-                      " levels deep, which no gpuguard report is; not read";
-        return false;
-    }
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
-        err.message = name + ": empty file, not a gpuguard report";
-        return false;
-    }
     bool parsed;
     try {
         // Room for as many events as the text could hold, so that the vector never regrows (a copy of
         // up to 60 MB each time, and twice the memory touched): only what the rows fill is touched.
         rows.events.reserve(text.size() / kShortestEventRow);
-        StreamedRows handler(d, row_arrays(rows), keep == Keep::kDocument);
-        parsed = json::sax_parse(text, &handler);
+        // Where the scanner does not read every row, or the document keeps them, the parser reads them all.
+        std::string rest;
+        const bool scanned = keep != Keep::kDocument && scan_rows(text, limits.max_depth, rows, rest);
+        if (!scanned && nesting(text, limits.max_depth) > limits.max_depth) {
+            err.message = name + ": nested more than " + std::to_string(limits.max_depth) +
+                          " levels deep, which no gpuguard report is; not read";
+            return false;
+        }
+        if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+            err.message = name + ": empty file, not a gpuguard report";
+            return false;
+        }
+        if (scanned) {
+            StreamedRows handler(d, {}, false);
+            parsed = json::sax_parse(rest, &handler);
+        } else {
+            StreamedRows handler(d, row_arrays(rows), keep == Keep::kDocument);
+            parsed = json::sax_parse(text, &handler);
+        }
     } catch (const std::bad_alloc &) {
         err.message = name + ": out of memory while parsing it";
         return false;
