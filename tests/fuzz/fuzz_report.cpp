@@ -219,7 +219,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         opt.top = color ? 0 : 10;
         render_text(r, a, opt, out);
     }
-    (void)render_html(r, a);
+    {
+        std::ostringstream page;
+        render_html(r, a, page);
+    }
     for (Stacks stacks : {Stacks::kTensors, Stacks::kSegments}) {
         (void)render_folded(r, false, stacks);
         (void)render_folded(r, true, stacks);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -99,16 +100,17 @@ bool parse_top(const std::string &s, size_t &top) {
     return true;
 }
 
-// Writes `data` to `path` ("-" is standard output). Prints the reason naming the file on failure.
-bool write_output(const std::string &path, const std::string &data, const char *what) {
+// Writes what `write` writes to `path` ("-" is standard output). Prints the reason naming the file on
+// failure.
+bool write_output(const std::string &path, const std::function<void(std::ostream &)> &write, const char *what) {
     if (path == "-") {
-        std::cout << data;
+        write(std::cout);
         std::cout.flush();
         return static_cast<bool>(std::cout);
     }
     errno = 0;
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    if (f) f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (f) write(f);
     if (f) f.close();
     if (!f) {
         gg::log_error("cannot write %s: %s", path.c_str(), errno ? strerror(errno) : "write failed");
@@ -116,6 +118,10 @@ bool write_output(const std::string &path, const std::string &data, const char *
     }
     gg::log_error("wrote %s (%s)", path.c_str(), what);
     return true;
+}
+bool write_output(const std::string &path, const std::string &data, const char *what) {
+    return write_output(
+        path, [&](std::ostream &out) { out.write(data.data(), static_cast<std::streamsize>(data.size())); }, what);
 }
 
 // How native frames are named after loading; `off` with --no-symbolize.
@@ -311,7 +317,9 @@ int report_one(const std::string &file, const Request &q, bool one_line) {
     const Stacks stacks = stacks_for(r, q.stacks);
 
     int status = 0;
-    if (!q.html.empty() && !write_output(q.html, render_html(r, an), "HTML viewer")) status = 1;
+    if (!q.html.empty() && !write_output(
+                               q.html, [&](std::ostream &out) { render_html(r, an, out); }, "HTML viewer"))
+        status = 1;
     if (!q.folded.empty() && !write_output(q.folded, render_folded(r, q.at_peak, stacks), "folded stacks")) status = 1;
     if (!q.speedscope.empty() &&
         !write_output(q.speedscope, render_speedscope(r, stacks).dump() + "\n", "speedscope profile"))

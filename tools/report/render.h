@@ -26,7 +26,8 @@ struct TextOptions {
 };
 
 void render_text(const Report &r, const Analysis &a, const TextOptions &opt, std::ostream &out);
-std::string render_html(const Report &r, const Analysis &a);
+// Written as it is made: at 64 MiB, the page is the size of the report.
+void render_html(const Report &r, const Analysis &a, std::ostream &out);
 // Whose stacks the stack exports (folded, speedscope, perfetto) weigh, as the HTML page's switch: the
 // tensors (PyTorch's live blocks, each by the stack that allocated it: what memory_allocated() counts)
 // or the segments (the driver allocations: what memory_reserved() and nvidia-smi count).
