@@ -4,6 +4,7 @@
 // stack's frames already labelled (so the text summary and the page name frames the same way).
 #include "common/base/version.h"
 #include "tools/report/render.h"
+#include "tools/report/scanned_rows.h"
 #include "tools/report/whatif/replay.h"
 
 #include <algorithm>
@@ -104,19 +105,6 @@ void write_script_safe(std::ostream &out, std::string_view text) {
 using Path = std::vector<std::string>;
 using Spans = std::map<Path, std::string_view>;
 
-// A string's end: the index after its closing quote, `open` being that of its opening one.
-size_t string_end(std::string_view text, size_t open) {
-    size_t i = open + 1;
-    while (text[i] != '"') i += text[i] == '\\' ? 2 : 1;
-    return i + 1;
-}
-
-// The key a quoted string spells, its escapes decoded as the document's key was.
-std::string key_of(std::string_view quoted) {
-    if (quoted.find('\\') == std::string_view::npos) return std::string(quoted.substr(1, quoted.size() - 2));
-    return json::parse(quoted).get<std::string>();
-}
-
 bool same_path(const std::vector<const char *> &path, const Path &keys) {
     if (path.size() != keys.size()) return false;
     for (size_t i = 0; i < path.size(); i++)
@@ -140,10 +128,10 @@ Spans row_spans(std::string_view text) {
     for (size_t i = 0; i < text.size(); i++) {
         char c = text[i];
         if (c == '"') {
-            size_t end = string_end(text, i);
+            size_t end = json_string_end(text, i);  // the loader parsed the text: every string ends
             size_t colon = text.find_first_not_of(" \t\r\n", end);
             if (!keys.empty() && open.size() == keys.size() && colon < text.size() && text[colon] == ':')
-                keys.back() = key_of(text.substr(i, end - i));
+                json_key(text.substr(i, end - i), keys.back());
             i = end - 1;
         } else if (c == '{' || c == '[') {
             bool rows = false;
