@@ -11,6 +11,7 @@
 #include "common/report/schema.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
@@ -548,6 +549,17 @@ std::string describe(const json &v) {
     return s;
 }
 
+// Asks for the 2 MiB pages within [p, p + bytes), where the kernel gives them on request (transparent
+// huge pages in "madvise" mode). The file's text and the vectors of rows are up to 64 MB of memory
+// touched for the first time: a fault each 4 KiB page, 16,000 of them, took about a fifth of a 64 MiB
+// summary on the development machine (0.15 of 0.6 wall s, TTok); in huge pages, 32. Nothing changes
+// where the kernel says no.
+void in_huge_pages(const void *p, size_t bytes) {
+    const uintptr_t huge = uintptr_t(2) << 20;
+    const uintptr_t lo = (uintptr_t(p) + huge - 1) & ~(huge - 1), hi = (uintptr_t(p) + bytes) & ~(huge - 1);
+    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 std::string size_text(size_t bytes) {
@@ -635,6 +647,7 @@ bool load(const std::string &path, Report &out, LoadError &err, const Limits &li
             return false;
         }
         if (regular) text.reserve(size_t(st.st_size) + 1);  // read once, not copied as it grows
+        if (regular) in_huge_pages(text.data(), text.capacity());
         bool ok = read_bounded(fd, limits.max_bytes, &text, &why);
         close(fd);
         if (!ok) {
@@ -675,6 +688,8 @@ bool parse_json(const std::string &text, const std::string &name, const Limits &
         // copy of up to 60 MB each time, and twice the memory touched): only what the rows fill is touched.
         rows.events.reserve(text.size() / kShortestEventRow);
         rows.timeline.reserve(text.size() / kShortestPointRow);
+        in_huge_pages(rows.events.data(), rows.events.capacity() * sizeof(TensorEvent));
+        in_huge_pages(rows.timeline.data(), rows.timeline.capacity() * sizeof(rows.timeline[0]));
         // Where the scanner does not read every row, or the document keeps them, the parser reads them all.
         std::string rest;
         const bool scanned = keep != Keep::kDocument && scan_rows(text, limits.max_depth, rows, rest);
