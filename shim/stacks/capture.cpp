@@ -143,7 +143,7 @@ uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth,
     return key ? key : 1;  // 0 marks an empty slot
 }
 
-// `key` extended with where this thread's stack stood (an address in capture's own frame: the same for
+// `key` extended with where this thread's stack stood (capture's own frame address: the same for
 // the same native path, within one thread, whose site cache this is). A mix of its own, so that it never
 // equals a key extended by native frames.
 uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
@@ -327,7 +327,9 @@ StackId capture_unguarded(int skip, void *return_address) {
 
     // A site seen before is found by its key, before anything is unwound or described.
     SiteLookup site;
-    site.stack_at = reinterpret_cast<uintptr_t>(&site);  // where the stack stands: a local of this frame
+    // Where the stack stands: this frame's address (not a local's, which AddressSanitizer's fake stacks
+    // move to the heap at each call).
+    site.stack_at = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
     if (depth > 0 && g_reuse.load(std::memory_order_relaxed) && (site.sites = g_sites.get())) {
         StackId answer = 0;
         if (!python) return capture_native(skip, depth, return_address);
