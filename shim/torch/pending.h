@@ -113,7 +113,10 @@ private:
     }
 
     void hand_off();         // under mu_: the full batch to the applier, or applied here
-    void apply_handed();     // under apply_mu_: every batch handed off and not yet applied, oldest first
+    // under apply_mu_: every batch handed off and not yet applied, oldest first; `on_applier`: on the
+    // applier thread, which then lets go of the batch's lines (let_go, pending.cpp)
+    void apply_handed(bool on_applier = false);
+    static void let_go(const BlockEvent *events, int n);
     void apply_pending();    // under both: the batches handed off, then what is filling
     bool applier_started();  // under mu_
     static void *applier_main(void *log);
