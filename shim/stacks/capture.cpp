@@ -166,11 +166,11 @@ StackId capture_native(int skip, int depth, void *return_address) {
     int n_native = caller_frames(words, skip, depth, return_address, nullptr, salt);
     if (StackId id = unwind::last_walk_tag(salt)) {
         census::note(census::Kind::kNative, census::Outcome::kReuse);
-        reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+        reuse::counts().add(reuse::Counts::kReused);
         return id;
     }
     census::note(census::Kind::kNative, census::Outcome::kMiss);
-    reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
+    reuse::counts().add(reuse::Counts::kUnwound);
     StackId id = table::intern(words, uint32_t(n_native), uint32_t(n_native));
     if (id) unwind::tag_last_walk(id, salt);
     return id;
@@ -269,7 +269,7 @@ census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_add
         return kind;
     }
     if (site.verdict != Verdict::kDeep) {
-        reuse::counts().deep_checks.fetch_add(1, std::memory_order_relaxed);
+        reuse::counts().add(reuse::Counts::kDeepChecks);
         if (whole == stored_whole) {
             if (site.verdict == Verdict::kCheckDeep) site.verdict = Verdict::kReuse;
             return kind;
@@ -308,11 +308,11 @@ bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_addres
     census::note(kind, census::Outcome(int(site.verdict)));
     if (site.verdict == reuse::SiteCache::Verdict::kCheck &&
         confirmed_by_native_frames(site.cached, skip, depth, return_address)) {
-        reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
+        reuse::counts().add(reuse::Counts::kChecks);
         site.verdict = reuse::SiteCache::Verdict::kReuse;
     }
     if (site.verdict == reuse::SiteCache::Verdict::kReuse) {
-        reuse::counts().reused.fetch_add(1, std::memory_order_relaxed);
+        reuse::counts().add(reuse::Counts::kReused);
         *answer = site.cached;
         return true;
     }
@@ -365,7 +365,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         // Python frames after that eval-loop frame). Where the unwinder can stop, that saves most of
         // a deep interpreter stack.
         int n = caller_frames(words, skip, depth, return_address, cut ? stop_at_eval_loop : nullptr);
-        reuse::counts().unwound.fetch_add(1, std::memory_order_relaxed);
+        reuse::counts().add(reuse::Counts::kUnwound);
         n_native = native_kept(words, n, cut);
     }
     if (n_py && n_native < kMaxDepth) memmove(words + n_native, py_words, sizeof(uintptr_t) * kPyWords * n_py);
@@ -380,7 +380,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         if (site.verdict == reuse::SiteCache::Verdict::kMiss) {
             site.sites->store(site.key, id, site.whole);
         } else {
-            reuse::counts().checks.fetch_add(1, std::memory_order_relaxed);
+            reuse::counts().add(reuse::Counts::kChecks);
             site.sites->checked(site.key, same_site_stack(site.cached, id), id);
         }
     }
@@ -417,10 +417,15 @@ size_t count() { return table::count(); }
 
 ReuseCounts reuse_counts() {
     const reuse::Counts &c = reuse::counts();
-    return {c.reused.load(std::memory_order_relaxed),         c.unwound.load(std::memory_order_relaxed),
-            c.checks.load(std::memory_order_relaxed),         c.changes.load(std::memory_order_relaxed),
-            c.unstable_sites.load(std::memory_order_relaxed), c.evicted.load(std::memory_order_relaxed),
-            c.threads.load(std::memory_order_relaxed),        c.deep_checks.load(std::memory_order_relaxed),
+    using C = reuse::Counts;
+    return {c.total(C::kReused),
+            c.total(C::kUnwound),
+            c.total(C::kChecks),
+            c.changes.load(std::memory_order_relaxed),
+            c.unstable_sites.load(std::memory_order_relaxed),
+            c.evicted.load(std::memory_order_relaxed),
+            c.threads.load(std::memory_order_relaxed),
+            c.total(C::kDeepChecks),
             c.deep_sites.load(std::memory_order_relaxed)};
 }
 

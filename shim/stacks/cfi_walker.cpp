@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "shim/base/per_thread.h"
+#include "shim/base/thread_counters.h"
 #include "shim/stacks/census.h"
 #include "shim/stacks/cfi_rule_table.h"
 #include "shim/stacks/walk_memo.h"
@@ -69,7 +70,9 @@ struct ThreadTable {
 };
 
 PerThread<ThreadTable> g_tables;
-std::atomic<uint64_t> g_walks{0}, g_rule_misses{0}, g_fallbacks{0}, g_recalled{0};
+// Per thread (shim/base/thread_counters.h): walks and recalls are counted at every capture.
+enum Counter { kWalks, kRuleMisses, kFallbacks, kRecalled, kCounters };
+ThreadCounters<kCounters> g_counts;
 
 // ---- Reading .eh_frame: bounded little-endian reads; a read past the entry's end sets `bad`.
 struct Bytes {
@@ -400,7 +403,7 @@ Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
 
 // The rule for the code at `pc` (a return address minus one, or walk()'s own pc).
 Rule find_rule(uintptr_t pc) {
-    g_rule_misses.fetch_add(1, std::memory_order_relaxed);
+    g_counts.add(kRuleMisses);
     void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
     const void *fde = _Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases);
     if (!fde || !bases[2]) {
@@ -524,7 +527,7 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, i
     // a fiber's, a signal stack) must not leave the walk before it as the last, whose tag a capture
     // would take for this stack's.
     t->memo.clear_last();
-    g_walks.fetch_add(1, std::memory_order_relaxed);
+    g_counts.add(kWalks);
     refresh(t);
     uintptr_t pc = 0, sp = 0, fp = 0;
 #if defined(__x86_64__)
@@ -542,7 +545,7 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, i
     auto stack_word = [](uintptr_t a) { return load_word(a); };
     int n = t->memo.recall(at, t->generation, ips, stack_word, tag_only);
     if (n >= 0) {
-        g_recalled.fetch_add(1, std::memory_order_relaxed);
+        g_counts.add(kRecalled);
         census::memo(census::Memo::kRecalled);
         return n;
     }
@@ -562,7 +565,7 @@ bool available() { return kArchSupported && &_Unwind_Find_FDE != nullptr; }
 
 int walk(void **ips, int max, StopFn stop, int tag_only) {
     int n = walk_from_here(ips, max, stop, tag_only);
-    if (n < 0) g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    if (n < 0) g_counts.add(kFallbacks);
     return n;
 }
 
@@ -588,8 +591,7 @@ void tag_last_walk(uint32_t value, uint16_t salt) {
 }
 
 Counts counts() {
-    return {g_walks.load(std::memory_order_relaxed), g_rule_misses.load(std::memory_order_relaxed),
-            g_fallbacks.load(std::memory_order_relaxed), g_recalled.load(std::memory_order_relaxed)};
+    return {g_counts.total(kWalks), g_counts.total(kRuleMisses), g_counts.total(kFallbacks), g_counts.total(kRecalled)};
 }
 
 }  // namespace gg::stacks::cfi

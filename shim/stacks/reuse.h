@@ -40,6 +40,7 @@
 #include <cstdint>
 
 #include "common/base/hash_mix.h"
+#include "shim/base/thread_counters.h"
 
 namespace gg::stacks::reuse {
 
@@ -106,12 +107,18 @@ private:
 
 // Process-wide counts, for the report's "capture" section.
 struct Counts {
-    std::atomic<uint64_t> reused{0}, unwound{0}, checks{0}, changes{0}, unstable_sites{0};
+    // Counted at captures, many a block event: per thread (shim/base/thread_counters.h).
+    enum PerCapture { kReused, kUnwound, kChecks, kDeepChecks, kPerCapture };
+    ThreadCounters<kPerCapture> per_capture;
+    void add(PerCapture c) { per_capture.add(c); }
+    uint64_t total(PerCapture c) const { return per_capture.total(c); }
+    // Counted when a site changes: rare.
+    std::atomic<uint64_t> changes{0}, unstable_sites{0};
     // sites dropped from a full set for a newer one: many means more sites than the cache holds
     std::atomic<uint64_t> evicted{0};
-    // keys of the innermost Python frames whose deep check found another whole stack (then whole keys)
+    // keys of the innermost Python frames whose deep check found another whole stack (then whole keys);
+    // kDeepChecks counts the whole Python keys compared with the one stored
     std::atomic<uint64_t> deep_sites{0};
-    std::atomic<uint64_t> deep_checks{0};  // whole Python keys compared with the one stored
     // caches made: one per thread that captured a stack (a new thread starts with an empty cache)
     std::atomic<uint64_t> threads{0};
 };
