@@ -7,6 +7,7 @@
 """
 import argparse
 import collections
+import re
 import sys
 
 
@@ -153,6 +154,11 @@ def pair_table(out, g, rows, note):
         out.append(note)
 
 
+def python_groups(data):
+    """The per-pair groups of each Python version (py3.11, py3.12...): not pyblocks, the block reports."""
+    return sorted(k for k in data if re.fullmatch(r"py\d+\.\d+", k))
+
+
 def cpu(args):
     data = load(args.results)
     o = []
@@ -171,7 +177,7 @@ def cpu(args):
                               ("native", "with native stacks, (c), C program", 3000)):
         cost = paired_diff(pairs.get("none", {}), pairs.get(key, {}))
         o.append(f"| {what} < {budget:,} ns | {fmt_ns(cost)} ns | {verdict(cost, budget)} |")
-    for group in sorted(k for k in data if k.startswith("py")):
+    for group in python_groups(data):
         cost = paired_diff(data[group].get("none", {}), data[group].get("all", {}))
         o.append(f"| with Python frames, (d), Python {group[2:]} < 10,000 ns | {fmt_ns(cost)} ns | {verdict(cost, 10000)} |")
     rep = data.get("report100000", {}).get("first", {})
@@ -228,7 +234,7 @@ def cpu(args):
                      for k in ("instructions", "code_lines", "code_pages", "data_lines", "data_pages")]
             if cells[0] == cells[0]:
                 o.append(f"| {label} | " + " | ".join(fmt_num(c, 0) for c in cells) + " |")
-    for group in sorted(k for k in data if k.startswith("py")):
+    for group in python_groups(data):
         o.append("")
         o.append(f"### Per allocate+free pair, Python {group[2:]} through ctypes ({args.pydepth} Python frames; "
                  "ctypes releases the GIL around the call, as PyTorch does)")

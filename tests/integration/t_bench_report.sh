@@ -105,3 +105,23 @@ footprint_counts_the_shims_part() {
 }
 check "footprint: the shim's instructions, lines and pages per pair, libc's work for it in, the driver's out" \
   footprint_counts_the_shims_part
+
+# The CPU tables: each Python version's pairs (py3.11, py3.12) get a budget row and a table; the
+# block reports from Python (pyblocks) are a tensor-view table of their own, not a Python version.
+python_versions_not_block_reports() {
+  fresh
+  local r g v
+  for r in 0 1 2; do
+    for g in py3.11 py3.12; do
+      for v in none native all all-libunwind; do echo "$g $v $r 3000"; done
+    done
+    for v in none view-off view-nostacks all; do echo "pyblocks $v $r 2500"; done
+  done > results.txt
+  local out
+  out=$(python3 "$ROOT/tests/bench/report.py" cpu results.txt --runs 3 --pairs 20000 --depth 40 --pydepth 20)
+  expect_contains "$out" "| with Python frames, (d), Python 3.12 < 10,000 ns |" "a Python version's budget row" &&
+    expect_contains "$out" "### Per allocate+free pair, Python 3.11 through ctypes" "a Python version's table" &&
+    expect_contains "$out" "per block report of PyTorch's caching allocator (8 call sites, called from Python" "the block reports' table" &&
+    expect_not_contains "$out" "Python blocks" "block reports taken for a Python version"
+}
+check "the CPU tables: Python versions' pairs apart from the block reports called from Python" python_versions_not_block_reports
