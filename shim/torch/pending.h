@@ -112,7 +112,7 @@ private:
 #endif
     }
 
-    void hand_off();         // under mu_: the full batch to the applier, or applied here
+    void hand_off();  // under mu_: the full batch to the applier, or applied here
     // under apply_mu_: every batch handed off and not yet applied, oldest first; `on_applier`: on the
     // applier thread, which then lets go of the batch's lines (let_go, pending.cpp)
     void apply_handed(bool on_applier = false);
