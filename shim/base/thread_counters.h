@@ -7,8 +7,13 @@
 // load and store; a reader (a report, a test: rare) adds the slots up.
 //
 // A slot is its thread's for good, so what a thread counted outlives it (and a forked child keeps its
-// parent's counts, as with one shared atomic). Threads past kSlots share one slot with atomic adds:
-// the totals stay exact, those threads only pay what every thread paid before.
+// parent's counts, as with one shared atomic). Slots are not handed back: threads past kCounterSlots
+// (counting every thread that ever added) share one slot with atomic adds, so the totals stay exact
+// and those threads only pay what every thread paid before.
+//
+// An add is a load and a store: one that interrupted them on the same thread (a signal handler's)
+// would be lost. Every caller adds inside capture() (shim/stacks/capture.cpp), whose per-thread guard
+// turns such a nested capture away before it counts.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -27,9 +32,17 @@ constexpr int kCounterSlots = 256;
 inline int counter_slot() {
     int s = detail::t_counter_slot;
     if (__builtin_expect(s >= 0, 1)) return s;
-    s = detail::g_next_counter_slot.fetch_add(1, std::memory_order_relaxed);
-    if (s > kCounterSlots) s = kCounterSlots;
+    // Claimed only while some are left: a count of every thread ever started could wrap.
+    s = detail::g_next_counter_slot.load(std::memory_order_relaxed);
+    if (s < kCounterSlots) s = detail::g_next_counter_slot.fetch_add(1, std::memory_order_relaxed);
+    if (s >= kCounterSlots) s = kCounterSlots;
     return detail::t_counter_slot = s;
+}
+
+// How many slots have been claimed (at most kCounterSlots).
+inline int counter_slots_claimed() {
+    int used = detail::g_next_counter_slot.load(std::memory_order_relaxed);
+    return used < kCounterSlots ? used : kCounterSlots;
 }
 
 // N counters, numbered 0 to N-1 (an enum's values, usually).
@@ -47,8 +60,7 @@ public:
     }
 
     uint64_t total(int counter) const {
-        int used = detail::g_next_counter_slot.load(std::memory_order_relaxed);
-        used = used < kCounterSlots ? used : kCounterSlots;
+        int used = counter_slots_claimed();
         uint64_t sum = slots_[kCounterSlots].c[counter].load(std::memory_order_relaxed);
         for (int s = 0; s < used; s++) sum += slots_[s].c[counter].load(std::memory_order_relaxed);
         return sum;

@@ -232,7 +232,7 @@ struct alignas(64) Stripe {
     std::atomic<int> inside{0};
 };
 Stripe g_stripes[kStripes];
-std::atomic<int> g_next_stripe{0};
+std::atomic<unsigned> g_next_stripe{0};  // unsigned: a count of every thread ever started wraps
 __attribute__((tls_model("initial-exec"))) thread_local int t_stripe = -1;
 
 std::atomic<bool> g_fork_pending{false};
@@ -240,7 +240,7 @@ bool g_busy_at_fork = false;                // written by the forking thread onl
 std::atomic<bool> g_off_after_fork{false};  // this process was forked mid-unwind: no native stacks
 
 Stripe &my_stripe() {
-    if (t_stripe < 0) t_stripe = g_next_stripe.fetch_add(1, std::memory_order_relaxed) % kStripes;
+    if (t_stripe < 0) t_stripe = int(g_next_stripe.fetch_add(1, std::memory_order_relaxed) % kStripes);
     return g_stripes[t_stripe];
 }
 

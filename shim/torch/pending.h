@@ -62,9 +62,10 @@ public:
         if (n_ == kBatch) hand_off();
         BlockEvent *slot = filling() + n_++;
         *slot = e;
-        // The next slot's line was last read by the applier, on another core: asked for now, for
-        // writing, it is this core's when the next event comes, and c10's unlock after this call
-        // does not wait for it (BENCHMARKS.md, the fifth session).
+        // The next slot's line, asked for now for writing, is this core's when the next event comes,
+        // and c10's unlock after this call does not wait for it (BENCHMARKS.md, the fifth session).
+        // The applier flushed it after reading it (let_go): a line still shared with the applier's
+        // core was not brought this way on AMD cores (the seventh session).
         prefetch_for_write(n_ < kBatch ? slot + 1 : events_[(filled_ + 1) % kBuffers]);
     }
 
