@@ -28,7 +28,8 @@ __attribute__((tls_model("initial-exec"))) inline thread_local int t_counter_slo
 
 constexpr int kCounterSlots = 256;
 
-// This thread's slot in every ThreadCounters: claimed at its first add, kCounterSlots when past the last.
+// This thread's slot in every ThreadCounters (and its stripe of the unwinders' count, shim/stacks/unwind.cpp):
+// claimed at its first use, kCounterSlots when past the last.
 inline int counter_slot() {
     int s = detail::t_counter_slot;
     if (__builtin_expect(s >= 0, 1)) return s;

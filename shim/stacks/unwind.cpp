@@ -13,6 +13,7 @@
 
 #include "common/base/log.h"
 #include "common/settings/settings.h"
+#include "shim/base/thread_counters.h"
 #include "shim/stacks/cfi_walker.h"
 
 // libgcc's unwinder is linked statically into the shim (-static-libgcc) and dynamically into other
@@ -232,17 +233,13 @@ struct alignas(64) Stripe {
     std::atomic<int> inside{0};
 };
 Stripe g_stripes[kStripes];
-std::atomic<unsigned> g_next_stripe{0};  // unsigned: a count of every thread ever started wraps
-__attribute__((tls_model("initial-exec"))) thread_local int t_stripe = -1;
 
 std::atomic<bool> g_fork_pending{false};
 bool g_busy_at_fork = false;                // written by the forking thread only (forks are serialised)
 std::atomic<bool> g_off_after_fork{false};  // this process was forked mid-unwind: no native stacks
 
-Stripe &my_stripe() {
-    if (t_stripe < 0) t_stripe = int(g_next_stripe.fetch_add(1, std::memory_order_relaxed) % kStripes);
-    return g_stripes[t_stripe];
-}
+// By the thread's counter slot (shim/base/thread_counters.h): its number among the threads that capture.
+Stripe &my_stripe() { return g_stripes[counter_slot() % kStripes]; }
 
 int inside_total() {
     int n = 0;
