@@ -470,6 +470,66 @@ TEST_SUITE("stacks: walk memo") {
         CHECK_FALSE(outside);
     }
 
+    TEST_CASE("a walk is recalled only where every word it read is the one it read: each bit, each place") {
+        // Exact, whatever the compare is made of (a digest of the words was tried, BENCHMARKS.md): any one
+        // bit flipped, two words swapped, or two changed by amounts that cancel in a sum must all miss.
+        static cfi::WalkMemo memo;  // 394 KiB
+        constexpr int kWords = 30;
+        std::vector<uintptr_t> stack(kWords * 2, 0);
+        const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
+        const cfi::WalkMemo::Start start{base, 0, uint32_t(stack.size() * 8), 48, nullptr};
+        auto word = [](uintptr_t at) { return *reinterpret_cast<const uintptr_t *>(at); };
+        cfi::WalkMemo::Recording r;
+        for (int i = 0; i < kWords; i++) {  // return addresses in two libraries, and saved frame pointers
+            stack[2 * i] = (i % 3 ? 0x7f3a12000000ull : 0x55d0c4000000ull) + 0x1234 * (i + 1);
+            r.load(base, base + 16 * i, stack[2 * i], i % 4 != 3);
+        }
+        memo.remember(start, 0, r, word);
+        void *ips[64];
+        int n = memo.recall(start, 0, ips, word);
+        REQUIRE(n == kWords - kWords / 4);
+        CHECK(ips[0] == reinterpret_cast<void *>(stack[0]));
+        CHECK(ips[n - 1] == reinterpret_cast<void *>(stack[2 * (kWords - 1)]));
+        int recalled = 0;
+        for (int i = 0; i < kWords; i++) {
+            for (int bit = 0; bit < 64; bit++) {
+                stack[2 * i] ^= uint64_t(1) << bit;
+                recalled += memo.recall(start, 0, ips, word) >= 0;
+                stack[2 * i] ^= uint64_t(1) << bit;
+            }
+        }
+        CHECK(recalled == 0);
+        for (int i = 0; i + 1 < kWords; i++) {
+            std::swap(stack[2 * i], stack[2 * i + 2]);
+            recalled += memo.recall(start, 0, ips, word) >= 0;
+            std::swap(stack[2 * i], stack[2 * i + 2]);
+            stack[2 * i] += 0x40, stack[2 * i + 2] -= 0x40;
+            recalled += memo.recall(start, 0, ips, word) >= 0;
+            stack[2 * i] -= 0x40, stack[2 * i + 2] += 0x40;
+        }
+        CHECK(recalled == 0);
+        CHECK(memo.recall(start, 0, ips, word) == n);  // and the stack as it was still is
+    }
+
+    TEST_CASE("two return addresses swapped deep in a walk are walked anew") {
+        // Found by the review of a digest tried in place of the words (one multiply a word, summed): these
+        // two words swapped at these offsets gave the walk's digest again, and the recall handed back the
+        // swapped addresses. A compare of the words misses it, as any compare must.
+        static cfi::WalkMemo memo;  // 394 KiB
+        std::vector<uintptr_t> stack(1860, 0);
+        const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
+        const cfi::WalkMemo::Start start{base, 0, uint32_t(stack.size() * 8), 48, nullptr};
+        auto word = [](uintptr_t at) { return *reinterpret_cast<const uintptr_t *>(at); };
+        stack[1856] = 0x7f3a7859a40cull, stack[1858] = 0x7f3ac7b8b11cull;
+        cfi::WalkMemo::Recording r;
+        for (int at : {1856, 1858}) r.load(base, base + 8 * at, stack[at], true);
+        memo.remember(start, 0, r, word);
+        void *ips[4];
+        REQUIRE(memo.recall(start, 0, ips, word) == 2);
+        std::swap(stack[1856], stack[1858]);
+        CHECK(memo.recall(start, 0, ips, word) == -1);
+    }
+
     TEST_CASE("paths that part at a known fork yet share a set by their hashes teach it no second time") {
         // The sets are few (WalkMemo::kSets): paths told apart by a known fork still land in one by the
         // hash of their words. Their first differing word is then that fork: learned again, it spent the
