@@ -74,6 +74,15 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "paths":
         paths(ctypes.CDLL(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "autograd-like":
+        lib = ctypes.CDLL(sys.argv[2])
+        lib.run_autograd_like.argtypes = [ctypes.CFUNCTYPE(ctypes.c_int)]
+
+        def python_callback():
+            return lib.alloc_from_python(ctypes.c_size_t(2 << 20))  # LINE-OF-CALLBACK
+
+        print("autograd-like ->", lib.run_autograd_like(ctypes.CFUNCTYPE(ctypes.c_int)(python_callback)))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
         # Another Python thread keeps the GIL busy while a native thread of the probe library
         # allocates with no Python at all: the shim must neither wait for the GIL nor deadlock.

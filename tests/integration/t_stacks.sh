@@ -44,15 +44,37 @@ if [[ -x /root/.pyenv/versions/3.12.1/bin/python3 ]]; then
   check "Python frames under CPython 3.12" python_frames /root/.pyenv/versions/3.12.1/bin/python3
 fi
 
+# The library of tests/integration/src/native_thread.c, built into $TMP/native.so.
+native_lib() {
+  cc -shared -fPIC -I/usr/local/cuda/include -o "$TMP/native.so" "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread -ldl
+}
+
 no_python_thread() {
   fresh
-  cc -shared -fPIC -I/usr/local/cuda/include -o native.so "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread || return 1
+  native_lib || return 1
   local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE python3 "$ROOT/tests/integration/py_alloc.py" with-gil-holder "$TMP/native.so" 2>"$TMP/err")
   expect_contains "$out" "native thread -> 0" "allocated without deadlock" &&
   local r; r=$(ls "$TMP"/gpuguard-exit-*.json) &&
   expect_eq "$(json "$r" "[s for s in d['stacks'].values() if any(f['kind']=='native' for f in s['frames'])] != []")" "True" "a native stack"
 }
 check "a thread without Python allocates while another holds the GIL: no deadlock, native stack" no_python_thread
+
+# A thread with a Python thread state and no Python frame (PyTorch's autograd threads keep one): its
+# native site's allocations share one stack, without Python frames, and the one allocation it makes
+# while running Python (a callback, halfway) gets its Python frames.
+thread_state_without_frames() {
+  fresh
+  native_lib || return 1
+  local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 GPUGUARD_MEM_LIMIT=512MiB LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE \
+    python3 "$ROOT/tests/integration/py_alloc.py" autograd-like "$TMP/native.so" 2>"$TMP/err")
+  expect_contains "$out" "autograd-like -> 0" "allocated" || return 1
+  local r; r=$(ls "$TMP"/gpuguard-exit-*.json) || return 1
+  # Each holder: its bytes, whether the native site is among its frames, and its Python frames' functions.
+  expect_eq "$(json "$r" "sorted((b['bytes'], any(f.get('symbol') == 'autograd_like_site' for f in d['stacks'][b['stack']]['frames']), [f['function'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python'][:1]) for b in d['by_stack'])")" \
+    "[($((2 << 20)), False, ['main.<locals>.python_callback']), ($((8 << 20)), True, [])]" \
+    "8 MiB at the native site under one stack without Python frames; 2 MiB under the callback's"
+}
+check "a thread with a Python thread state and no Python frame: one native stack at its site, its Python callback's frames kept" thread_state_without_frames
 
 # py_alloc_report [VAR=VALUE...] -- ARG...: py_alloc.py ARG... under the shim; the exit report's path.
 py_alloc_report() {
