@@ -76,12 +76,13 @@ def main():
         return
     if len(sys.argv) > 1 and sys.argv[1] == "autograd-like":
         lib = ctypes.CDLL(sys.argv[2])
-        lib.run_autograd_like.argtypes = [ctypes.CFUNCTYPE(ctypes.c_int)]
+        callback_type = ctypes.CFUNCTYPE(ctypes.c_int)
+        lib.run_autograd_like.argtypes = [callback_type]
 
         def python_callback():
-            return lib.alloc_from_python(ctypes.c_size_t(2 << 20))  # LINE-OF-CALLBACK
+            return lib.alloc_from_python(ctypes.c_size_t(2 << 20))
 
-        print("autograd-like ->", lib.run_autograd_like(ctypes.CFUNCTYPE(ctypes.c_int)(python_callback)))
+        print("autograd-like ->", lib.run_autograd_like(callback_type(python_callback)))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
         # Another Python thread keeps the GIL busy while a native thread of the probe library
