@@ -158,22 +158,44 @@ uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
 // memo these sites were keyed by their innermost return addresses, which the autograd thread's
 // backward functions share: such a site's stack changed under its key, it was marked unstable and
 // unwound at every allocation (BENCHMARKS.md).
-StackId capture_native(int skip, int depth, void *return_address) {
-    GG_PROFILE_STEP(kCaptureNative);
+// The walk is tagged under a salt of the frames skipped (the id depends on them too). The walker says
+// whether it went to the thread's outermost frame (unwind::last_walk_whole: not cut short, and not
+// stopped at code without unwind information): a whole C stack without Python frames, which says the
+// same of every stack that recalls it (answered_without_python).
+struct NativeWalk {
     uintptr_t words[kMaxDepth];
-    uint16_t salt = uint16_t(skip);  // the id depends on the frames skipped, beside the walk
+    int n = 0;
+    StackId id = 0;      // the tag of a recalled walk (no words then)
+    bool whole = false;  // the walk went to the thread's outermost frame
+    uint16_t salt = 0;
+};
+
+void walk_native(NativeWalk &w, int skip, int depth, void *return_address) {
+    GG_PROFILE_STEP(kCaptureNative);
+    w.salt = uint16_t(skip);
     // A walk recalled with its id gives no frames: the id is all this needs.
-    int n_native = caller_frames(words, skip, depth, return_address, nullptr, salt);
-    if (StackId id = unwind::last_walk_tag(salt)) {
+    w.n = caller_frames(w.words, skip, depth, return_address, nullptr, w.salt);
+    w.id = unwind::last_walk_tag(w.salt);
+    w.whole = unwind::last_walk_whole();
+}
+
+StackId native_answer(const NativeWalk &w) {
+    if (w.id) {
         census::note(census::Kind::kNative, census::Outcome::kReuse);
         reuse::counts().add(reuse::Counts::kReused);
-        return id;
+        return w.id;
     }
     census::note(census::Kind::kNative, census::Outcome::kMiss);
     reuse::counts().add(reuse::Counts::kUnwound);
-    StackId id = table::intern(words, uint32_t(n_native), uint32_t(n_native));
-    if (id) unwind::tag_last_walk(id, salt);
+    StackId id = table::intern(w.words, uint32_t(w.n), uint32_t(w.n));
+    if (id) unwind::tag_last_walk(id, w.salt);
     return id;
+}
+
+StackId capture_native(int skip, int depth, void *return_address) {
+    NativeWalk w;
+    walk_native(w, skip, depth, return_address);
+    return native_answer(w);
 }
 
 // A reuse due for its check, confirmed by its native frames alone. Under one Python key (every
@@ -291,16 +313,45 @@ bool settled(SiteLookup &site) {
     return false;
 }
 
+// Whether this thread's last capture found no Python frame: it then walks first, and asks CPython
+// only where the walk says nothing (below).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_no_python = false;
+
+// Asks CPython for the thread's Python site key (0: no Python frame), remembered for the next capture.
+bool has_python_key(SiteLookup &site, int skip, bool *key_whole) {
+    GG_PROFILE_STEP(kCapturePythonKey);
+    site.key = py::site_key(site_seed(skip), kKeyFrames, key_whole);
+    t_no_python = !site.key;
+    return site.key != 0;
+}
+
+// A thread without Python frames has its native walk for a key, and the stack it was interned as for
+// an answer. A thread whose last capture had none walks before asking CPython: PyTorch's autograd
+// threads keep a thread state, so they were asked for a frame at every allocation, CPython's calls and
+// cold lines, about 90 ns on the GPU machine (BENCHMARKS.md). A walk recalled with a tag, and which
+// went to the outermost frame (whole), is the answer at once: the memo recalls only a walk whose every
+// word is as it was, so this C stack is, to its outermost frame, one that had no Python frame when the
+// tag was attached. Python code runs on a thread only inside CPython's eval loop, which would be on
+// this stack. (This assumes the walk's end is the thread's own start: a fiber whose stack lies within
+// the thread's and whose entry marks its return address undefined, as Boost.Context's does, would end
+// a walk too; the walker declines stacks outside the thread's.) A walk that stopped at code without
+// unwind information says nothing of the frames outside it, so it is not whole. Anything else (no
+// tag, a walk cut short, a new walk) asks CPython as before. One call walks, so that a site's walks
+// all start at one depth and share one memo entry.
+bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer,
+                             bool *key_whole) {
+    bool asked = !t_no_python;
+    if (asked && has_python_key(site, skip, key_whole)) return false;
+    NativeWalk w;
+    walk_native(w, skip, depth, return_address);
+    if (!asked && !(w.id && w.whole) && has_python_key(site, skip, key_whole)) return false;
+    *answer = native_answer(w);
+    return true;
+}
+
 bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
     bool whole = true;
-    {
-        GG_PROFILE_STEP(kCapturePythonKey);
-        site.key = py::site_key(site_seed(skip), kKeyFrames, &whole);
-    }
-    if (!site.key) {  // no Python frame on this thread: its native walk is the key
-        *answer = capture_native(skip, depth, return_address);
-        return true;
-    }
+    if (answered_without_python(site, skip, depth, return_address, answer, &whole)) return true;
     uint64_t stored_whole = 0;
     census::Kind kind = look_up(site, skip, depth, return_address, &stored_whole);
     if (!whole) kind = settle_deep(site, skip, depth, return_address, stored_whole, kind);

@@ -35,11 +35,12 @@ constexpr uint64_t kRegRbp = 6, kRegRsp = 7, kRegReturnAddress = 16;
 // address and the caller's rbp were saved, as offsets from the CFA.
 struct Rule {
     enum Kind : uint8_t {
-        kFromRsp,      // CFA = rsp + cfa_offset
-        kFromRbp,      // CFA = rbp + cfa_offset
-        kLoadedAtRbp,  // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
-        kEnd,          // the outermost frame (return address undefined) or code without unwind info
-        kUnsupported,  // walk() gives up on this stack
+        kFromRsp,       // CFA = rsp + cfa_offset
+        kFromRbp,       // CFA = rbp + cfa_offset
+        kLoadedAtRbp,   // CFA = *(rbp + cfa_offset): a realigned frame (see run_program)
+        kEnd,           // the outermost frame (return address undefined): the walk went to the end
+        kNoUnwindInfo,  // code without unwind information: the walk ends here, short of the outermost frame
+        kUnsupported,   // walk() gives up on this stack
     };
     Kind kind = kUnsupported;
     enum RbpKind : uint8_t {
@@ -408,7 +409,7 @@ Rule find_rule(uintptr_t pc) {
     const void *fde = _Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases);
     if (!fde || !bases[2]) {
         Rule r;
-        r.kind = Rule::kEnd;  // as for libgcc: code without unwind information ends the walk
+        r.kind = Rule::kNoUnwindInfo;  // as for libgcc: code without unwind information ends the walk
         return r;
     }
     return rule_from_fde(static_cast<const uint8_t *>(fde), reinterpret_cast<uintptr_t>(bases[2]), pc);
@@ -427,7 +428,7 @@ int loader_counts(dl_phdr_info *info, size_t, void *out) {
 // Forgets rules that libraries loaded or unloaded since the last check may have made wrong, and
 // learns the thread's stack bounds once. An unload makes any rule of its addresses stale: all go.
 // A load only maps code where there was none, so only the "no unwind information here" answers
-// (kEnd) go. PyTorch keeps loading libraries after its first steps (cuDNN 9 and cuBLAS open their
+// (kNoUnwindInfo) go. PyTorch keeps loading libraries after its first steps (cuDNN 9 and cuBLAS open their
 // sub-libraries on first use); forgetting every rule at each load would have each thread learn its
 // thousands of rules again.
 void refresh(ThreadTable *t) {
@@ -436,7 +437,8 @@ void refresh(ThreadTable *t) {
         LoaderCounts now;
         dl_iterate_phdr(loader_counts, &now);
         if (now.unloads != t->loader.unloads) t->rules.forget_all();
-        else if (now.loads != t->loader.loads) t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kEnd; });
+        else if (now.loads != t->loader.loads)
+            t->rules.forget_if([](const Rule &r) { return r.kind == Rule::kNoUnwindInfo; });
         if (now.unloads != t->loader.unloads || now.loads != t->loader.loads) t->generation++;
         t->loader = now;
     }
@@ -482,7 +484,10 @@ int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void *
     int n = 0;
     for (bool first = true; n < max; first = false) {
         const Rule &r = rule_for(t, first ? pc : pc - 1);
-        if (r.kind == Rule::kEnd) return n;
+        if (r.kind == Rule::kEnd || r.kind == Rule::kNoUnwindInfo) {
+            if (rec) rec->whole = r.kind == Rule::kEnd;  // only a true end says what lies outside
+            return n;
+        }
         uintptr_t cfa = 0;
         switch (r.kind) {
             case Rule::kFromRsp: cfa = sp + uintptr_t(intptr_t(r.cfa_offset)); break;
@@ -579,6 +584,12 @@ int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     }
 }
 
+bool last_walk_whole() {
+    ThreadTable *t = g_tables.peek();
+    WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
+    return tag && tag->whole;
+}
+
 uint32_t last_walk_tag(uint16_t salt) {
     ThreadTable *t = g_tables.peek();
     WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
@@ -587,7 +598,10 @@ uint32_t last_walk_tag(uint16_t salt) {
 
 void tag_last_walk(uint32_t value, uint16_t salt) {
     ThreadTable *t = g_tables.peek();
-    if (WalkMemo::Tag *tag = t ? t->memo.last() : nullptr) *tag = {value, salt};
+    WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
+    if (!tag) return;
+    tag->value = value;  // its whole flag stays the walk's
+    tag->salt = salt;
 }
 
 Counts counts() {

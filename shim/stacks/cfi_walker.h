@@ -48,6 +48,8 @@ int walk(void **ips, int max, StopFn stop, int tag_only = -1);
 // salt; 0 otherwise. A recalled walk's value stands for the same walk: the memo answers only for the
 // same stack words (shim/stacks/walk_memo.h).
 uint32_t last_walk_tag(uint16_t salt);
+// Whether the walk last_walk_tag() is asked about went to the thread's outermost frame.
+bool last_walk_whole();
 void tag_last_walk(uint32_t value, uint16_t salt);
 
 // Per-process counters, for tests and the profile.

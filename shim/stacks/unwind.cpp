@@ -273,6 +273,7 @@ int backtrace(void **ips, int max, StopFn stop, int tag_only) {
 // Only a backtrace() the caching walker made has a tag: one skipped for a fork, or made by another
 // unwinder, leaves the walker's last walk as it was, which is not this one.
 uint32_t last_walk_tag(uint16_t salt) { return t_by_walker ? cfi::last_walk_tag(salt) : 0; }
+bool last_walk_whole() { return t_by_walker && cfi::last_walk_whole(); }
 void tag_last_walk(uint32_t value, uint16_t salt) {
     if (t_by_walker) cfi::tag_last_walk(value, salt);
 }

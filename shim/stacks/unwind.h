@@ -27,6 +27,9 @@ int backtrace(void **ips, int max, StopFn stop = nullptr, int tag_only = -1);
 // walk was not the walker's own, or not remembered.
 uint32_t last_walk_tag(uint16_t salt);
 void tag_last_walk(uint32_t value, uint16_t salt);
+// Whether that walk went to the thread's outermost frame (a walk cut short, one that stopped at code
+// without unwind information, and every walk but the caching walker's: false).
+bool last_walk_whole();
 
 // "cfi", "libunwind", "libgcc" or "none"; loads the unwinder on first use.
 const char *name();

@@ -49,6 +49,8 @@ public:
         int loads = 0;
         bool overflow = false;
         bool read_fp = false;  // a rule read the frame pointer the walk started with
+        // It ended at the thread's outermost frame: not cut short, nor at code without unwind information.
+        bool whole = false;
         uint16_t offset[kMaxLoads];
         uintptr_t word[kMaxLoads];
         uint64_t is_return_address[2] = {};  // bit i: load i was a return address (an output of the walk)
@@ -78,6 +80,7 @@ public:
     struct Tag {
         uint32_t value = 0;  // 0: none yet
         uint16_t salt = 0;   // what else the value depends on (the frames the capture skipped)
+        bool whole = false;  // the walk's Recording::whole, set when it was remembered (tags keep it)
     };
     Tag *last() { return last_; }
     void clear_last() { last_ = nullptr; }
@@ -155,6 +158,7 @@ public:
         memcpy(victim->word, r.word, sizeof(uintptr_t) * r.loads);
         victim->used = ++clock_;
         victim->tag = Tag();
+        victim->tag.whole = r.whole;
         last_ = &victim->tag;
     }
 

@@ -84,6 +84,15 @@ def main():
 
         print("autograd-like ->", lib.run_autograd_like(callback_type(python_callback)))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "no-unwind-info":
+        lib = ctypes.CDLL(sys.argv[2])
+        lib.run_no_unwind_info.argtypes = [ctypes.CFUNCTYPE(ctypes.c_int)]
+
+        def python_callback():
+            return lib.at_fixed_depth(ctypes.c_size_t(2 << 20))
+
+        print("no-unwind-info ->", lib.run_no_unwind_info(ctypes.CFUNCTYPE(ctypes.c_int)(python_callback)))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
         # Another Python thread keeps the GIL busy while a native thread of the probe library
         # allocates with no Python at all: the shim must neither wait for the GIL nor deadlock.

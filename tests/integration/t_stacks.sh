@@ -45,8 +45,9 @@ if [[ -x /root/.pyenv/versions/3.12.1/bin/python3 ]]; then
 fi
 
 # The library of tests/integration/src/native_thread.c, built into $TMP/native.so.
+# -O0: the checks count call sites, which an optimiser may split or turn into jumps.
 native_lib() {
-  cc -shared -fPIC -I/usr/local/cuda/include -o "$TMP/native.so" "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread -ldl
+  cc -O0 -shared -fPIC -I/usr/local/cuda/include -o "$TMP/native.so" "$ROOT/tests/integration/src/native_thread.c" -L"$FAKE" -lcuda -lpthread -ldl
 }
 
 no_python_thread() {
@@ -75,6 +76,22 @@ thread_state_without_frames() {
     "8 MiB at the native site under one stack without Python frames; 2 MiB under the callback's"
 }
 check "a thread with a Python thread state and no Python frame: one native stack at its site, its Python callback's frames kept" thread_state_without_frames
+
+# The same thread kind, whose walks stop at a function without unwind information (no_unwind_info_call,
+# its frame put at one address from every caller): a walk that stops there says nothing of the frames
+# outside it, so a recalled one must not answer for the Python callback's allocation (counted as
+# whole, such a walk put the callback's 2 MiB under the native stack).
+walk_stopped_short() {
+  fresh
+  native_lib || return 1
+  local out; out=$(timeout 60 env GPUGUARD_REPORT_ON_EXIT=1 GPUGUARD_MEM_LIMIT=512MiB LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH=$FAKE \
+    python3 "$ROOT/tests/integration/py_alloc.py" no-unwind-info "$TMP/native.so" 2>"$TMP/err")
+  expect_contains "$out" "no-unwind-info -> 0" "allocated" || return 1
+  local r; r=$(ls "$TMP"/gpuguard-exit-*.json) || return 1
+  expect_eq "$(json "$r" "sorted((b['bytes'], [f['function'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python'][:1]) for b in d['by_stack'])")" \
+    "[($((2 << 20)), ['main.<locals>.python_callback']), ($((4 << 20)), [])]" "4 MiB native, the callback's 2 MiB with its Python frames"
+}
+check "a walk stopped at code without unwind information does not answer for a Python callback on the same thread" walk_stopped_short
 
 # py_alloc_report [VAR=VALUE...] -- ARG...: py_alloc.py ARG... under the shim; the exit report's path.
 py_alloc_report() {

@@ -345,6 +345,41 @@ std::vector<void *> ips_of(const ShortWalk &w) { return std::vector<void *>(w.ip
 
 }  // namespace
 
+// A function without unwind information (top-level assembly, no CFI) that calls fn: a walk from inside
+// fn ends at its frame, short of the thread's outermost frame.
+extern "C" void gg_test_call_without_unwind_info(void (*fn)());
+__asm__(
+    ".text\n"
+    ".globl gg_test_call_without_unwind_info\n"
+    ".type gg_test_call_without_unwind_info, @function\n"
+    "gg_test_call_without_unwind_info:\n"
+    "    sub $8, %rsp\n"
+    "    call *%rdi\n"
+    "    add $8, %rsp\n"
+    "    ret\n"
+    ".size gg_test_call_without_unwind_info, .-gg_test_call_without_unwind_info\n");
+
+namespace {
+
+// A walk of at most g_whole_max frames, and what the walker said of it.
+struct WholeWalk {
+    int n = 0;
+    bool whole = false;
+    uint32_t tag = 0;  // under salt 7, before this walk is tagged 42
+};
+thread_local WholeWalk t_whole_walk;
+thread_local int t_whole_max = kShort;
+__attribute__((noinline)) void walk_noting_whole() {
+    void *ips[kShort];
+    t_whole_walk.n = cfi::walk(ips, t_whole_max, nullptr);
+    t_whole_walk.whole = cfi::last_walk_whole();
+    t_whole_walk.tag = cfi::last_walk_tag(7);
+    cfi::tag_last_walk(42, 7);
+    asm volatile("" ::: "memory");
+}
+
+}  // namespace
+
 TEST_SUITE("stacks: walk memo") {
     // Each case walks from one call site in a loop: the same site, so the same stack (a call from
     // another line would put another return address in it).
@@ -605,5 +640,46 @@ TEST_SUITE("stacks: walk memo") {
         // The loader check that saw the unload forgot the memo, and its walk was walked anew.
         CHECK(cfi::counts().recalled - recalled_before == uint64_t(kWalks - 1));
         for (const ShortWalk &x : w) CHECK(ips_of(x) == ips_of(w[0]));
+    }
+
+    TEST_CASE("a walk is whole only where it ends at the thread's outermost frame, and its recall says so too") {
+        // capture.cpp answers a thread without Python frames from a recalled walk only when it is whole:
+        // one cut short, or stopped at code without unwind information, says nothing of the frames
+        // outside it. On a thread of its own, whose stack is short: each kind twice from one call site
+        // (the second a recall, with the first one's tag).
+        std::vector<WholeWalk> to_end, cut_short, no_unwind_info;
+        std::thread([&] {
+            volatile int rounds = 2;
+            for (int i = 0; i < rounds; i++) {
+                t_whole_max = kShort;
+                walk_noting_whole();
+                to_end.push_back(t_whole_walk);
+            }
+            for (int i = 0; i < rounds; i++) {
+                t_whole_max = 3;
+                walk_noting_whole();
+                cut_short.push_back(t_whole_walk);
+            }
+            for (int i = 0; i < rounds; i++) {
+                t_whole_max = kShort;
+                gg_test_call_without_unwind_info(walk_noting_whole);
+                no_unwind_info.push_back(t_whole_walk);
+            }
+        }).join();
+        for (auto *walks : {&to_end, &cut_short, &no_unwind_info}) {
+            REQUIRE(walks->size() == 2);
+            CHECK((*walks)[0].tag == 0);   // walked anew
+            CHECK((*walks)[1].tag == 42);  // recalled
+        }
+        CHECK(to_end[0].n > 3);
+        CHECK(to_end[0].n < kShort);
+        CHECK(to_end[0].whole);
+        CHECK(to_end[1].whole);
+        CHECK(cut_short[0].n == 3);
+        CHECK_FALSE(cut_short[0].whole);
+        CHECK_FALSE(cut_short[1].whole);
+        CHECK(no_unwind_info[0].n >= 2);
+        CHECK_FALSE(no_unwind_info[0].whole);
+        CHECK_FALSE(no_unwind_info[1].whole);
     }
 }
