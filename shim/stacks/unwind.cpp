@@ -251,13 +251,13 @@ int inside_total() {
 
 int backtrace(void **ips, int max, StopFn stop, int tag_only) {
     const Backend *b = active();
+    t_by_walker = false;  // before any return: a tag of the walker's last walk is not this one's
     if (!b->fn || max <= 0) return 0;
     // Announce, then look (both seq_cst, as before_fork() sets the flag, then counts): either the
     // forking thread sees this thread inside, or this thread sees the fork coming and skips.
     Stripe &s = my_stripe();
     s.inside.fetch_add(1, std::memory_order_seq_cst);
     int n = 0;
-    t_by_walker = false;
     if (!g_fork_pending.load(std::memory_order_seq_cst) && !g_off_after_fork.load(std::memory_order_relaxed)) {
         t_stop = stop;
         t_tag_only = tag_only;
