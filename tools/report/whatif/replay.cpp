@@ -70,11 +70,19 @@ uint64_t reserved_at(const TensorView &t, size_t first_event) {
     return 0;
 }
 
-// The most pages PyTorch's reserved bytes hold (and 2^20): what a crafted report claims beyond that,
-// a block of 2^60 bytes, would be more pages than could be counted (the report fuzzer's timeout).
+// The most pages a range holds: what PyTorch's reserved bytes hold, and 2^16, more than any device
+// has (128 GiB of 2 MiB pages, 1.25 TiB of 20 MiB ones). What a crafted report claims beyond that, a
+// block of 2^60 bytes, would be more pages than could be counted (the report fuzzer's timeout), and
+// each replay adopts every page again (the what-if fuzzer's: 2^20 pages a range, 100 s).
 uint64_t most_pages(uint64_t page, uint64_t reserved) {
-    return std::min<uint64_t>(reserved / page + 1, uint64_t(1) << 20);
+    return std::min<uint64_t>(reserved / page + 1, uint64_t(1) << 16);
 }
+// How many pages infer_ranges walks over in all, blocks and seeds together (most_pages() a block):
+// a real report's blocks lie in a few pages each, but a crafted one's can each claim the most, event
+// after event. 2^18: four pages for each of the 65,536 events the shim keeps by default. Past it no more
+// pages are taken as mapped (those mapped at the report's end still are).
+constexpr uint64_t kMostPagesWalked = uint64_t(1) << 18;
+
 // The pages, by index from `base`, that a block of `bytes` at `address` lies in: [first, last], at
 // most most_pages().
 std::pair<uint64_t, uint64_t> pages_of(uint64_t address, uint64_t bytes, uint64_t base, uint64_t page,
@@ -146,7 +154,7 @@ void infer_cache(const TensorView &t, size_t first_event, Trace &tr) {
 // (tensor_view.mappings), lowest first (c10 maps the lowest free space first), until PyTorch's reserved
 // bytes then are made up. A range starts at the lowest of its pages, seeds and blocks handed out.
 void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
-    uint64_t reserved = reserved_at(t, first_event), accounted = 0;
+    uint64_t reserved = reserved_at(t, first_event), accounted = 0, walked = 0;
     for (bool small : {true, false}) {
         const uint64_t page = small ? kSmallBuffer : kLargeBuffer;
         auto ours = [small](uint64_t block_bytes) { return (block_bytes <= kSmallSize) == small; };
@@ -168,7 +176,7 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         for (const auto &[address, bytes] : tr.seeds)
             if (ours(bytes))
                 for (auto [p, last] = pages_of(address, bytes, r.base, page, reserved);
-                     p <= last && pages.size() < most; p++)
+                     p <= last && pages.size() < most && walked < kMostPagesWalked; p++, walked++)
                     pages.insert(p);
         accounted = add_sat(accounted, pages.size() * page);
         tr.ranges.push_back(r);
@@ -188,7 +196,8 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
         const uint64_t page = e.bytes <= kSmallSize ? kSmallBuffer : kLargeBuffer;
         for (const Trace::Range &r : tr.ranges) {
             if ((page == kSmallBuffer) != r.small || e.address < r.base || !e.bytes) continue;
-            for (auto [p, last] = pages_of(e.address, e.bytes, r.base, page, reserved); p <= last; p++) {
+            for (auto [p, last] = pages_of(e.address, e.bytes, r.base, page, reserved);
+                 p <= last && walked < kMostPagesWalked; p++, walked++) {
                 auto at = std::make_pair(r.base + p * page, page);
                 if (after_map) mapped_in_events.insert(at);
                 else if (!mapped_in_events.count(at)) candidates.push_back(at);
@@ -207,7 +216,7 @@ void infer_ranges(const TensorView &t, size_t first_event, Trace &tr) {
             Trace::Range &r = tr.ranges[ri];
             const uint64_t page = r.small ? kSmallBuffer : kLargeBuffer;
             if (bytes != page || address < r.base || (address - r.base) % page || accounted >= reserved ||
-                bytes > reserved - accounted)
+                bytes > reserved - accounted || have[ri].size() >= most_pages(page, reserved))
                 continue;
             if (!have[ri].emplace(address, bytes).second) continue;
             accounted += bytes;
