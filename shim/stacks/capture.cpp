@@ -159,7 +159,7 @@ uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
 // backward functions share: such a site's stack changed under its key, it was marked unstable and
 // unwound at every allocation (BENCHMARKS.md).
 // The walk is tagged under a salt of the frames skipped (the id depends on them too). The walker says
-// whether it went to the thread's outermost frame (unwind::last_walk_whole: not cut short, and not
+// whether it went to the thread's outermost frame (unwind::last_walk: not cut short, and not
 // stopped at code without unwind information): a whole C stack without Python frames, which says the
 // same of every stack that recalls it (answered_without_python).
 struct NativeWalk {
@@ -175,8 +175,9 @@ void walk_native(NativeWalk &w, int skip, int depth, void *return_address) {
     w.salt = uint16_t(skip);
     // A walk recalled with its id gives no frames: the id is all this needs.
     w.n = caller_frames(w.words, skip, depth, return_address, nullptr, w.salt);
-    w.id = unwind::last_walk_tag(w.salt);
-    w.whole = unwind::last_walk_whole();
+    cfi::LastWalk last = unwind::last_walk(w.salt);
+    w.id = last.tag;
+    w.whole = last.whole;
 }
 
 StackId native_answer(const NativeWalk &w) {

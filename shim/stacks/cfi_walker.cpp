@@ -584,16 +584,11 @@ int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     }
 }
 
-bool last_walk_whole() {
+LastWalk last_walk(uint16_t salt) {
     ThreadTable *t = g_tables.peek();
-    WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
-    return tag && tag->whole;
-}
-
-uint32_t last_walk_tag(uint16_t salt) {
-    ThreadTable *t = g_tables.peek();
-    WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
-    return tag && tag->salt == salt ? tag->value : 0;
+    const WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
+    if (!tag) return {};
+    return {tag->salt == salt ? tag->value : 0, tag->whole};
 }
 
 void tag_last_walk(uint32_t value, uint16_t salt) {

@@ -39,17 +39,19 @@ bool available();
 // true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
 // above): the caller then unwinds with a general unwinder.
 // `tag_only` (a salt, -1 for none): a caller that needs only the value attached to the walk
-// (last_walk_tag) gets 0 frames when the walk is recalled with a value under that salt: copying the
+// (last_walk) gets 0 frames when the walk is recalled with a value under that salt: copying the
 // return addresses out of the memo would cost more than the rest of the recall (BENCHMARKS.md).
 int walk(void **ips, int max, StopFn stop, int tag_only = -1);
 
-// The value a caller attached to this thread's last walk (the capture's stack id: shim/stacks/capture.cpp),
-// if that walk was recalled from the memo or remembered in it, and the value was attached with the same
-// salt; 0 otherwise. A recalled walk's value stands for the same walk: the memo answers only for the
-// same stack words (shim/stacks/walk_memo.h).
-uint32_t last_walk_tag(uint16_t salt);
-// Whether the walk last_walk_tag() is asked about went to the thread's outermost frame.
-bool last_walk_whole();
+// This thread's last walk, if it was recalled from the memo or remembered in it: the value a caller
+// attached to it (the capture's stack id: shim/stacks/capture.cpp) with the same salt, 0 otherwise,
+// and whether it went to the thread's outermost frame. A recalled walk's value stands for the same
+// walk: the memo answers only for the same stack words (shim/stacks/walk_memo.h).
+struct LastWalk {
+    uint32_t tag = 0;
+    bool whole = false;
+};
+LastWalk last_walk(uint16_t salt);
 void tag_last_walk(uint32_t value, uint16_t salt);
 
 // Per-process counters, for tests and the profile.

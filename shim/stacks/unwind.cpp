@@ -97,7 +97,7 @@ struct GccWalk {
 // backtrace()'s stop predicate, for gcc_step (the backends share one signature, which has no room).
 __attribute__((tls_model("initial-exec"))) thread_local StopFn t_stop = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local int t_tag_only = -1;  // backtrace()'s, for the walker
-// Whether this thread's last backtrace() was the caching walker's (last_walk_tag).
+// Whether this thread's last backtrace() was the caching walker's (last_walk).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_by_walker = false;
 
 _Unwind_Reason_Code gcc_step(_Unwind_Context *ctx, void *arg) {
@@ -272,8 +272,7 @@ int backtrace(void **ips, int max, StopFn stop, int tag_only) {
 
 // Only a backtrace() the caching walker made has a tag: one skipped for a fork, or made by another
 // unwinder, leaves the walker's last walk as it was, which is not this one.
-uint32_t last_walk_tag(uint16_t salt) { return t_by_walker ? cfi::last_walk_tag(salt) : 0; }
-bool last_walk_whole() { return t_by_walker && cfi::last_walk_whole(); }
+cfi::LastWalk last_walk(uint16_t salt) { return t_by_walker ? cfi::last_walk(salt) : cfi::LastWalk(); }
 void tag_last_walk(uint32_t value, uint16_t salt) {
     if (t_by_walker) cfi::tag_last_walk(value, salt);
 }

@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 
+#include "shim/stacks/cfi_walker.h"
+
 namespace gg::stacks::unwind {
 
 // Fills ips with return addresses, innermost first, starting at or just above the caller; returns
@@ -19,17 +21,15 @@ namespace gg::stacks::unwind {
 // stop: when it answers true for a frame, that frame is the last one kept. The caching walker and
 // libgcc's unwinder stop there; libunwind's fills up to max regardless.
 // tag_only (a salt, -1 for none): 0 frames where the caching walker recalled this walk with a tag under
-// that salt, which last_walk_tag() then gives (the caller needs nothing else).
+// that salt, which last_walk() then gives (the caller needs nothing else).
 using StopFn = bool (*)(uintptr_t ip);
 int backtrace(void **ips, int max, StopFn stop = nullptr, int tag_only = -1);
 
-// The caching walker's tag of this thread's last backtrace() (shim/stacks/cfi_walker.h): 0 when that
-// walk was not the walker's own, or not remembered.
-uint32_t last_walk_tag(uint16_t salt);
+// The caching walker's word on this thread's last backtrace() (cfi::last_walk): its tag under `salt`
+// and whether it went to the thread's outermost frame. Nothing (0, not whole) when that walk was not
+// the walker's own, or not remembered.
+cfi::LastWalk last_walk(uint16_t salt);
 void tag_last_walk(uint32_t value, uint16_t salt);
-// Whether that walk went to the thread's outermost frame (a walk cut short, one that stopped at code
-// without unwind information, and every walk but the caching walker's: false).
-bool last_walk_whole();
 
 // "cfi", "libunwind", "libgcc" or "none"; loads the unwinder on first use.
 const char *name();

@@ -372,8 +372,9 @@ thread_local int t_whole_max = kShort;
 __attribute__((noinline)) void walk_noting_whole() {
     void *ips[kShort];
     t_whole_walk.n = cfi::walk(ips, t_whole_max, nullptr);
-    t_whole_walk.whole = cfi::last_walk_whole();
-    t_whole_walk.tag = cfi::last_walk_tag(7);
+    cfi::LastWalk last = cfi::last_walk(7);
+    t_whole_walk.whole = last.whole;
+    t_whole_walk.tag = last.tag;
     cfi::tag_last_walk(42, 7);
     asm volatile("" ::: "memory");
 }
@@ -465,7 +466,7 @@ TEST_SUITE("stacks: walk memo") {
         for (int i = 0; i < rounds; i++) {
             g_tag_only = tag_only[i];
             short_from(12, short_walk_tag_only, &w[i]);
-            tag[i] = cfi::last_walk_tag(7);
+            tag[i] = cfi::last_walk(7).tag;
             cfi::tag_last_walk(42, 7);  // the same value each time: the first round's tag, kept
         }
         CHECK(w[0].n == kShort);
@@ -601,7 +602,7 @@ TEST_SUITE("stacks: walk memo") {
         void *ips[kMax];
         REQUIRE(cfi::walk(ips, 8, nullptr) >= 0);
         cfi::tag_last_walk(42, 7);
-        REQUIRE(cfi::last_walk_tag(7) == 42);
+        REQUIRE(cfi::last_walk(7).tag == 42);
         // The same thread on a stack of its own making: not the thread's stack, so the walker declines it.
         static ucontext_t main_ctx, fiber_ctx;
         static int fiber_n;
@@ -616,7 +617,7 @@ TEST_SUITE("stacks: walk memo") {
             [] {
                 void *fips[kMax];
                 fiber_n = cfi::walk(fips, 8, nullptr);
-                fiber_tag = cfi::last_walk_tag(7);  // a capture asks this next: it must not be the walk before's
+                fiber_tag = cfi::last_walk(7).tag;  // a capture asks this next: it must not be the walk before's
             },
             0);
         REQUIRE(swapcontext(&main_ctx, &fiber_ctx) == 0);
