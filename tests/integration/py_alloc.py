@@ -74,24 +74,20 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "paths":
         paths(ctypes.CDLL(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
         return
-    if len(sys.argv) > 1 and sys.argv[1] == "autograd-like":
+    # A thread of the probe library that keeps a Python thread state and runs no Python, but for a
+    # callback here that allocates 2 MiB through the library's second function.
+    on_idle_thread = {"autograd-like": ("run_autograd_like", "alloc_from_python"),
+                      "no-unwind-info": ("run_no_unwind_info", "at_fixed_depth")}
+    if len(sys.argv) > 1 and sys.argv[1] in on_idle_thread:
         lib = ctypes.CDLL(sys.argv[2])
+        run, alloc = (getattr(lib, name) for name in on_idle_thread[sys.argv[1]])
         callback_type = ctypes.CFUNCTYPE(ctypes.c_int)
-        lib.run_autograd_like.argtypes = [callback_type]
+        run.argtypes = [callback_type]
 
         def python_callback():
-            return lib.alloc_from_python(ctypes.c_size_t(2 << 20))
+            return alloc(ctypes.c_size_t(2 << 20))
 
-        print("autograd-like ->", lib.run_autograd_like(callback_type(python_callback)))
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "no-unwind-info":
-        lib = ctypes.CDLL(sys.argv[2])
-        lib.run_no_unwind_info.argtypes = [ctypes.CFUNCTYPE(ctypes.c_int)]
-
-        def python_callback():
-            return lib.at_fixed_depth(ctypes.c_size_t(2 << 20))
-
-        print("no-unwind-info ->", lib.run_no_unwind_info(ctypes.CFUNCTYPE(ctypes.c_int)(python_callback)))
+        print(sys.argv[1], "->", run(callback_type(python_callback)))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "with-gil-holder":
         # Another Python thread keeps the GIL busy while a native thread of the probe library
