@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -1307,4 +1308,56 @@ TEST_CASE("replay: a wrapped ring with expandable segments starts from the pages
                             "inferred") != std::string::npos);
     r.device_total = 160 * MiB;  // a device smaller than the limit: the shim tells its own size
     CHECK(trace_of(r).range_bytes == 180 * MiB);
+}
+
+namespace {
+
+// A device that counts the calls mapping pages, notes the pages mapped and refuses a call of more
+// than `most_pages` pages (all or none, as Device says).
+struct CountingDevice : Device {
+    uint64_t most_pages = UINT64_MAX;
+    int map_calls = 0;
+    std::set<uint64_t> pages;  // by offset from the range's first address
+    uint64_t range = 0;
+    uint64_t alloc_segment(uint64_t bytes) override { return space.alloc_segment(bytes); }
+    void free_segment(uint64_t, uint64_t) override {}
+    uint64_t reserve_range(uint64_t bytes) override { return range = space.reserve_range(bytes); }
+    void release_range(uint64_t, uint64_t) override {}
+    bool map_pages(uint64_t address, uint64_t bytes, uint64_t page) override {
+        map_calls++;
+        if (bytes / page > most_pages) return false;
+        for (uint64_t at = address; at < address + bytes; at += page) pages.insert((at - range) / page);
+        return true;
+    }
+    void unmap_pages(uint64_t, uint64_t, uint64_t) override {}
+    AddressSpace space;
+};
+
+}  // namespace
+
+TEST_CASE("model: an adopted range maps a run of pages in one call, the pages each entry alone would get") {
+    const uint64_t page = 20 * MiB;
+    // Pages 0 to 4 one entry each, two pages at 5, one at 7; the limit has room for 6 pages. Entry
+    // by entry: 0 to 4 fit, the two pages at 5 do not, the page at 7 still does.
+    const std::vector<std::pair<uint64_t, uint64_t>> mapped = {{0, page},        {page, page},     {2 * page, page},
+                                                               {3 * page, page}, {4 * page, page}, {5 * page, 2 * page},
+                                                               {7 * page, page}};
+    const std::set<uint64_t> expected = {0, 1, 2, 3, 4, 7};
+    for (uint64_t most_pages : {UINT64_MAX, uint64_t(1)}) {
+        CAPTURE(most_pages);
+        CountingDevice device;
+        device.most_pages = most_pages;
+        CachingAllocatorModel m(expandable(6 * page), &device);
+        std::vector<bool> placed;
+        REQUIRE(m.adopt_range(false, mapped, {{7 * page, 4 * MiB}, {5 * page, 4 * MiB}}, &placed));
+        std::string why;
+        CHECK_MESSAGE(m.consistent(&why), why);
+        CHECK(device.pages == expected);
+        CHECK(m.reserved() == 6 * page);
+        CHECK(m.smallest_refused_by_limit() == 7 * page);  // the two pages at 5, on top of 5 mapped
+        CHECK(placed == std::vector<bool>{true, false});
+        // One call for pages 0 to 4 and one for 7; a device refusing runs gets one more try and
+        // then each entry alone.
+        CHECK(device.map_calls == (most_pages == 1 ? 1 + 5 + 1 : 2));
+    }
 }

@@ -51,8 +51,12 @@ CachingAllocatorModel::~CachingAllocatorModel() {
     }
 }
 
+bool CachingAllocatorModel::fits_quietly(uint64_t bytes) const {
+    return bytes <= options_.limit && reserved_ <= options_.limit - bytes;
+}
+
 bool CachingAllocatorModel::fits(uint64_t bytes) {
-    if (bytes <= options_.limit && reserved_ <= options_.limit - bytes) return true;
+    if (fits_quietly(bytes)) return true;
     smallest_refused_ = std::min(smallest_refused_, bytes > UINT64_MAX - reserved_ ? UINT64_MAX : reserved_ + bytes);
     return false;
 }
@@ -347,24 +351,11 @@ uint64_t CachingAllocatorModel::adopt_range(bool small, const std::vector<std::p
     if (placed) placed->assign(live.size(), false);
     if (!options_.expandable) return 0;
     Pool &pool = small ? small_ : large_;
-    const uint64_t page = page_of(pool);
     Block *range = new_range(pool, options_.range_bytes);
     if (!range) return 0;
     Segment *s = range->segment;
     const uint64_t base = s->address;
-    for (const auto &[offset, bytes] : mapped) {
-        if (offset % page || bytes == 0 || offset >= s->size || bytes > s->size - offset) continue;
-        Block *u = block_at(s, base + offset);
-        if (u->mapped) continue;           // listed twice
-        if (u->address < base + offset) {  // the unmapped space before the pages stays unmapped
-            unlist_unmapped(pool, u);
-            Block *rest = split_at(u, base + offset);
-            list_unmapped(pool, u);
-            list_unmapped(pool, rest);
-            u = rest;
-        }
-        map_block(pool, u, std::min(bytes, u->size));  // refused by the limit: stays unmapped
-    }
+    map_adopted_pages(pool, s, mapped);
     for (size_t i = 0; i < live.size(); i++) {
         const auto [offset, size] = live[i];
         if (offset % kMinBlockSize || size == 0 || size % kMinBlockSize || offset >= s->size || size > s->size - offset)
@@ -386,6 +377,53 @@ uint64_t CachingAllocatorModel::adopt_range(bool small, const std::vector<std::p
     }
     peak_allocated_ = std::max(peak_allocated_, allocated_);
     return base;
+}
+
+void CachingAllocatorModel::map_adopted_pages(Pool &pool, Segment *s,
+                                              const std::vector<std::pair<uint64_t, uint64_t>> &mapped) {
+    // Each entry is mapped as if on its own, in order: the limit refuses an entry that does not fit
+    // (and a later, smaller one may still fit). But a run of entries that follow one another and all
+    // fit is mapped as one: a report's pages come one entry a page, and mapping 2^16 pages one at a
+    // time re-lists the growing free block 2^16 times. A device that refuses a run (all or none)
+    // makes the rest go one entry at a time, as it would have refused them.
+    const uint64_t page = page_of(pool), base = s->address;
+    auto usable = [&](size_t i) {
+        const auto [offset, bytes] = mapped[i];
+        return offset % page == 0 && bytes != 0 && offset < s->size && bytes <= s->size - offset;
+    };
+    bool runs = true;
+    for (size_t i = 0; i < mapped.size();) {
+        if (!usable(i)) {
+            i++;
+            continue;
+        }
+        const uint64_t offset = mapped[i].first;
+        Block *u = block_at(s, base + offset);
+        if (u->mapped) {  // listed twice
+            i++;
+            continue;
+        }
+        if (u->address < base + offset) {  // the unmapped space before the pages stays unmapped
+            unlist_unmapped(pool, u);
+            Block *rest = split_at(u, base + offset);
+            list_unmapped(pool, u);
+            list_unmapped(pool, rest);
+            u = rest;
+        }
+        uint64_t len = std::min(round_up(mapped[i].second, page), u->size);
+        size_t next = i + 1;
+        for (; runs && next < mapped.size() && usable(next) && mapped[next].first == offset + len; next++) {
+            const uint64_t more = round_up(mapped[next].second, page);
+            if (more > u->size - len || !fits_quietly(len + more)) break;
+            len += more;
+        }
+        if (next > i + 1 && !map_block(pool, u, len)) {
+            runs = false;  // the device refused the run: this entry and the rest one at a time
+            next = i + 1;
+        }
+        if (next == i + 1) map_block(pool, u, std::min(mapped[i].second, u->size));  // refused: stays unmapped
+        i = next;
+    }
 }
 
 CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block *u, uint64_t bytes) {

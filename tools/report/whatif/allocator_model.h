@@ -209,6 +209,7 @@ private:
     Pool &pool_of(const Segment *s) { return s->small ? small_ : large_; }
     uint64_t page_of(const Pool &p) const { return p.small ? kSmallBuffer : kLargeBuffer; }
     bool fits(uint64_t bytes);
+    bool fits_quietly(uint64_t bytes) const;  // the same, without noting the smallest refusal
     void grew(uint64_t bytes);
 
     Block *get_free_block(Pool &pool, uint64_t size);
@@ -230,6 +231,7 @@ private:
     Block *new_range(Pool &pool, uint64_t bytes);               // a range of one unmapped block, listed
     Block *block_at(const Segment *s, uint64_t address) const;  // the block holding `address`
     Block *map_block(Pool &pool, Block *unmapped, uint64_t bytes);
+    void map_adopted_pages(Pool &pool, Segment *s, const std::vector<std::pair<uint64_t, uint64_t>> &mapped);
     bool should_split(const Pool &pool, const Block *b, uint64_t size) const;
     Block *split_at(Block *b, uint64_t at);  // the part of free `b` from `at` on, a block of its own (unlisted)
     bool release_available_cached_blocks(Pool &pool, uint64_t size);
