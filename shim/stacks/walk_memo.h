@@ -35,10 +35,13 @@ namespace gg::stacks::cfi {
 
 class WalkMemo {
 public:
-    // A whole capture's walk: the default 48 frames and the shim's own above them, and the saved frame
-    // pointers that rules read (few: most code keeps no frame pointer).
-    static constexpr int kMaxLoads = 72;
-    static constexpr int kSets = 128;  // 512 walks of 776 bytes: 388 KiB a thread that walks
+    // A whole capture's walk, the default 48 frames and the shim's own and c10's above them, through
+    // code built with frame pointers: there each frame's rule reads the saved rbp as well as the return
+    // address (Ubuntu 24.04's and Fedora's packages, programs built for profilers). At 72, a stack of
+    // such frames was never kept and was walked anew at every allocation.
+    static constexpr int kMaxLoads = 128;
+    static constexpr int kSets = 128;  // 512 walks of 1,336 bytes: 668 KiB a thread that walks
+    static_assert(kMaxLoads % 64 == 0 && kMaxLoads <= 255, "loads: bits of is_return_address, a uint8_t count");
     static constexpr int kWays = 4;
     static constexpr int kForks = 256;    // starts whose forks are known (6 KiB)
     static constexpr int kForkWays = 4;   // in sets of 4: two busy starts of one slot took it from each other
@@ -53,7 +56,7 @@ public:
         bool whole = false;
         uint16_t offset[kMaxLoads];
         uintptr_t word[kMaxLoads];
-        uint64_t is_return_address[2] = {};  // bit i: load i was a return address (an output of the walk)
+        uint64_t is_return_address[kMaxLoads / 64] = {};  // bit i: load i was a return address (an output)
         void load(uintptr_t sp0, uintptr_t at, uintptr_t value, bool return_address) {
             uintptr_t words = (at - sp0) / sizeof(uintptr_t);
             if (loads == kMaxLoads || words > UINT16_MAX || (at - sp0) % sizeof(uintptr_t)) {
@@ -170,7 +173,7 @@ private:
         bool read_fp = false;
         const void *stop = nullptr;
         uintptr_t fp = 0;
-        uint64_t is_return_address[2] = {};
+        uint64_t is_return_address[kMaxLoads / 64] = {};
         uint32_t used = 0;
         Tag tag;
         uint16_t offset[kMaxLoads];  // in words from the start (a walk within 512 KiB of stack)

@@ -343,6 +343,20 @@ static_assert(sizeof kManyMids / sizeof kManyMids[0] > cfi::WalkMemo::kWays);
 
 std::vector<void *> ips_of(const ShortWalk &w) { return std::vector<void *>(w.ips, w.ips + (w.n < 0 ? 0 : w.n)); }
 
+// A capture's whole walk through code built with frame pointers (Ubuntu 24.04's and Fedora's
+// packages, and programs built for profilers): each frame's rule reads the saved rbp as well as the
+// return address, two words a frame.
+constexpr int kCaptureWalk = 60;  // the default 48 frames, the shim's own and c10's above them
+struct DeepWalk {
+    void *ips[kCaptureWalk];
+    int n = 0;
+};
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) void deep_walk_with_frame_pointers(int n, DeepWalk *w) {
+    if (n == 0) w->n = cfi::walk(w->ips, kCaptureWalk, nullptr);
+    else deep_walk_with_frame_pointers(n - 1, w);
+    asm volatile("" ::: "memory");
+}
+
 }  // namespace
 
 // A function without unwind information (top-level assembly, no CFI) that calls fn: a walk from inside
@@ -394,6 +408,19 @@ TEST_SUITE("stacks: walk memo") {
         CHECK(recalled[1] == recalled[0] + 1);
         REQUIRE(w[0].n == kShort);
         CHECK(ips_of(w[1]) == ips_of(w[0]));
+    }
+
+    TEST_CASE("a capture's walk through frames that keep frame pointers is recalled") {
+        // Two words a frame: a memo that kept walks of one word a frame walked every such stack anew.
+        DeepWalk w[2];
+        uint64_t recalled[2];
+        for (int i = 0; i < 2; i++) {
+            deep_walk_with_frame_pointers(kCaptureWalk + 10, &w[i]);
+            recalled[i] = cfi::counts().recalled;
+        }
+        REQUIRE(w[0].n == kCaptureWalk);
+        CHECK(recalled[1] == recalled[0] + 1);
+        CHECK(std::vector<void *>(w[1].ips, w[1].ips + w[1].n) == std::vector<void *>(w[0].ips, w[0].ips + w[0].n));
     }
 
     TEST_CASE("a stack of the same depth whose return addresses differ is walked anew, and right") {
