@@ -246,6 +246,8 @@ def cpu(args):
         ], "")
     for group, stacked, who in (("blocks", "native", f"{args.depth} extra native frames, no Python frame: as PyTorch's "
                                  "autograd threads report"),
+                                ("blocksfp", "native", f"{args.depth} extra native frames built with frame pointers, "
+                                 "two stack words a frame to unwind: as Ubuntu 24.04's and Fedora's packages are"),
                                 ("pyblocks", "all", f"called from Python through ctypes, {args.pydepth} Python frames "
                                  "above the loop: as a PyTorch operator reports")):
         if data.get(group):

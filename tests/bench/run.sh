@@ -139,6 +139,8 @@ echo "bench: the tensor view, per c10 block report (a C loop calling c10's profi
 # PyTorch's autograd threads report blocks with no Python frame on their stack: the native site key
 # (shim/stacks/capture.cpp) is what they pay, and a C caller pays the same.
 interleave blocks "$RUNS" ns_per_report none view-off view-nostacks native -- "$BIN" blocks "$((PAIRS * 5))" "$DEPTH" 8
+echo "bench: the same, the loop built with frame pointers ($RUNS rounds)"
+interleave blocksfp "$RUNS" ns_per_report none view-off native -- "$BUILD/bench/bench_alloc_fp" blocks "$((PAIRS * 5))" "$DEPTH" 8
 echo "bench: the tensor view, per c10 block report from Python (8 Python lines, $PYDEPTH Python frames, $RUNS rounds)"
 interleave pyblocks "$RUNS" ns_per_report none view-off view-nostacks all -- python3 "$here/bench_py.py" blocks "$PAIRS" "$PYDEPTH"
 
