@@ -40,7 +40,7 @@ public:
     // address (Ubuntu 24.04's and Fedora's packages, programs built for profilers). At 72, a stack of
     // such frames was never kept and was walked anew at every allocation.
     static constexpr int kMaxLoads = 128;
-    static constexpr int kSets = 128;  // 512 walks of 1,336 bytes: 668 KiB a thread that walks
+    static constexpr int kSets = 128;  // 512 walks of 1,336 bytes: 668 KiB (674 with the forks) a thread that walks
     static_assert(kMaxLoads % 64 == 0 && kMaxLoads <= 255, "loads: bits of is_return_address, a uint8_t count");
     static constexpr int kWays = 4;
     static constexpr int kForks = 256;    // starts whose forks are known (6 KiB)
