@@ -24,11 +24,15 @@
  *   threads T SIZE N DEPTH    T threads, each N pairs, released together: pairs_per_s
  *   procs P SIZE N DEPTH      P processes (this program again), each N pairs, released together at
  *                             one CLOCK_MONOTONIC instant: pairs_per_s, late (children not ready)
- *   blocks N DEPTH SITES      N block reports of PyTorch's caching allocator (c10's
+ *   blocks N DEPTH SITES [EVICT_KIB]
+ *                             N block reports of PyTorch's caching allocator (c10's
  *                             reportMemoryUsageToProfiler, the shim's when preloaded: the tensor
  *                             view), a block handed out then taken back, from SITES call sites in
  *                             turn, DEPTH extra native frames below, on a thread with no Python (as
- *                             PyTorch's autograd threads): ns_per_report (about 0 without the shim)
+ *                             PyTorch's autograd threads): ns_per_report (about 0 without the shim).
+ *                             EVICT_KIB: that much memory read before each pair, as PyTorch's work
+ *                             between two allocations pushes the shim's lines out of the nearer
+ *                             caches; then each pair is timed alone, the reading left out
  *   hold N SIZE REPORTS       holds N allocations made from 64 distinct stacks, prints the resident
  *                             memory they added per allocation, then asks the shim for REPORTS
  *                             reports (gpuguard_report, include/gpuguard/gpuguard.h), timing each
@@ -518,7 +522,14 @@ struct blocks {
     long n;
     int sites;
     uint64_t t0, t1;
+    const volatile char *evict;  // read before each pair, a line at a time (NULL: none)
+    size_t evict_bytes;
+    uint64_t paired_ns;  // with evict: the pairs' own time, summed
 };
+
+static void evict_lines(const struct blocks *b) {
+    for (size_t at = 0; at < b->evict_bytes; at += 64) (void)b->evict[at];
+}
 
 /* One report pair from one of a few call sites: each site is this function at another recursion
  * depth, so that each has a stack of its own, as PyTorch's allocation sites do. */
@@ -530,16 +541,24 @@ __attribute__((noinline)) static void report_from(struct blocks *b, int site, lo
     }
     c10_device cuda = {1, 0};
     void *ptr = (void *)(uintptr_t)(0x7f0000000000ull + (uint64_t)(i % 1024) * 4096);
+    uint64_t t0 = 0;
+    if (b->evict) {
+        evict_lines(b);
+        t0 = now_ns();
+    }
     b->report(ptr, 4 << 20, 4u << 20, 20u << 20, cuda);
     b->report(ptr, -(4 << 20), 0, 20u << 20, cuda);
+    if (b->evict) b->paired_ns += now_ns() - t0;
 }
 
 static void run_blocks(void *arg) {
     struct blocks *b = arg;
     for (long i = 0; i < 2000; i++) report_from(b, (int)(i % b->sites), i);  // warm-up
+    b->paired_ns = 0;
     b->t0 = now_ns();
     for (long i = 0; i < b->n; i++) report_from(b, (int)(i % b->sites), i);
     b->t1 = now_ns();
+    if (b->evict) b->t1 = b->t0 + b->paired_ns;
 }
 
 static int mode_blocks(int argc, char **argv) {
@@ -551,8 +570,21 @@ static int mode_blocks(int argc, char **argv) {
         return 1;
     }
     struct blocks b = {(c10_report_fn)dlsym(RTLD_DEFAULT, "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"),
-                       atol(argv[2]), atoi(argv[4]), 0, 0};
+                       atol(argv[2]),
+                       atoi(argv[4]),
+                       0,
+                       0,
+                       NULL,
+                       0,
+                       0};
     if (!b.report) return 1; /* libc10.so defines it */
+    if (argc > 5) {
+        b.evict_bytes = (size_t)atol(argv[5]) << 10;
+        char *buffer = calloc(1, b.evict_bytes + 1);
+        if (!buffer) return 1;
+        for (size_t at = 0; at < b.evict_bytes; at += 64) buffer[at] = (char)at; /* mapped, not the zero page */
+        b.evict = buffer;
+    }
     if (b.sites < 1) b.sites = 1;
     at_depth(atoi(argv[3]), run_blocks, &b);
     printf("blocks n=%ld sites=%d ns_per_report=%.1f\n", b.n, b.sites, (double)(b.t1 - b.t0) / (double)(2 * b.n));

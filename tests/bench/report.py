@@ -246,6 +246,9 @@ def cpu(args):
         ], "")
     for group, stacked, who in (("blocks", "native", f"{args.depth} extra native frames, no Python frame: as PyTorch's "
                                  "autograd threads report"),
+                                ("blockscold", "native", f"{args.depth} extra native frames, caches cold: 2 MiB read "
+                                 "before each pair, the pair timed alone, as on the GPU machine between PyTorch's "
+                                 "allocations"),
                                 ("blocksfp", "native", f"{args.depth} extra native frames built with frame pointers, "
                                  "two stack words a frame to unwind: as Ubuntu 24.04's and Fedora's packages are"),
                                 ("pyblocks", "all", f"called from Python through ctypes, {args.pydepth} Python frames "

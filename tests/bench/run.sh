@@ -139,6 +139,10 @@ echo "bench: the tensor view, per c10 block report (a C loop calling c10's profi
 # PyTorch's autograd threads report blocks with no Python frame on their stack: the native site key
 # (shim/stacks/capture.cpp) is what they pay, and a C caller pays the same.
 interleave blocks "$RUNS" ns_per_report none view-off view-nostacks native -- "$BIN" blocks "$((PAIRS * 5))" "$DEPTH" 8
+echo "bench: the same with cold caches: 2 MiB read before each pair, the pair timed alone ($RUNS rounds)"
+# The GPU machine's profile of llama's autograd thread (BENCHMARKS.md) is close to this one's: there
+# PyTorch's work between two allocations pushes the shim's lines out of the nearer caches.
+interleave blockscold "$RUNS" ns_per_report none view-off native -- "$BIN" blocks "$PAIRS" "$DEPTH" 8 2048
 echo "bench: the same, the loop built with frame pointers ($RUNS rounds)"
 interleave blocksfp "$RUNS" ns_per_report none view-off native -- "$BUILD/bench/bench_alloc_fp" blocks "$((PAIRS * 5))" "$DEPTH" 8
 echo "bench: the tensor view, per c10 block report from Python (8 Python lines, $PYDEPTH Python frames, $RUNS rounds)"
