@@ -410,11 +410,13 @@ void CachingAllocatorModel::map_adopted_pages(Pool &pool, Segment *s,
             list_unmapped(pool, rest);
             u = rest;
         }
-        uint64_t len = std::min(round_up(mapped[i].second, page), u->size);
+        // Unmapped space is whole pages, so an entry within it rounds up to pages within it.
+        uint64_t len = round_up(std::min(mapped[i].second, u->size), page);
         size_t next = i + 1;
         for (; runs && next < mapped.size() && usable(next) && mapped[next].first == offset + len; next++) {
+            if (mapped[next].second > u->size - len) break;
             const uint64_t more = round_up(mapped[next].second, page);
-            if (more > u->size - len || !fits_quietly(len + more)) break;
+            if (!fits_quietly(len + more)) break;
             len += more;
         }
         if (next > i + 1 && !map_block(pool, u, len)) {
