@@ -11,8 +11,9 @@ enum class Kind { kPython, kNative, kPythonExtended, kPythonDepth, kCount };
 enum class Outcome { kMiss, kReuse, kCheck, kUnstable };
 // The walk memo's answers (shim/stacks/walk_memo.h): recalled; not recalled though a walk from the same
 // start was kept (its words differed); not recalled, none kept from that start; and, on keeping a
-// walk, whether it pushed out another (from the same start, or from another start of its set).
-enum class Memo { kRecalled, kWordsDiffer, kNoStart, kEvictedSameStart, kEvictedOtherStart, kCount };
+// walk, whether it pushed out another (from the same start, or from another start of its set); and each
+// kept walk a recall compared word by word (more than the recalls: sets holding several walks of a start).
+enum class Memo { kRecalled, kWordsDiffer, kNoStart, kEvictedSameStart, kEvictedOtherStart, kComparedInFull, kCount };
 
 #ifdef GG_PROFILE
 void note(Kind kind, Outcome outcome);

@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "shim/base/profile.h"
+#include "shim/stacks/census.h"
 
 namespace gg::stacks::cfi {
 
@@ -121,6 +122,7 @@ public:
                 if (!same_start(e, s)) continue;
                 missed_with_start_ = true;
                 if (e.read_fp && e.fp != s.fp) continue;
+                census::memo(census::Memo::kComparedInFull);
                 if (same_words(e, s.sp, load)) found = &e;
             }
         }
