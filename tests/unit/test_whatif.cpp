@@ -1361,3 +1361,20 @@ TEST_CASE("model: an adopted range maps a run of pages in one call, the pages ea
         CHECK(device.map_calls == (most_pages == 1 ? 1 + 5 + 1 : 2));
     }
 }
+
+TEST_CASE("model: adopted pages the limit refuses leave the unmapped space one block, and the range whole") {
+    // Each page after the first is split from the unmapped space after it, then refused: left so, two
+    // unmapped blocks side by side, a range the model never saw empty again and a layout no run makes.
+    const uint64_t page = 20 * MiB;
+    const std::vector<std::pair<uint64_t, uint64_t>> mapped = {
+        {0, page}, {page, page}, {2 * page, page}, {3 * page, page}};
+    Model m(expandable(page));
+    REQUIRE(m.m.adopt_range(false, mapped, {}));
+    m.check();
+    CHECK(m.m.reserved() == page);
+    CHECK(m.m.smallest_refused_by_limit() == 2 * page);
+    m.m.empty_cache();  // nothing live: the page unmapped, the range given back
+    m.check();
+    CHECK(m.m.reserved() == 0);
+    CHECK(m.m.segments().empty());
+}

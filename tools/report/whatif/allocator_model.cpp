@@ -423,7 +423,11 @@ void CachingAllocatorModel::map_adopted_pages(Pool &pool, Segment *s,
             runs = false;  // the device refused the run: this entry and the rest one at a time
             next = i + 1;
         }
-        if (next == i + 1) map_block(pool, u, std::min(mapped[i].second, u->size));  // refused: stays unmapped
+        if (next == i + 1 && !map_block(pool, u, std::min(mapped[i].second, u->size))) {
+            // Refused: it stays unmapped, one block again with the unmapped space split from it above.
+            unlist_unmapped(pool, u);
+            list_unmapped(pool, merge_free(pool, u));
+        }
         i = next;
     }
 }
