@@ -271,9 +271,10 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.c.o
 
 # The same program built with frame pointers, as Ubuntu 24.04's and Fedora's packages are: each frame's
 # unwind rule reads two stack words, not one (the tensor view's row "built with frame pointers").
-$(BUILD)/bench/bench_alloc_fp: tests/bench/bench_alloc.c
+# Its object is compiled from bench_alloc.c (with its header dependencies); the rule above links it.
+$(BUILD)/obj/tests/bench/bench_alloc_fp.c.o: tests/bench/bench_alloc.c | deps-check
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -fno-omit-frame-pointer -o $@ $< $(LDFLAGS) -L$(CUDA_HOME)/lib64/stubs -lcuda -ldl -pthread
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fno-omit-frame-pointer -MMD -MP -c $< -o $@
 
 bench: all $(FAKES) $(BENCH_BIN) $(BUILD)/bench/bench_alloc_fp
 	@tests/deps.sh --quiet --bench

@@ -2,7 +2,7 @@
 # make bench: what the shim costs on this machine with the test driver, against the same programs
 # without it, every comparison interleaved in one run (the variants take turns, round after round, in
 # a rotating order, each in a fresh process). Prints markdown tables last; BENCH_WRITE=1 also puts
-# them into BENCHMARKS.md (between the cpu-bench markers). Takes about 2 minutes on 2 cores.
+# them into BENCHMARKS.md (between the cpu-bench markers). Takes about 5 to 7 minutes on 2 cores.
 #
 #   BENCH_RUNS=21      rounds of the per-pair comparisons (each: 20k pairs per process)
 #   BENCH_PAIRS=20000  pairs per process
@@ -30,7 +30,7 @@ CONTENTION_RUNS=11
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
   RUNS=3 PAIRS=2000 HOLD_SIZES=(1000 10000) HOLD_RUNS=1 CONTENTION_RUNS=1
 fi
-for f in "$LIB" "$FAKE/libcuda.so.1" "$BIN"; do
+for f in "$LIB" "$FAKE/libcuda.so.1" "$BIN" "$BUILD/bench/bench_alloc_fp"; do
   [[ -e $f ]] || { echo "bench: $f is missing (make bench builds it)" >&2; exit 2; }
 done
 
