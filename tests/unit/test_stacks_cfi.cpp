@@ -1,6 +1,7 @@
 // The caching walker (shim/stacks/cfi_walker.h) against libgcc's unwinder, which interprets the same
 // .eh_frame rules in full: on every stack the walker accepts, both must give the same return
 // addresses to the end of the stack; on the stacks it declines, the unwinder it falls back to must.
+#include <alloca.h>
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -345,13 +346,16 @@ std::vector<void *> ips_of(const ShortWalk &w) { return std::vector<void *>(w.ip
 
 // A capture's whole walk through code built with frame pointers (Ubuntu 24.04's and Fedora's
 // packages, and programs built for profilers): each frame's rule reads the saved rbp as well as the
-// return address, two words a frame.
+// return address, two words a frame. A frame sized at run time keeps one under any compiler and flags
+// (gcc's optimize("no-omit-frame-pointer") is ignored by clang).
 constexpr int kCaptureWalk = 60;  // the default 48 frames, the shim's own and c10's above them
 struct DeepWalk {
     void *ips[kCaptureWalk];
     int n = 0;
 };
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) void deep_walk_with_frame_pointers(int n, DeepWalk *w) {
+__attribute__((noinline)) void deep_walk_with_frame_pointers(int n, DeepWalk *w) {
+    char *sized_at_run_time = static_cast<char *>(alloca(16 + (n & 1) * 16));
+    asm volatile("" ::"r"(sized_at_run_time) : "memory");
     if (n == 0) w->n = cfi::walk(w->ips, kCaptureWalk, nullptr);
     else deep_walk_with_frame_pointers(n - 1, w);
     asm volatile("" ::: "memory");
@@ -508,7 +512,7 @@ TEST_SUITE("stacks: walk memo") {
     TEST_CASE("a start whose hash equals another's never reads past its own stack at that one's forks") {
         // The memo's forks are found by a hash of the start (depth, max, stop): a start of 128 bytes
         // whose hash equals that of a start 8 KiB deep must not read the deep one's fork, 7 KiB up.
-        static cfi::WalkMemo memo;  // 394 KiB
+        static cfi::WalkMemo memo;  // 674 KiB
         std::vector<uintptr_t> stack(2048, 0);
         const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data()), high = base + 8192;
         constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // walk_memo.h's hash_of
@@ -536,7 +540,7 @@ TEST_SUITE("stacks: walk memo") {
     TEST_CASE("a walk is recalled only where every word it read is the one it read: each bit, each place") {
         // Exact, whatever the compare is made of (a digest of the words was tried, BENCHMARKS.md): any one
         // bit flipped, two words swapped, or two changed by amounts that cancel in a sum must all miss.
-        static cfi::WalkMemo memo;  // 394 KiB
+        static cfi::WalkMemo memo;  // 674 KiB
         constexpr int kWords = 30;
         std::vector<uintptr_t> stack(kWords * 2, 0);
         const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
@@ -578,7 +582,7 @@ TEST_SUITE("stacks: walk memo") {
         // Found by the review of a digest tried in place of the words (one multiply a word, summed): these
         // two words swapped at these offsets gave the walk's digest again, and the recall handed back the
         // swapped addresses. A compare of the words misses it, as any compare must.
-        static cfi::WalkMemo memo;  // 394 KiB
+        static cfi::WalkMemo memo;  // 674 KiB
         std::vector<uintptr_t> stack(1860, 0);
         const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
         const cfi::WalkMemo::Start start{base, 0, uint32_t(stack.size() * 8), 48, nullptr};
@@ -597,7 +601,7 @@ TEST_SUITE("stacks: walk memo") {
         // The sets are few (WalkMemo::kSets): paths told apart by a known fork still land in one by the
         // hash of their words. Their first differing word is then that fork: learned again, it spent the
         // start's forks on copies, and paths that part further out came to share one set.
-        static cfi::WalkMemo memo;  // 394 KiB
+        static cfi::WalkMemo memo;  // 674 KiB
         std::vector<uintptr_t> stack(64, 0);
         const uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
         const cfi::WalkMemo::Start start{base, 0, 64 * 8, 16, nullptr};
