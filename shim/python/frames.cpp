@@ -85,7 +85,7 @@ Runtime detect() {
     }
     const Layout *l = find_layout(major, minor);
     if (!l) {
-        log_debug("python frames: CPython %d.%d has no known frame layout (3.11-3.13 do); frames off", major, minor);
+        log_debug("python frames: CPython %d.%d has no known frame layout (3.11-3.15 do); frames off", major, minor);
         return r;
     }
     r.is_finalizing =
@@ -271,8 +271,8 @@ int capture(Frame *out, int max) {
             frame = previous;
             continue;
         }
-        uintptr_t code = at<uintptr_t>(frame, l.frame_code);
-        // 3.13's f_executable may be something other than a code object; such a frame is skipped.
+        uintptr_t code = frame_executable(l, frame);
+        // From 3.13 f_executable may be something other than a code object; such a frame is skipped.
         if (plausible(code) && at<uintptr_t>(code, kObType) == r.code_type) {
             auto instr = at<uintptr_t>(frame, l.frame_instr);
             long lasti = long(int64_t(instr - (code + l.code_adaptive)) / 2);  // 2-byte code units
@@ -326,7 +326,7 @@ uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
         uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
         if (previous == frame) break;
         // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
-        sum += frame_part(at<uintptr_t>(frame, l.frame_code), at<uintptr_t>(frame, l.frame_instr), n << 48);
+        sum += frame_part(frame_executable(l, frame), at<uintptr_t>(frame, l.frame_instr), n << 48);
         ++n;
         frame = previous;
     }

@@ -114,3 +114,23 @@ TEST_CASE("a process without Python has no Python frames") {
     CHECK(capture(frames, 4) == 0);
     CHECK_FALSE(is_eval_loop(reinterpret_cast<uintptr_t>(&available)));
 }
+
+TEST_CASE("a frame's executable is read with its _PyStackRef tags cleared from 3.14, as stored before") {
+    alignas(8) static const uint64_t code_object[4] = {};
+    const auto code = reinterpret_cast<uintptr_t>(code_object);
+    uintptr_t frame[8] = {};
+    const auto at_frame = reinterpret_cast<uintptr_t>(frame);
+    for (int minor : {14, 15}) {
+        const Layout &l = *find_layout(3, minor);
+        frame[l.frame_code / 8] = code | 1;  // Py_TAG_REFCNT: an immortal or deferred reference
+        CHECK(frame_executable(l, at_frame) == code);
+        frame[l.frame_code / 8] = code;  // a strong reference
+        CHECK(frame_executable(l, at_frame) == code);
+        frame[l.frame_code / 8] = uintptr_t(12345) << 2 | 3;  // Py_INT_TAG: never an object
+        CHECK(frame_executable(l, at_frame) == 0);
+    }
+    const Layout &l13 = *find_layout(3, 13);  // a PyObject pointer, taken as it is
+    frame[l13.frame_code / 8] = code | 1;
+    CHECK(frame_executable(l13, at_frame) == (code | 1));
+    CHECK(find_layout(3, 16) == nullptr);
+}
