@@ -84,7 +84,7 @@ FAKES      := $(if $(wildcard tests/fake/fake_cuda.cpp),$(BUILD)/fake/libcuda.so
               $(if $(wildcard tests/fake/fake_c10_cuda.cpp),$(BUILD)/fake/libc10_cuda.so)
 INTEG_BIN  := $(patsubst tests/integration/%,$(BUILD)/tests/bin/%,$(basename $(INTEG_SRC)))
 
-.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench container-test fuzz soak wheel deb
+.PHONY: all test unit-test integration-test demo deps install clean bench gpu-test gpu-bench container-test fuzz soak wheel deb pyroot
 all: deps-check $(LIB) $(UNWIND_SO) $(CLI)
 
 # Installs the Debian packages the build needs when one is missing (CI and a fresh machine).
@@ -289,6 +289,11 @@ container-test: all $(FAKES) $(BUILD)/tests/bin/drv_linked $(BUILD)/tests/bin/fa
 	@BUILD=$(BUILD) tests/containers/run.sh
 
 # The profiled shim (build-profile) times the shim's own share of each call in the training loop.
+# The CPython releases newer than this machine's, in a Debian root (forky) that t_pyframes.sh runs its
+# checks in where it exists: root and the network, once; not in `make test` or .ci/run.
+pyroot:
+	@tests/pyroot/make_root.sh
+
 gpu-bench: all
 	@$(MAKE) --no-print-directory PROFILE=1 BUILD=build-profile all
 	@BUILD=$(BUILD) PROFILED=build-profile tests/bench/gpu_run.sh
