@@ -133,6 +133,20 @@ struct Bytes {
             default: bad = true;
         }
     }
+    // A length in the DW_EH_PE encoding `enc` (its format only: a length is never relative).
+    uint64_t encoded_length(uint8_t enc) {
+        switch (enc & 0x0f) {
+            case 0x00:
+            case 0x04:
+            case 0x0c: return fixed<uint64_t>();  // absptr, (s)data8
+            case 0x01: return uleb();
+            case 0x02:
+            case 0x0a: return fixed<uint16_t>();
+            case 0x03:
+            case 0x0b: return fixed<uint32_t>();
+            default: bad = true; return 0;
+        }
+    }
 };
 
 // A factored offset times its alignment factor, wrapping as the hardware would rather than
@@ -360,16 +374,21 @@ Rule unsupported() {
     return r;
 }
 
+// An FDE at `fde` with its CIE: `b` then stands at the function's start (bases[2] has it decoded).
+bool open_fde(const uint8_t *fde, Bytes *b, Cie *cie) {
+    bool wide = false;
+    if (!open_entry(fde, b, &wide)) return false;
+    const uint8_t *id_at = b->p;
+    uint64_t cie_pointer = wide ? b->fixed<uint64_t>() : b->fixed<uint32_t>();
+    return !b->bad && cie_pointer != 0 && parse_cie(id_at - cie_pointer, cie);
+}
+
 // The rule that the .eh_frame entry (FDE) at `fde`, for a function starting at `start`, gives for `pc`.
 Rule rule_from_fde(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     Rule r;
     Bytes b{nullptr, nullptr};
-    bool wide = false;
-    if (!open_entry(fde, &b, &wide)) return unsupported();
-    const uint8_t *id_at = b.p;
-    uint64_t cie_pointer = wide ? b.fixed<uint64_t>() : b.fixed<uint32_t>();
     Cie cie;
-    if (b.bad || cie_pointer == 0 || !parse_cie(id_at - cie_pointer, &cie)) return unsupported();
+    if (!open_fde(fde, &b, &cie)) return unsupported();
     b.skip_encoded(cie.fde_encoding);                  // the function start: bases[2] has it
     b.skip_encoded(uint8_t(cie.fde_encoding & 0x0f));  // the function's length
     if (cie.has_augmentation_data) b.skip(b.uleb());
@@ -517,6 +536,18 @@ int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void *
     return n;
 }
 
+// A walk from (pc, sp, fp) with nothing recalled or kept, and where each return address was read
+// (see walk_with_slots).
+int walk_reporting_slots(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void **ips, uintptr_t *slots,
+                         int max) {
+    WalkMemo::Recording rec;  // the walk's loads, return addresses among them in order
+    int n = walk_frames(t, pc, sp, fp, ips, max, nullptr, &rec);
+    int k = 0;
+    for (int i = 0; i < rec.loads && k < n; i++)
+        if (rec.is_return_address[i / 64] >> (i % 64) & 1) slots[k++] = sp + sizeof(uintptr_t) * rec.offset[i];
+    return n < 0 ? n : k;  // a walk longer than the recording: the return addresses whose slots it has
+}
+
 void census_eviction(WalkMemo::Evicted e) {
     if (e == WalkMemo::Evicted::kSameStart) census::memo(census::Memo::kEvictedSameStart);
     if (e == WalkMemo::Evicted::kOtherStart) census::memo(census::Memo::kEvictedOtherStart);
@@ -572,6 +603,35 @@ int walk(void **ips, int max, StopFn stop, int tag_only) {
     int n = walk_from_here(ips, max, stop, tag_only);
     if (n < 0) g_counts.add(kFallbacks);
     return n;
+}
+
+__attribute__((noinline)) int walk_with_slots(void **ips, uintptr_t *slots, int max) {
+    if (!available()) return -1;
+    ThreadTable *t = g_tables.get();
+    if (!t) return -1;
+    t->memo.clear_last();  // no walk of the memo's is this one
+    refresh(t);
+    uintptr_t pc = 0, sp = 0, fp = 0;
+#if defined(__x86_64__)
+    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
+#endif
+    if (!t->stack_high || sp < t->stack_low || sp >= t->stack_high) return -1;
+    return walk_reporting_slots(t, pc, sp, fp, ips, slots, max < WalkMemo::kMaxLoads ? max : WalkMemo::kMaxLoads);
+}
+
+bool function_range(uintptr_t pc, uintptr_t *lo, uintptr_t *hi) {
+    if (!available()) return false;
+    void *bases[3] = {nullptr, nullptr, nullptr};  // text base, data base, function start
+    const auto *fde = static_cast<const uint8_t *>(_Unwind_Find_FDE(reinterpret_cast<void *>(pc), bases));
+    if (!fde || !bases[2]) return false;
+    Bytes b{nullptr, nullptr};
+    Cie cie;
+    if (!open_fde(fde, &b, &cie)) return false;
+    b.skip_encoded(cie.fde_encoding);  // the start: bases[2] has it decoded
+    uint64_t length = b.encoded_length(cie.fde_encoding);
+    *lo = reinterpret_cast<uintptr_t>(bases[2]);
+    *hi = *lo + length;
+    return !b.bad && length > 0 && pc >= *lo && pc < *hi;
 }
 
 int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {

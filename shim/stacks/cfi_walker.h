@@ -54,6 +54,17 @@ struct LastWalk {
 LastWalk last_walk(uint16_t salt);
 void tag_last_walk(uint32_t value, uint16_t salt);
 
+// The return addresses of a walk from the caller outward, as walk() gives them (never recalled, nor
+// remembered), each with the stack address it was read from, which rises frame by frame: a frame's own
+// locals lie between its return address's slot and the next. Returns how many, -1 as walk() does.
+// Not for the hot path: it reads the rules of every frame.
+int walk_with_slots(void **ips, uintptr_t *slots, int max);
+
+// The range [*lo, *hi) of the code that the .eh_frame entry covering `pc` describes: a whole function,
+// or a part the compiler split off it (GCC's "cold" parts have an entry of their own). False where no
+// entry covers pc, or it cannot be read.
+bool function_range(uintptr_t pc, uintptr_t *lo, uintptr_t *hi);
+
 // Per-process counters, for tests and the profile.
 struct Counts {
     uint64_t walks;        // calls of walk()
