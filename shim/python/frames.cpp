@@ -340,10 +340,61 @@ uint64_t site_key(uint64_t seed) {
     return site_key(seed, kMaxSteps, &whole);
 }
 
+namespace {
+
+// The eval loop's parts outside its symbol (add_eval_loop_part): written under g_parts_mu, then
+// published by the count, so a reader sees only whole ranges.
+struct Range {
+    uintptr_t lo = 0, hi = 0;
+};
+std::mutex g_parts_mu;
+Range g_parts[kEvalLoopParts];
+std::atomic<int> g_part_count{0};
+
+bool in_learned_part(uintptr_t ip) {
+    int n = g_part_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (ip >= g_parts[i].lo && ip < g_parts[i].hi) return true;
+    return false;
+}
+
+}  // namespace
+
+uintptr_t innermost_entry_frame() {
+    const Runtime &r = runtime();
+    if (!r.layout || r.layout->frame_is_entry >= 0) return 0;  // 3.11 keeps no entry frame on the C stack
+    const Layout &l = *r.layout;
+    uintptr_t frame = innermost_frame(r);
+    for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
+        if (at<char>(frame, l.frame_owner) == kOwnedByCStack) return frame;
+        uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
+        if (previous == frame) break;
+        frame = previous;
+    }
+    return 0;
+}
+
+bool add_eval_loop_part(uintptr_t lo, uintptr_t hi) {
+    // Only code of the object that holds the loop's symbol: a range found in another object is a wrong
+    // answer from the stack, which would cut other stacks at a frame that is no eval loop.
+    void *symbol = available() ? dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault") : nullptr;
+    Dl_info of_symbol, of_part;
+    if (!symbol || !dladdr(symbol, &of_symbol) || !dladdr(reinterpret_cast<void *>(lo), &of_part) ||
+        of_symbol.dli_fbase != of_part.dli_fbase)
+        return false;
+    std::lock_guard<std::mutex> lock(g_parts_mu);
+    int n = g_part_count.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (lo == g_parts[i].lo && hi == g_parts[i].hi) return true;
+    if (n == kEvalLoopParts || lo >= hi) return false;
+    g_parts[n] = {lo, hi};
+    g_part_count.store(n + 1, std::memory_order_release);
+    log_debug("python frames: the eval loop also runs in [%#lx, %#lx), outside its symbol", (unsigned long)lo,
+              (unsigned long)hi);
+    return true;
+}
+
 bool is_eval_loop(uintptr_t ip) {
-    struct Range {
-        uintptr_t lo = 0, hi = 0;
-    };
     // dladdr1 reports the symbol's ELF size, so one range check answers for every ip. The compiler's
     // out-of-line ".cold" part of the function has no dynamic symbol and is not covered.
     // Not a C++ static: dlsym and dladdr1 take the loader's lock (shim/base/race_once.h).
@@ -363,10 +414,16 @@ bool is_eval_loop(uintptr_t ip) {
         }
         return rg;
     });
-    return ip >= range.lo && ip < range.hi;
+    return (ip >= range.lo && ip < range.hi) || in_learned_part(ip);
 }
 
-void lock_for_fork() { g_lock.lock(); }
-void unlock_after_fork() { g_lock.unlock(); }
+void lock_for_fork() {
+    g_lock.lock();
+    g_parts_mu.lock();
+}
+void unlock_after_fork() {
+    g_parts_mu.unlock();
+    g_lock.unlock();
+}
 
 }  // namespace gg::py

@@ -42,9 +42,20 @@ uint64_t site_key(uint64_t seed);
 // left out (the key then differs from any key of a stack of only those frames).
 uint64_t site_key(uint64_t seed, int max_frames, bool *whole);
 
-// True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault): the native frame
-// where Python frames stand when native and Python stacks are merged.
+// True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault, and the parts of
+// it learned below): the native frame where Python frames stand when native and Python stacks are merged.
 bool is_eval_loop(uintptr_t ip);
+
+// The eval loop's code outside its symbol's range: a compiler may split a function's rarely run blocks
+// into a part of its own with no symbol (GCC's .cold), and Debian's builds of CPython 3.14 and 3.15 keep
+// the whole dispatch loop there (docs/platform-facts.md). shim/stacks/eval_loop.cpp finds such a part
+// from where the eval loop's frame lies, with these two:
+// - the address of the innermost eval-loop run's entry frame, a local of that run's native frame
+//   (3.12+, owner FRAME_OWNED_BY_CSTACK or _INTERPRETER), 0 where there is none (3.11, no Python frame);
+uintptr_t innermost_entry_frame();
+// - and [lo, hi) added to what is_eval_loop() answers for (at most kEvalLoopParts; false when full).
+constexpr int kEvalLoopParts = 4;
+bool add_eval_loop_part(uintptr_t lo, uintptr_t hi);
 
 // "3.12" etc. for reports and `gpuguard doctor`; empty when not available().
 const char *version();

@@ -16,6 +16,7 @@
 #include "shim/python/frames.h"
 #include "shim/stacks/census.h"
 #include "shim/stacks/cfi_walker.h"
+#include "shim/stacks/eval_loop.h"
 #include "shim/stacks/reuse.h"
 #include "shim/stacks/table.h"
 #include "shim/stacks/unwind.h"
@@ -398,6 +399,7 @@ StackId capture_unguarded(int skip, void *return_address) {
         py::Frame frames[kMaxPython];
         n_py = py::capture(frames, kMaxPython);
         n_py = n_py < 0 ? 0 : n_py > kMaxPython ? kMaxPython : n_py;
+        if (n_py) learn_eval_loop();  // before the walk below stops at the eval loop
         uintptr_t *w = py_words;
         for (int i = 0; i < n_py; ++i, w += kPyWords) {
             w[0] = reinterpret_cast<uintptr_t>(frames[i].file);

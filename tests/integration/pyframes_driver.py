@@ -8,7 +8,8 @@ Usage: pyframes_driver.py MODE, one of:
   callback  Python -> C -> Python -> C: prints function:entry for each captured frame
   threads   a native thread's frame count and a Python thread's innermost frame, while another
             Python thread spins holding the GIL
-  evalloops how many eval-loop native frames a direct call and a callback each see
+  evalloops how many eval-loop native frames a direct call sees by the loop's symbol, then (both
+            lines after) a direct call and a callback once the capture's learning has run
   bench     median ns of one capture at a 30-frame Python depth
   lines [CALLS ROUNDS]  captures from CALLS (8) lines of one long function, each line ROUNDS (50)
             times in turn: SAME or DIFF for every capture against the interpreter's view, how many,
@@ -134,6 +135,8 @@ def count_in_callback():
 
 
 def evalloops_mode():
+    print(f"symbol={lib.pyprobe_count_eval_loops()}")  # the symbol's range alone
+    lib.pyprobe_learn_eval_loop()
     print(f"direct={lib.pyprobe_count_eval_loops()}")
     lib.pyprobe_call(CALLBACK(count_in_callback))
 

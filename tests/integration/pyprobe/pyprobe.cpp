@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shim/python/frames.h"
+#include "shim/stacks/eval_loop.h"
 
 #define PROBE extern "C" __attribute__((visibility("default")))
 
@@ -65,6 +66,10 @@ PROBE int pyprobe_capture_on_native_thread() {
     pthread_join(t, nullptr);
     return count;
 }
+
+// What a capture with Python frames does first under the shim: learns the eval loop's code where its
+// symbol does not cover it (shim/stacks/eval_loop.h).
+PROBE void pyprobe_learn_eval_loop() { gg::stacks::learn_eval_loop(); }
 
 // How many of this call's native frames lie in the eval loop (one per eval-loop run on the stack).
 PROBE int pyprobe_count_eval_loops() {
