@@ -291,14 +291,14 @@ CachingAllocatorModel::Block *CachingAllocatorModel::alloc_expandable(Pool &pool
     Block *c = find_expandable_block(pool, size);
     if (!c) return nullptr;
     if (!c->mapped) {
-        c = map_block(pool, c, std::min(c->size, size));
+        c = map_block(pool, c, c->address, std::min(c->size, size));
         if (!c) return nullptr;
     }
     // Now a mapped free block followed by unmapped space: map what is still missing.
     while (c->size < size) {
         Block *n = c->next;
         if (!n || n->mapped || n->allocated) return nullptr;  // find_expandable_block rules this out
-        c = map_block(pool, n, std::min(size - c->size, n->size));
+        c = map_block(pool, n, n->address, std::min(size - c->size, n->size));
         if (!c) return nullptr;
     }
     unlist_free(pool, c);
@@ -403,55 +403,39 @@ void CachingAllocatorModel::map_adopted_pages(Pool &pool, Segment *s,
             i++;
             continue;
         }
-        if (u->address < base + offset) {  // the unmapped space before the pages stays unmapped
-            unlist_unmapped(pool, u);
-            Block *rest = split_at(u, base + offset);
-            list_unmapped(pool, u);
-            list_unmapped(pool, rest);
-            u = rest;
-        }
-        // Unmapped space is whole pages, so an entry within it rounds up to pages within it.
-        uint64_t len = round_up(std::min(mapped[i].second, u->size), page);
+        // The unmapped space from the entry's page on; an entry within it rounds up to pages within it.
+        const uint64_t at = base + offset, room = u->address + u->size - at;
+        uint64_t len = round_up(std::min(mapped[i].second, room), page);
         size_t next = i + 1;
         for (; runs && next < mapped.size() && usable(next) && mapped[next].first == offset + len; next++) {
-            if (mapped[next].second > u->size - len) break;
+            if (mapped[next].second > room - len) break;
             const uint64_t more = round_up(mapped[next].second, page);
             if (!fits_quietly(len + more)) break;
             len += more;
         }
-        if (next > i + 1 && !map_block(pool, u, len)) {
+        if (next > i + 1 && !map_block(pool, u, at, len)) {
             runs = false;  // the device refused the run: this entry and the rest one at a time
             next = i + 1;
         }
-        if (next == i + 1 && !map_block(pool, u, std::min(mapped[i].second, u->size))) {
-            // Refused: it stays unmapped, one block again with the unmapped space split from it above.
-            unlist_unmapped(pool, u);
-            list_unmapped(pool, merge_free(pool, u));
-        }
+        if (next == i + 1) map_block(pool, u, at, mapped[i].second);  // refused: it stays unmapped
         i = next;
     }
 }
 
-CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block *u, uint64_t bytes) {
-    // Unmapped space starts on a page and is whole pages long, so `len` never passes it.
+CachingAllocatorModel::Block *CachingAllocatorModel::map_block(Pool &pool, Block *u, uint64_t at, uint64_t bytes) {
+    // Unmapped space starts on a page and is whole pages long, so `len` never passes it. The block is
+    // split around the pages only once the limit and the device have taken them: refused, it is as it was.
     const uint64_t page = page_of(pool);
-    uint64_t len = std::min(round_up(bytes, page), u->size);
-    if (!fits(len) || !device_->map_pages(u->address, len, page)) return nullptr;
+    uint64_t len = std::min(round_up(bytes, page), u->address + u->size - at);
+    if (!fits(len) || !device_->map_pages(at, len, page)) return nullptr;
     grew(len);
     unlist_unmapped(pool, u);
-    if (len < u->size) {
-        Block *rest = new Block;
-        rest->address = u->address + len;
-        rest->size = u->size - len;
-        rest->mapped = false;
-        rest->segment = u->segment;
-        rest->prev = u;
-        rest->next = u->next;
-        if (u->next) u->next->prev = rest;
-        u->next = rest;
-        u->size = len;
-        list_unmapped(pool, rest);
+    if (at > u->address) {  // the unmapped space before the pages stays unmapped
+        Block *pages = split_at(u, at);
+        list_unmapped(pool, u);
+        u = pages;
     }
+    if (len < u->size) list_unmapped(pool, split_at(u, at + len));
     u->mapped = true;
     Block *b = merge_free(pool, u);
     list_free(pool, b);

@@ -230,7 +230,8 @@ private:
     Block *find_expandable_block(Pool &pool, uint64_t size);
     Block *new_range(Pool &pool, uint64_t bytes);               // a range of one unmapped block, listed
     Block *block_at(const Segment *s, uint64_t address) const;  // the block holding `address`
-    Block *map_block(Pool &pool, Block *unmapped, uint64_t bytes);
+    // Maps `bytes` (whole pages) at `at`, a page of `unmapped`; the free block they join, null if refused.
+    Block *map_block(Pool &pool, Block *unmapped, uint64_t at, uint64_t bytes);
     void map_adopted_pages(Pool &pool, Segment *s, const std::vector<std::pair<uint64_t, uint64_t>> &mapped);
     bool should_split(const Pool &pool, const Block *b, uint64_t size) const;
     Block *split_at(Block *b, uint64_t at);  // the part of free `b` from `at` on, a block of its own (unlisted)
