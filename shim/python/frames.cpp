@@ -342,11 +342,63 @@ uint64_t site_key(uint64_t seed) {
 
 namespace {
 
-// The eval loop's parts outside its symbol (add_eval_loop_part): written under g_parts_mu, then
-// published by the count, so a reader sees only whole ranges.
 struct Range {
     uintptr_t lo = 0, hi = 0;
+    bool holds(uintptr_t ip) const { return ip >= lo && ip < hi; }
 };
+
+// The eval loop's symbol (dladdr1 reports its ELF size, so one range check answers for every ip) and
+// the executable segment of the object that holds it, where any part of the loop found later must lie.
+struct EvalLoop {
+    Range symbol, object_code;
+};
+
+// The executable PT_LOAD segment, of whichever loaded object, that holds `address`.
+struct SegmentSearch {
+    uintptr_t address;
+    Range found;
+};
+int find_code_segment(dl_phdr_info *info, size_t, void *arg) {
+    auto *s = static_cast<SegmentSearch *>(arg);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) &ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+        Range r{info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz};
+        if (r.holds(s->address)) {
+            s->found = r;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// Found once, at the shim's warm-up (shim/stacks/capture.cpp), not in a capture: dlsym, dladdr1 and
+// dl_iterate_phdr take the loader's lock (shim/base/race_once.h), which a capture inside a driver's
+// or cudart's lock must not wait on.
+const EvalLoop &eval_loop() {
+    static std::atomic<const EvalLoop *> cached{nullptr};
+    return race_once(cached, [] {
+        EvalLoop loop;
+        void *fn = available() ? dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault") : nullptr;
+        Dl_info info;
+        void *extra = nullptr;
+        const ElfW(Sym) *sym = nullptr;
+        if (fn && dladdr1(fn, &info, &extra, RTLD_DL_SYMENT)) sym = static_cast<const ElfW(Sym) *>(extra);
+        if (sym && sym->st_size) {
+            loop.symbol.lo = reinterpret_cast<uintptr_t>(fn);
+            loop.symbol.hi = loop.symbol.lo + sym->st_size;
+            SegmentSearch search{loop.symbol.lo, {}};
+            dl_iterate_phdr(find_code_segment, &search);
+            loop.object_code = search.found;
+        } else if (fn) {
+            log_debug("python frames: no size for _PyEval_EvalFrameDefault; native and Python frames not merged");
+        }
+        return loop;
+    });
+}
+
+// The eval loop's parts outside its symbol (add_eval_loop_part): written under g_parts_mu, then
+// published by the count, so a reader sees only whole ranges.
 std::mutex g_parts_mu;
 Range g_parts[kEvalLoopParts];
 std::atomic<int> g_part_count{0};
@@ -354,7 +406,7 @@ std::atomic<int> g_part_count{0};
 bool in_learned_part(uintptr_t ip) {
     int n = g_part_count.load(std::memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (ip >= g_parts[i].lo && ip < g_parts[i].hi) return true;
+        if (g_parts[i].holds(ip)) return true;
     return false;
 }
 
@@ -375,47 +427,30 @@ uintptr_t innermost_entry_frame() {
 }
 
 bool add_eval_loop_part(uintptr_t lo, uintptr_t hi) {
-    // Only code of the object that holds the loop's symbol: a range found in another object is a wrong
-    // answer from the stack, which would cut other stacks at a frame that is no eval loop.
-    void *symbol = available() ? dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault") : nullptr;
-    Dl_info of_symbol, of_part;
-    if (!symbol || !dladdr(symbol, &of_symbol) || !dladdr(reinterpret_cast<void *>(lo), &of_part) ||
-        of_symbol.dli_fbase != of_part.dli_fbase)
-        return false;
-    std::lock_guard<std::mutex> lock(g_parts_mu);
-    int n = g_part_count.load(std::memory_order_relaxed);
-    for (int i = 0; i < n; i++)
-        if (lo == g_parts[i].lo && hi == g_parts[i].hi) return true;
-    if (n == kEvalLoopParts || lo >= hi) return false;
-    g_parts[n] = {lo, hi};
-    g_part_count.store(n + 1, std::memory_order_release);
-    log_debug("python frames: the eval loop also runs in [%#lx, %#lx), outside its symbol", (unsigned long)lo,
-              (unsigned long)hi);
+    // Only code of the segment that holds the loop's symbol, found at warm-up (no loader call here): a
+    // range elsewhere is no part of the loop. (Where CPython is linked into the program, as Debian's and
+    // Ubuntu's are, that segment is all of the interpreter: the finding itself is what is exact.)
+    const Range &code = eval_loop().object_code;
+    if (lo >= hi || lo < code.lo || hi > code.hi) return false;
+    bool added = false;
+    {
+        std::lock_guard<std::mutex> lock(g_parts_mu);
+        int n = g_part_count.load(std::memory_order_relaxed);
+        bool known = false;
+        for (int i = 0; i < n; i++) known |= lo == g_parts[i].lo && hi == g_parts[i].hi;
+        if (known) return true;
+        if (n == kEvalLoopParts) return false;
+        g_parts[n] = {lo, hi};
+        g_part_count.store(n + 1, std::memory_order_release);
+        added = true;
+    }
+    if (added)
+        log_debug("python frames: the eval loop also runs in [%#lx, %#lx), outside its symbol", (unsigned long)lo,
+                  (unsigned long)hi);
     return true;
 }
 
-bool is_eval_loop(uintptr_t ip) {
-    // dladdr1 reports the symbol's ELF size, so one range check answers for every ip. The compiler's
-    // out-of-line ".cold" part of the function has no dynamic symbol and is not covered.
-    // Not a C++ static: dlsym and dladdr1 take the loader's lock (shim/base/race_once.h).
-    static std::atomic<const Range *> cached{nullptr};
-    const Range &range = race_once(cached, [] {
-        Range rg;
-        void *fn = available() ? dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault") : nullptr;
-        Dl_info info;
-        void *extra = nullptr;
-        const ElfW(Sym) *sym = nullptr;
-        if (fn && dladdr1(fn, &info, &extra, RTLD_DL_SYMENT)) sym = static_cast<const ElfW(Sym) *>(extra);
-        if (sym && sym->st_size) {
-            rg.lo = reinterpret_cast<uintptr_t>(fn);
-            rg.hi = rg.lo + sym->st_size;
-        } else if (fn) {
-            log_debug("python frames: no size for _PyEval_EvalFrameDefault; native and Python frames not merged");
-        }
-        return rg;
-    });
-    return (ip >= range.lo && ip < range.hi) || in_learned_part(ip);
-}
+bool is_eval_loop(uintptr_t ip) { return eval_loop().symbol.holds(ip) || in_learned_part(ip); }
 
 void lock_for_fork() {
     g_lock.lock();
