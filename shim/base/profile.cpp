@@ -22,6 +22,7 @@ constexpr const char *kNames[kSteps] = {
     "    stack: native site key",
     "    stack: Python site key",
     "    stack: Python frames",
+    "      stack: the eval loop looked for",
     "    stack: intern",
     "    stack: check by native frames",
     "    stack: site cache lookup",

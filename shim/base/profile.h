@@ -21,6 +21,7 @@ enum Step {
     kCaptureNativeKey,
     kCapturePythonKey,
     kCapturePython,
+    kCaptureLearnEvalLoop,  // inside kCapturePython: the eval loop's code looked for (shim/stacks/eval_loop.h)
     kCaptureIntern,
     kCaptureCheck,   // a reuse's check, by the native frames up to the eval loop
     kCaptureLookup,  // a Python site's key looked up in the thread's site cache

@@ -537,15 +537,19 @@ int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void *
 }
 
 // A walk from (pc, sp, fp) with nothing recalled or kept, and where each return address was read
-// (see walk_with_slots).
+// (see walk_with_slots). A walk that fails further out still gives the frames it read before.
 int walk_reporting_slots(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void **ips, uintptr_t *slots,
                          int max) {
-    WalkMemo::Recording rec;  // the walk's loads, return addresses among them in order
+    WalkMemo::Recording rec;  // the walk's loads, its return addresses among them in order
     int n = walk_frames(t, pc, sp, fp, ips, max, nullptr, &rec);
     int k = 0;
-    for (int i = 0; i < rec.loads && k < n; i++)
-        if (rec.is_return_address[i / 64] >> (i % 64) & 1) slots[k++] = sp + sizeof(uintptr_t) * rec.offset[i];
-    return n < 0 ? n : k;  // a walk longer than the recording: the return addresses whose slots it has
+    for (int i = 0; i < rec.loads && k < max; i++) {
+        if (!(rec.is_return_address[i / 64] >> (i % 64) & 1)) continue;
+        if (!rec.word[i]) break;  // a zero return address ended the walk without being one of its frames
+        ips[k] = reinterpret_cast<void *>(rec.word[i]);
+        slots[k++] = sp + sizeof(uintptr_t) * rec.offset[i];
+    }
+    return k ? k : n;
 }
 
 void census_eviction(WalkMemo::Evicted e) {

@@ -6,21 +6,24 @@
 // below that address (a frame's locals lie between its return address's slot and the next one out).
 // The code range of the unwind entry around that return address is the loop's, or the part of it that
 // the compiler split off. A few captures suffice (the loop's dispatch is one part); each walks the
-// stack with every rule looked up, so only the first kTries of a process do it.
+// stack without the walk memo, so only the first kAnswers captures that reach that frame do it.
 #include "shim/stacks/eval_loop.h"
 
 #include <atomic>
 #include <cstdint>
 
+#include "shim/base/profile.h"
 #include "shim/python/frames.h"
 #include "shim/stacks/cfi_walker.h"
 
 namespace gg::stacks {
 namespace {
 
-constexpr int kTries = 32;
-constexpr int kMaxFrames = 64;  // the entry frame lies within a capture's first frames, under Python's own
-std::atomic<int> g_tries{0};
+constexpr int kAnswers = 32;     // captures whose walk reached the eval loop's frame
+constexpr int kAttempts = 1024;  // captures that tried, answered or not: a stack the walker cannot read
+                                 // to that frame must not cost every capture a walk
+constexpr int kMaxFrames = 128;  // the walker's most (WalkMemo::kMaxLoads); PyTorch's stacks are deep
+std::atomic<int> g_answers{0}, g_attempts{0};
 
 }  // namespace
 
@@ -34,12 +37,15 @@ uintptr_t return_address_into_frame_holding(uintptr_t address) {
 }
 
 void learn_eval_loop() {
-    if (g_tries.load(std::memory_order_relaxed) >= kTries) return;
-    if (g_tries.fetch_add(1, std::memory_order_relaxed) >= kTries) return;
+    if (g_answers.load(std::memory_order_relaxed) >= kAnswers) return;
+    if (g_attempts.fetch_add(1, std::memory_order_relaxed) >= kAttempts) return;
+    GG_PROFILE_STEP(kCaptureLearnEvalLoop);
     uintptr_t entry = py::innermost_entry_frame();
     if (!entry) return;
     uintptr_t ip = return_address_into_frame_holding(entry);
-    if (!ip || py::is_eval_loop(ip)) return;
+    if (!ip) return;
+    g_answers.fetch_add(1, std::memory_order_relaxed);
+    if (py::is_eval_loop(ip)) return;
     uintptr_t lo = 0, hi = 0;
     if (cfi::function_range(ip - 1, &lo, &hi)) py::add_eval_loop_part(lo, hi);  // ip - 1: inside the call
 }

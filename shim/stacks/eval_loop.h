@@ -5,8 +5,8 @@
 
 namespace gg::stacks {
 
-// Called by a capture that read Python frames, on the slow path: for the first kTries such captures of
-// the process, finds the native frame that holds the innermost eval-loop run's entry frame and, where
+// Called by a capture that read Python frames, on the slow path: for the first few such captures of
+// the process (eval_loop.cpp), finds the native frame that holds the innermost eval-loop run's entry frame and, where
 // its return address lies outside every range is_eval_loop() knows, adds the code range around it.
 void learn_eval_loop();
 
