@@ -10,7 +10,7 @@ CALL_LINE=$(grep -n 'MARK:capture' "$DRIVER" | cut -d: -f1)
 # Under a sanitizer its runtime must be loaded before libc (tests/sanitize_env.sh), and ThreadSanitizer
 # starts only with an instrumented library loaded at start: both are preloaded, the probe after it.
 # 180 s: a hang guard only; under ThreadSanitizer on a loaded 2-core machine "lines 6000 2" took over 60.
-drive() { env ${SAN_RT:+LD_PRELOAD=$SAN_RT:$PROBE} PYPROBE=$PROBE timeout 180 "$1" "$DRIVER" $2 2>&1; }
+drive() { env ${SAN_RT:+"LD_PRELOAD=$SAN_RT:$PROBE"} "PYPROBE=$PROBE" timeout 180 "$1" "$DRIVER" $2 2>&1; }
 
 names_the_call_site() {
   local out; out=$(drive "$1" stack) || { echo "$out" >&2; return 1; }
@@ -34,7 +34,7 @@ threads_see_their_own_frames() {
 finds_the_eval_loop() {
   # One _PyEval_EvalFrameDefault activation under a direct ctypes call, two under a callback, once the
   # capture has learned the loop's code outside the symbol where a build puts it there (Debian's 3.14
-  # and 3.15: the symbol alone finds none, shim/stacks/eval_loop.cpp).
+  # and 3.15 print symbol=0 before: shim/stacks/eval_loop.cpp).
   expect_eq "$(drive "$1" evalloops | tail -2 | tr '\n' ' ')" "direct=1 callback=2 " "eval-loop native frames"
 }
 lines_of_a_long_function() {
@@ -50,6 +50,19 @@ site_keys_tell_stacks_apart() {
   # A site key is the sum of each frame's own mix (shim/python/frames.cpp, frame_part): it must still
   # change with the innermost frame's instruction, with a frame's 30 calls out, and with the depth.
   expect_eq "$(drive "$1" keys | tail -1)" "same=True inner_line=True outer_line=True depth=True" "site keys"
+}
+# Under the shim, a refused allocation's stack as the report gives it: the native frames from the hook out to
+# the eval loop, the Python frames, then the eval loop's own frame, before which the merge placed them (the
+# loop found by its symbol, or learned from the stack: shim/stacks/eval_loop.cpp). A loop not found leaves
+# the interpreter's frames before the Python ones, and the Python frames last.
+merges_at_the_eval_loop() {
+  local dir out r
+  dir=$(mktemp -d "$TMP/merge.XXXXXX")
+  out=$(GPUGUARD_REPORT_DIR=$dir GPUGUARD_LEDGER=none GPUGUARD_MEM_LIMIT=512MiB shimmed "$1" "$ROOT/tests/integration/py_alloc.py" 2>&1)
+  expect_contains "$out" "alloc -> 2" "the allocation over the limit refused" || return 1
+  r=$(ls "$dir"/gpuguard-quota-*.json) || return 1
+  expect_eq "$(json "$r" "''.join('n' if f['kind'] == 'native' else 'p' for f in d['stacks'][d['failed_request']['stack']]['frames']).lstrip('n')")" \
+    "ppppn" "the frames from the innermost Python frame out (p Python, n native)"
 }
 off_by_environment() {
   local out; out=$(GPUGUARD_PYTHON_STACKS=0 drive "$1" stack)
@@ -71,16 +84,16 @@ add_pythons_in_root() {
     skip "CPython 3.14 and later, in a Debian root" "$why"
     return
   fi
-  local py binds=("$ROOT") wrapper
+  local py binds=("$ROOT" "$TMP") wrapper inner
   [[ $BUILD == "$ROOT"/* ]] || binds+=("$BUILD")
   for py in "$PYROOT"/usr/bin/python3.1[4-9]; do
     [[ -x $py ]] || continue
     wrapper=$TMP/root-$(basename "$py")
-    cat > "$wrapper" << WRAPPER
-#!/usr/bin/env bash
-exec unshare -m bash -c 'for d in ${binds[*]}; do mkdir -p "$PYROOT\$d" && mount --bind "\$d" "$PYROOT\$d" || exit 125; done
-  mount --rbind /proc "$PYROOT/proc" && exec chroot "$PYROOT" "/usr/bin/$(basename "$py")" "\$@"' python "\$@"
-WRAPPER
+    # Each path quoted for the inner shell (printf %q): a tree whose path has spaces binds as it is.
+    inner="root=$(printf %q "$PYROOT"); for d in$(printf ' %q' "${binds[@]}"); do"
+    inner+=' mkdir -p "$root$d" && mount --bind "$d" "$root$d" || exit 125; done;'
+    inner+=" mount --rbind /proc \"\$root/proc\" && exec chroot \"\$root\" $(printf %q "/usr/bin/${py##*/}") \"\$@\""
+    printf '#!/usr/bin/env bash\nexec unshare -m bash -c %q python "$@"\n' "$inner" > "$wrapper"
     chmod +x "$wrapper"
     pythons+=("$wrapper")
   done
@@ -124,10 +137,13 @@ else
     check "site keys: one stack one key; another instruction inside or 30 frames out, or depth, another ($ver)" \
       site_keys_tell_stacks_apart "$py"
     check "GPUGUARD_PYTHON_STACKS=0 turns Python frames off ($ver)" off_by_environment "$py"
+    check "under the shim, a stack's Python frames stand at the eval loop's native frame ($ver)" merges_at_the_eval_loop "$py"
     [[ $py == "$TMP"/root-* && ${ver#3.} -ge 14 ]] &&
       check "layout.h's offsets for $ver are those of its headers (offsetof)" layout_matches_headers "$ver"
     echo "       capture cost ($ver): $(drive "$py" bench | tail -1); 3 frames, 400 lines into a function:" \
       "$(drive "$py" lines | tail -1 | cut -d' ' -f3); site key at 60 frames: $(drive "$py" "keybench 60 0" | tail -1 | cut -d' ' -f3)"
   done
   check "ran under at least CPython 3.11 or 3.12" test "${#seen[@]}" -gt 0
+  # The root's mount point for this run's folder, empty once its namespaces are gone.
+  [[ -d $PYROOT$TMP ]] && rmdir "$PYROOT$TMP" 2> /dev/null
 fi
