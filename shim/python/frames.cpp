@@ -372,9 +372,10 @@ int find_code_segment(dl_phdr_info *info, size_t, void *arg) {
     return 0;
 }
 
-// Found once, at the shim's warm-up (shim/stacks/capture.cpp), not in a capture: dlsym, dladdr1 and
-// dl_iterate_phdr take the loader's lock (shim/base/race_once.h), which a capture inside a driver's
-// or cudart's lock must not wait on.
+// Found once, at the shim's warm-up (stacks::warm_up), before captures: dlsym, dladdr1 and
+// dl_iterate_phdr take the loader's lock (shim/base/race_once.h), which a capture inside a driver's or
+// cudart's lock should not wait on. (A capture on another thread while the warm-up runs finds it itself,
+// as it finds the Python runtime: shim/start/start.cpp.)
 const EvalLoop &eval_loop() {
     static std::atomic<const EvalLoop *> cached{nullptr};
     return race_once(cached, [] {

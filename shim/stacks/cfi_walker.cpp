@@ -487,7 +487,7 @@ __attribute__((no_sanitize_address, no_sanitize_thread)) uintptr_t load_word(uin
 // which differs from call to call and would make no two walks alike, and a walk through such frames
 // never reads it.
 int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void **ips, int max, StopFn stop,
-                WalkMemo::Recording *rec) {
+                WalkMemo::Recording *rec, uintptr_t *slots = nullptr) {
     const uintptr_t sp0 = sp, high = t->stack_high;
     // Every slot read lies in the part of this thread's stack that is in use, and frames rise towards
     // the stack's base: a wrong rule cannot make the walk fault or loop.
@@ -530,26 +530,11 @@ int walk_frames(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void *
         sp = cfa;
         pc = ra;
         if (!pc) return n;  // some thread starts end with a zero return address instead of a rule
+        if (slots) slots[n] = ra_at;
         ips[n++] = reinterpret_cast<void *>(pc);
         if (stop && stop(pc)) return n;
     }
     return n;
-}
-
-// A walk from (pc, sp, fp) with nothing recalled or kept, and where each return address was read
-// (see walk_with_slots). A walk that fails further out still gives the frames it read before.
-int walk_reporting_slots(ThreadTable *t, uintptr_t pc, uintptr_t sp, uintptr_t fp, void **ips, uintptr_t *slots,
-                         int max) {
-    WalkMemo::Recording rec;  // the walk's loads, its return addresses among them in order
-    int n = walk_frames(t, pc, sp, fp, ips, max, nullptr, &rec);
-    int k = 0;
-    for (int i = 0; i < rec.loads && k < max; i++) {
-        if (!(rec.is_return_address[i / 64] >> (i % 64) & 1)) continue;
-        if (!rec.word[i]) break;  // a zero return address ended the walk without being one of its frames
-        ips[k] = reinterpret_cast<void *>(rec.word[i]);
-        slots[k++] = sp + sizeof(uintptr_t) * rec.offset[i];
-    }
-    return k ? k : n;
 }
 
 void census_eviction(WalkMemo::Evicted e) {
@@ -620,7 +605,14 @@ __attribute__((noinline)) int walk_with_slots(void **ips, uintptr_t *slots, int 
     asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
 #endif
     if (!t->stack_high || sp < t->stack_low || sp >= t->stack_high) return -1;
-    return walk_reporting_slots(t, pc, sp, fp, ips, slots, max < WalkMemo::kMaxLoads ? max : WalkMemo::kMaxLoads);
+    // Nothing recalled or kept: the walk itself writes each slot beside its return address. One that
+    // fails further out (-1) still gives the frames it read before: ips are written in order, none null.
+    for (int i = 0; i < max; i++) ips[i] = nullptr;
+    int n = walk_frames(t, pc, sp, fp, ips, max, nullptr, nullptr, slots);
+    if (n >= 0) return n;
+    int read = 0;
+    while (read < max && ips[read]) read++;
+    return read ? read : -1;
 }
 
 bool function_range(uintptr_t pc, uintptr_t *lo, uintptr_t *hi) {

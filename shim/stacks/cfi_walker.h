@@ -56,8 +56,9 @@ void tag_last_walk(uint32_t value, uint16_t salt);
 
 // The return addresses of a walk from the caller outward, as walk() gives them (never recalled, nor
 // remembered), each with the stack address it was read from, which rises frame by frame: a frame's own
-// locals lie between its return address's slot and the next. Returns how many (those read before a
-// frame whose rule it does not implement, too), -1 where it read none. Not for the hot path.
+// locals lie between its return address's slot and the next. At most max (frames, not stack words).
+// Returns how many (those read before a frame whose rule it does not implement, too), -1 where it read
+// none. Not for the hot path.
 int walk_with_slots(void **ips, uintptr_t *slots, int max);
 
 // The range [*lo, *hi) of the code that the .eh_frame entry covering `pc` describes: a whole function,

@@ -21,9 +21,11 @@ namespace {
 
 constexpr int kAnswers = 32;     // captures whose walk reached the eval loop's frame
 constexpr int kAttempts = 1024;  // captures that tried, answered or not: a stack the walker cannot read
-                                 // to that frame must not cost every capture a walk
-constexpr int kMaxFrames = 128;  // the walker's most (WalkMemo::kMaxLoads); PyTorch's stacks are deep
+                                 // to that frame (or CPython 3.11's, with no entry frame on the C stack)
+                                 // must not cost every capture a walk
+constexpr int kMaxFrames = 128;  // the walker's most; PyTorch's stacks are deep
 std::atomic<int> g_answers{0}, g_attempts{0};
+std::atomic<bool> g_done{false};  // set once either count is reached: then nothing more is touched
 
 }  // namespace
 
@@ -37,14 +39,16 @@ uintptr_t return_address_into_frame_holding(uintptr_t address) {
 }
 
 void learn_eval_loop() {
-    if (g_answers.load(std::memory_order_relaxed) >= kAnswers) return;
-    if (g_attempts.fetch_add(1, std::memory_order_relaxed) >= kAttempts) return;
+    if (g_done.load(std::memory_order_relaxed)) return;
+    if (g_attempts.fetch_add(1, std::memory_order_relaxed) + 1 >= kAttempts)
+        g_done.store(true, std::memory_order_relaxed);
     GG_PROFILE_STEP(kCaptureLearnEvalLoop);
     uintptr_t entry = py::innermost_entry_frame();
     if (!entry) return;
     uintptr_t ip = return_address_into_frame_holding(entry);
     if (!ip) return;
-    g_answers.fetch_add(1, std::memory_order_relaxed);
+    if (g_answers.fetch_add(1, std::memory_order_relaxed) + 1 >= kAnswers)
+        g_done.store(true, std::memory_order_relaxed);
     if (py::is_eval_loop(ip)) return;
     uintptr_t lo = 0, hi = 0;
     if (cfi::function_range(ip - 1, &lo, &hi)) py::add_eval_loop_part(lo, hi);  // ip - 1: inside the call
