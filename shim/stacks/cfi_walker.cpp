@@ -544,24 +544,39 @@ void census_eviction(WalkMemo::Evicted e) {
 
 // The walk, from its own frame outward (see walk()): remembered by the words it read, and recalled
 // from them (shim/stacks/walk_memo.h).
-__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, int tag_only) {
-    if (!available()) return -1;
-    ThreadTable *t = g_tables.get();
-    if (!t) return -1;
-    // No walk is this one's until recall() or remember() says so: a walk declined below (another stack:
-    // a fiber's, a signal stack) must not leave the walk before it as the last, whose tag a capture
-    // would take for this stack's.
-    t->memo.clear_last();
-    g_counts.add(kWalks);
-    refresh(t);
+// Where a walk from the calling function starts: this thread's table, its rules refreshed, and the
+// caller's own pc, sp and fp. Inlined, so the registers are the caller's: the rule of that very
+// instruction (from the shim's own .eh_frame) describes that rsp, and walking from there needs nothing
+// from a ucontext. Null without a table. No walk is the memo's last until recall() or remember() says
+// so: a walk declined by the caller (another stack: a fiber's, a signal stack) must not leave the walk
+// before it as the last, whose tag a capture would take for this stack's.
+struct Here {
     uintptr_t pc = 0, sp = 0, fp = 0;
+};
+__attribute__((always_inline)) inline ThreadTable *start_here(Here *h) {
+    if (!available()) return nullptr;
+    ThreadTable *t = g_tables.get();
+    if (!t) return nullptr;
+    t->memo.clear_last();
+    refresh(t);
 #if defined(__x86_64__)
-    // Where we are: the rule of this very instruction (from the shim's own .eh_frame) describes
-    // this rsp, and walking from here needs nothing from a ucontext.
-    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
+    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(h->pc), "=r"(h->sp), "=r"(h->fp));
 #endif
-    const uintptr_t low = t->stack_low, high = t->stack_high;
-    if (!high || sp < low || sp >= high) return -1;  // an alternate signal stack, a coroutine's stack
+    return t;
+}
+
+// Whether sp lies on the thread's own stack (not an alternate signal stack, a coroutine's stack).
+bool on_own_stack(const ThreadTable *t, uintptr_t sp) {
+    return t->stack_high && sp >= t->stack_low && sp < t->stack_high;
+}
+
+__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, int tag_only) {
+    Here h;
+    ThreadTable *t = start_here(&h);
+    if (!t) return -1;
+    g_counts.add(kWalks);
+    const uintptr_t pc = h.pc, sp = h.sp, fp = h.fp, high = t->stack_high;
+    if (!on_own_stack(t, sp)) return -1;
     WalkMemo::Start at{sp, fp, uint32_t(high - sp), max, reinterpret_cast<const void *>(stop)};
     if (max > WalkMemo::kMaxLoads) {
         t->memo.clear_last();
@@ -595,20 +610,13 @@ int walk(void **ips, int max, StopFn stop, int tag_only) {
 }
 
 __attribute__((noinline)) int walk_with_slots(void **ips, uintptr_t *slots, int max) {
-    if (!available()) return -1;
-    ThreadTable *t = g_tables.get();
-    if (!t) return -1;
-    t->memo.clear_last();  // no walk of the memo's is this one
-    refresh(t);
-    uintptr_t pc = 0, sp = 0, fp = 0;
-#if defined(__x86_64__)
-    asm volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
-#endif
-    if (!t->stack_high || sp < t->stack_low || sp >= t->stack_high) return -1;
+    Here h;
+    ThreadTable *t = start_here(&h);
+    if (!t || !on_own_stack(t, h.sp)) return -1;
     // Nothing recalled or kept: the walk itself writes each slot beside its return address. One that
     // fails further out (-1) still gives the frames it read before: ips are written in order, none null.
     for (int i = 0; i < max; i++) ips[i] = nullptr;
-    int n = walk_frames(t, pc, sp, fp, ips, max, nullptr, nullptr, slots);
+    int n = walk_frames(t, h.pc, h.sp, h.fp, ips, max, nullptr, nullptr, slots);
     if (n >= 0) return n;
     int read = 0;
     while (read < max && ips[read]) read++;
