@@ -433,21 +433,17 @@ bool add_eval_loop_part(uintptr_t lo, uintptr_t hi) {
     // Ubuntu's are, that segment is all of the interpreter: the finding itself is what is exact.)
     const Range &code = eval_loop().object_code;
     if (lo >= hi || lo < code.lo || hi > code.hi) return false;
-    bool added = false;
     {
         std::lock_guard<std::mutex> lock(g_parts_mu);
         int n = g_part_count.load(std::memory_order_relaxed);
-        bool known = false;
-        for (int i = 0; i < n; i++) known |= lo == g_parts[i].lo && hi == g_parts[i].hi;
-        if (known) return true;
+        for (int i = 0; i < n; i++)
+            if (lo == g_parts[i].lo && hi == g_parts[i].hi) return true;
         if (n == kEvalLoopParts) return false;
         g_parts[n] = {lo, hi};
         g_part_count.store(n + 1, std::memory_order_release);
-        added = true;
     }
-    if (added)
-        log_debug("python frames: the eval loop also runs in [%#lx, %#lx), outside its symbol", (unsigned long)lo,
-                  (unsigned long)hi);
+    log_debug("python frames: the eval loop also runs in [%#lx, %#lx), outside its symbol", (unsigned long)lo,
+              (unsigned long)hi);
     return true;
 }
 
