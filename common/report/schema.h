@@ -128,6 +128,7 @@ constexpr const char uuid[] = "uuid";
 constexpr const char version[] = "version";
 constexpr const char walker[] = "walker";
 constexpr const char walks[] = "walks";
+constexpr const char whole_keys[] = "whole_keys";
 constexpr const char workspace_cap[] = "workspace_cap";
 constexpr const char workspace_cap_bytes[] = "workspace_cap_bytes";
 constexpr const char workspace_in_use_bytes[] = "workspace_in_use_bytes";

@@ -26,6 +26,7 @@ constexpr const char *kNames[kSteps] = {
     "    stack: intern",
     "    stack: check by native frames",
     "    stack: site cache lookup",
+    "    stack: whole Python key",
     "      walk memo: recall",
     "        memo: the set",
     "        memo: compare words",

@@ -23,12 +23,13 @@ enum Step {
     kCapturePython,
     kCaptureLearnEvalLoop,  // inside kCapturePython: the eval loop's code looked for (shim/stacks/eval_loop.h)
     kCaptureIntern,
-    kCaptureCheck,   // a reuse's check, by the native frames up to the eval loop
-    kCaptureLookup,  // a Python site's key looked up in the thread's site cache
-    kMemoRecall,     // the walk memo's recall (shim/stacks/walk_memo.h), whole
-    kMemoSet,        // its set: the stack's words at the start's forks read, the set chosen
-    kMemoCompare,    // the ways' words compared with the stack's
-    kMemoCopy,       // a recalled walk's return addresses copied out
+    kCaptureCheck,     // a reuse's check, by the native frames up to the eval loop
+    kCaptureLookup,    // a Python site's key looked up in the thread's site cache
+    kCaptureWholeKey,  // a deep site's key of every Python frame (or a miss's, stored with its stack)
+    kMemoRecall,       // the walk memo's recall (shim/stacks/walk_memo.h), whole
+    kMemoSet,          // its set: the stack's words at the start's forks read, the set chosen
+    kMemoCompare,      // the ways' words compared with the stack's
+    kMemoCopy,         // a recalled walk's return addresses copied out
     kFreeTotal,
     kFreeTake,
     kFreeDriver,

@@ -309,8 +309,8 @@ inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
 
 }  // namespace
 
-uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
-    *whole = true;
+uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
+    *beyond = 0;
     const Runtime &r = runtime();
     if (!r.layout) return 0;
     uintptr_t frame = innermost_frame(r);
@@ -320,7 +320,7 @@ uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
     uint64_t n = 0;
     for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
         if (n == uint64_t(max_frames)) {  // a frame further out: not read (its line is likely cold)
-            *whole = false;
+            *beyond = frame;
             break;
         }
         uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
@@ -331,13 +331,13 @@ uint64_t site_key(uint64_t seed, int max_frames, bool *whole) {
         frame = previous;
     }
     if (!n) return 0;
-    uint64_t h = hash_mix(hash_mix(seed, sum), n | (*whole ? 0 : uint64_t(1) << 63));
+    uint64_t h = hash_mix(hash_mix(seed, sum), n | (*beyond ? uint64_t(1) << 63 : 0));
     return h ? h : 1;
 }
 
 uint64_t site_key(uint64_t seed) {
-    bool whole;
-    return site_key(seed, kMaxSteps, &whole);
+    uintptr_t beyond;
+    return site_key(seed, kMaxSteps, &beyond);
 }
 
 namespace {

@@ -38,9 +38,11 @@ int capture(Frame *out, int max);
 // (a freed code object's address reused by another one, at the very same places): reuse's checks
 // find that.
 uint64_t site_key(uint64_t seed);
-// The same of at most the `max_frames` innermost frames: `*whole` is false when frames further out were
-// left out (the key then differs from any key of a stack of only those frames).
-uint64_t site_key(uint64_t seed, int max_frames, bool *whole);
+// The same of at most the `max_frames` innermost frames. `*beyond` is the address of the first frame
+// left out (0 when the key covers every frame; the key then differs from any key of a stack of only
+// those frames): where the Python stack stands under them, which the frames further out decide (their
+// number and sizes on the interpreter's frame stack), read without reading them.
+uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond);
 
 // True when ip lies inside the interpreter's eval loop (_PyEval_EvalFrameDefault, and the parts of
 // it learned below): the native frame where Python frames stand when native and Python stacks are merged.

@@ -263,7 +263,8 @@ json capture_section(const Config &c) {
               {key::evicted, reuse.evicted},
               {key::threads, reuse.threads},
               {key::deep_checks, reuse.deep_checks},
-              {key::deep_sites, reuse.deep_sites}}}};
+              {key::deep_sites, reuse.deep_sites},
+              {key::whole_keys, reuse.whole_keys}}}};
 }
 
 json limit_section(const State &s, const DeviceInfo *dev) {

@@ -152,6 +152,14 @@ uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
     return key ? key : 1;  // 0 marks an empty slot
 }
 
+// `key` (of the innermost Python frames) extended with where the Python stack stood under them: the
+// address of the first frame the key left out (py::site_key's `beyond`), which the frames further out
+// decide by their number and sizes. A mix of its own, as above.
+uint64_t with_python_anchor(uint64_t key, uintptr_t beyond) {
+    key = reuse::mix(reuse::mix(key, 0x414eu), beyond);
+    return key ? key : 1;  // 0 marks an empty slot
+}
+
 // A site without Python frames (PyTorch's autograd threads, C++ programs): its native stack, walked
 // by the caching walker, is recalled from the stack words the walk read before (shim/stacks/walk_memo.h),
 // and the stack id attached to that walk is the answer. Exact: the memo answers only when every word
@@ -237,6 +245,7 @@ struct SiteLookup {
     uint64_t whole = 0;      // stored with the stack: the whole Python key when `key` covers only the innermost frames
     uint64_t native = 0;     // the native frames' part of an unstable site's key, once walked
     uintptr_t stack_at = 0;  // where this thread's stack stood at the capture: an unstable site's first extension
+    uintptr_t beyond = 0;  // the first Python frame `key` left out (0: it read them all): a deep site's first extension
     StackId cached = 0;
     reuse::SiteCache::Verdict verdict = reuse::SiteCache::Verdict::kMiss;
 };
@@ -249,7 +258,7 @@ struct SiteLookup {
 // a second path of the same depth is found as a Python key's second path is. The depth of the C stack
 // under one Python stack moves while CPython specialises its calls (site_seed): warm-up costs a few more
 // captures, and only for unstable sites; a site whose depth keeps moving on one path (alloca) stops
-// trying it after SiteCache::kMaxDepthMisses keys not found. `stored_whole` is set from the slot found.
+// trying it after SiteCache::kMaxExtensionMisses keys not found. `stored_whole` is set from the slot found.
 // Returns the census's kind of key.
 census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
     {
@@ -259,10 +268,10 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPython;
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
     uint64_t python_key = site.key;
-    if (site.sites->depth_keys_help(python_key)) {
+    if (site.sites->extensions_help(python_key)) {
         site.key = with_stack_depth(python_key, site.stack_at);
         site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
-        if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_by_depth(python_key);
+        if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_extension(python_key);
         if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPythonDepth;
         census::note(census::Kind::kPythonDepth, census::Outcome::kUnstable);
     }
@@ -271,18 +280,47 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     return census::Kind::kPythonExtended;
 }
 
-// A key of the innermost frames only: a miss stores the whole stack's key with what it captures, and a
-// reuse due for its deep check compares it. A site found deep (another whole stack under its key)
-// is looked up again by the whole key, which is exact as every key was before.
+// A deep site's key extended by where its Python stack stands (with_python_anchor), looked up before any
+// frame further out is read. A site is deep when it is reached from two places beyond its innermost
+// frames, and most such places put the Python stack at different heights: a step called from a warm-up
+// loop and from the loop proper, a model's forward from a training and an evaluation loop. Then each
+// place is a key of its own, checked on the usual schedule against the whole stack's key stored with
+// it (settle_deep), and an allocation reads no frame beyond the innermost ones. Two places at one
+// height share the extended key: a check that finds another whole stack gives the key that stack (a step
+// warmed up from one line and timed from another leaves the first for good), and the third such change
+// marks it deep in turn (two callers that take turns), after which the whole key decides, as before. A site whose
+// extended keys keep missing (a generator's frame lives in the generator, at a new address for each one) gives them up
+// (kMaxExtensionMisses).
+census::Kind look_up_anchored(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole,
+                              census::Kind kind) {
+    uint64_t short_key = site.key;
+    if (!site.beyond || !site.sites->extensions_help(short_key)) return kind;
+    site.key = with_python_anchor(short_key, site.beyond);
+    kind = look_up(site, skip, depth, return_address, stored_whole);
+    if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_extension(short_key);
+    return kind == census::Kind::kPython ? census::Kind::kPythonAnchored : kind;
+}
+
+// A key of the innermost frames only (or one extended by where the Python stack stands): a miss stores
+// the whole stack's key with what it captures, and a reuse due for its deep check compares it. A site
+// found deep (another whole stack under its key) is tried by its anchored key first (look_up_anchored),
+// then by the whole key, which is exact as every key was before.
 // Where the whole key cannot be had (the interpreter began finalising between the two walks), the
 // capture unwinds and keeps nothing: a short key stored without a whole one would never be checked.
 census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_address, uint64_t stored_whole,
                          census::Kind kind) {
     using Verdict = reuse::SiteCache::Verdict;
+    if (site.verdict == Verdict::kDeep && kind == census::Kind::kPython)
+        kind = look_up_anchored(site, skip, depth, return_address, &stored_whole, kind);
     if (site.verdict != Verdict::kMiss && site.verdict != Verdict::kCheck && site.verdict != Verdict::kCheckDeep &&
         site.verdict != Verdict::kDeep)
         return kind;
-    uint64_t whole = py::site_key(site_seed(skip));
+    uint64_t whole;
+    {
+        GG_PROFILE_STEP(kCaptureWholeKey);
+        whole = py::site_key(site_seed(skip));
+    }
+    reuse::counts().add(reuse::Counts::kWholeKeys);
     if (!whole) {
         site.verdict = Verdict::kMiss;
         site.sites = nullptr;
@@ -298,11 +336,17 @@ census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_add
             if (site.verdict == Verdict::kCheckDeep) site.verdict = Verdict::kReuse;
             return kind;
         }
+        if (kind == census::Kind::kPythonAnchored && site.sites->may_change_whole(site.key)) {
+            site.verdict = Verdict::kMiss;  // unwound in full and stored as a miss's: the key's new stack
+            site.whole = whole;
+            return kind;
+        }
         site.sites->mark_deep(site.key);
     }
     site.key = whole;
     site.whole = 0;
-    return look_up(site, skip, depth, return_address, &stored_whole);
+    kind = look_up(site, skip, depth, return_address, &stored_whole);
+    return kind == census::Kind::kPython ? census::Kind::kPythonWhole : kind;
 }
 
 // A verdict the flow above settles (a deep check, a deep site) left over only where a whole or extended
@@ -320,9 +364,9 @@ bool settled(SiteLookup &site) {
 __attribute__((tls_model("initial-exec"))) thread_local bool t_no_python = false;
 
 // Asks CPython for the thread's Python site key (0: no Python frame), remembered for the next capture.
-bool has_python_key(SiteLookup &site, int skip, bool *key_whole) {
+bool has_python_key(SiteLookup &site, int skip) {
     GG_PROFILE_STEP(kCapturePythonKey);
-    site.key = py::site_key(site_seed(skip), kKeyFrames, key_whole);
+    site.key = py::site_key(site_seed(skip), kKeyFrames, &site.beyond);
     t_no_python = !site.key;
     return site.key != 0;
 }
@@ -340,23 +384,21 @@ bool has_python_key(SiteLookup &site, int skip, bool *key_whole) {
 // unwind information says nothing of the frames outside it, so it is not whole. Anything else (no
 // tag, a walk cut short, a new walk) asks CPython as before. One call walks, so that a site's walks
 // all start at one depth and share one memo entry.
-bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer,
-                             bool *key_whole) {
+bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
     bool asked = !t_no_python;
-    if (asked && has_python_key(site, skip, key_whole)) return false;
+    if (asked && has_python_key(site, skip)) return false;
     NativeWalk w;
     walk_native(w, skip, depth, return_address);
-    if (!asked && !(w.id && w.whole) && has_python_key(site, skip, key_whole)) return false;
+    if (!asked && !(w.id && w.whole) && has_python_key(site, skip)) return false;
     *answer = native_answer(w);
     return true;
 }
 
 bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
-    bool whole = true;
-    if (answered_without_python(site, skip, depth, return_address, answer, &whole)) return true;
+    if (answered_without_python(site, skip, depth, return_address, answer)) return true;
     uint64_t stored_whole = 0;
     census::Kind kind = look_up(site, skip, depth, return_address, &stored_whole);
-    if (!whole) kind = settle_deep(site, skip, depth, return_address, stored_whole, kind);
+    if (site.beyond) kind = settle_deep(site, skip, depth, return_address, stored_whole, kind);
     if (!settled(site)) return false;
     census::note(kind, census::Outcome(int(site.verdict)));
     if (site.verdict == reuse::SiteCache::Verdict::kCheck &&
@@ -480,7 +522,8 @@ ReuseCounts reuse_counts() {
             c.evicted.load(std::memory_order_relaxed),
             c.threads.load(std::memory_order_relaxed),
             c.total(C::kDeepChecks),
-            c.deep_sites.load(std::memory_order_relaxed)};
+            c.deep_sites.load(std::memory_order_relaxed),
+            c.total(C::kWholeKeys)};
 }
 
 WalkerCounts walker_counts() {

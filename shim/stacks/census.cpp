@@ -29,7 +29,9 @@ Entry *g_table = nullptr;
 FutexLock g_mu;
 
 const char *kind_name(int k) {
-    const char *names[] = {"python key", "native key", "python+native key", "python+depth key"};
+    const char *names[] = {"python key",       "native key",        "python+native key",
+                           "python+depth key", "python+anchor key", "whole python key"};
+    static_assert(sizeof names / sizeof *names == int(Kind::kCount));
     return names[k];
 }
 
@@ -68,7 +70,8 @@ __attribute__((destructor)) void print_census() {
         for (auto &n : kind) any += n.load();
     if (!any) return;  // a process that captured nothing (a shell the program ran through)
     fprintf(stderr, "gpuguard: census %-18s %10s %10s %10s %10s\n", "key", "miss", "reuse", "check", "unstable");
-    for (Kind kind : {Kind::kPython, Kind::kPythonDepth, Kind::kPythonExtended, Kind::kNative}) {  // as looked up
+    for (Kind kind : {Kind::kPython, Kind::kPythonAnchored, Kind::kPythonWhole, Kind::kPythonDepth,
+                      Kind::kPythonExtended, Kind::kNative}) {  // as looked up
         int k = int(kind);
         fprintf(stderr, "gpuguard: census %-18s %10llu %10llu %10llu %10llu\n", kind_name(k),
                 (unsigned long long)g_counts[k][0].load(), (unsigned long long)g_counts[k][1].load(),

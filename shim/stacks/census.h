@@ -7,7 +7,9 @@
 
 namespace gg::stacks::census {
 
-enum class Kind { kPython, kNative, kPythonExtended, kPythonDepth, kCount };
+// A Python key of the innermost frames, and one extended by the C stack's depth or native frames (an
+// unstable site), by where the Python stack stands, or made of every frame (a deep site).
+enum class Kind { kPython, kNative, kPythonExtended, kPythonDepth, kPythonAnchored, kPythonWhole, kCount };
 enum class Outcome { kMiss, kReuse, kCheck, kUnstable };
 // The walk memo's answers (shim/stacks/walk_memo.h): recalled; not recalled though a walk from the same
 // start was kept (its words differed); not recalled, none kept from that start; and, on keeping a

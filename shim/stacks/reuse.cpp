@@ -42,16 +42,33 @@ void SiteCache::store(uint64_t key, StackId id, uint64_t whole) {
             if (!set[w].key || set[w].used < s->used) s = &set[w];
         if (s->key) counts().evicted.fetch_add(1, std::memory_order_relaxed);
     }
-    *s = Slot{key, whole, id, 0, ++clock_, 0, 0, false, false};
+    Slot fresh;
+    fresh.key = key;
+    fresh.whole = whole;
+    fresh.id = id;
+    fresh.used = ++clock_;
+    if (s->key == key) {  // a site's stack replaced: what its key has shown so far stays
+        fresh.extension_misses = s->extension_misses;
+        fresh.whole_changes = s->whole_changes;
+    }
+    *s = fresh;
 }
 
-bool SiteCache::depth_keys_help(uint64_t key) {
+bool SiteCache::may_change_whole(uint64_t key) {
     Slot *s = find(key);
-    return s && s->depth_misses < kMaxDepthMisses;
+    if (!s) return false;
+    if (s->whole_changes + 1 >= kMaxChanges) return false;
+    s->whole_changes++;
+    return true;
 }
 
-void SiteCache::missed_by_depth(uint64_t key) {
-    if (Slot *s = find(key); s && s->depth_misses < kMaxDepthMisses) s->depth_misses++;
+bool SiteCache::extensions_help(uint64_t key) {
+    Slot *s = find(key);
+    return s && s->extension_misses < kMaxExtensionMisses;
+}
+
+void SiteCache::missed_extension(uint64_t key) {
+    if (Slot *s = find(key); s && s->extension_misses < kMaxExtensionMisses) s->extension_misses++;
 }
 
 void SiteCache::checked(uint64_t key, bool same, StackId fresh) {

@@ -11,9 +11,12 @@
 // shim/python/frames.h, site_key) and the number of frames skipped (not the stack pointer: the C
 // stack's depth under one Python stack changes as CPython specialises calls, shim/stacks/capture.cpp).
 // The whole Python stack's key is stored beside the stack and compared at the 1st, 2nd, 4th ... 64th
-// reuse and every 64th after (deep_due); a site found reached from elsewhere further out is deep, and
-// keyed by its whole Python stack from then on (so at most 63 reuses in a row between two of those
-// checks can take an earlier stack).
+// reuse and every 64th after (deep_due); a site found reached from elsewhere further out is deep (so at
+// most 63 reuses in a row between two of those checks can take an earlier stack). A deep site is keyed
+// next by where its Python stack stands under the innermost frames (the address of the first frame
+// left out, which the frames further out decide), so that its callers are told apart without a walk of
+// every frame; that key is checked against the whole key on the same schedule, and where it too covers
+// two stacks, the site is keyed by its whole Python stack from then on.
 // Two native paths under one Python instruction share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then
 // every 1024th, is checked by the native frames between the allocation and the innermost eval loop (the only part that
 // can differ under one key; a walk the walk memo recalls), and only a check that finds other frames unwinds in full
@@ -65,12 +68,20 @@ public:
     void store(uint64_t key, StackId id, uint64_t whole = 0);
     // After a deep check found another whole stack under `key`: from now on kDeep.
     void mark_deep(uint64_t key);
-    // Whether an unstable site's key is still worth extending by the stack's depth, and a miss of such a
-    // key, counted against it: a site whose depth moves on one native path (alloca, a sanitizer's fake
-    // stacks) would miss at almost every allocation, and is keyed by its native frames instead.
-    bool depth_keys_help(uint64_t key);
-    void missed_by_depth(uint64_t key);
-    static constexpr int kMaxDepthMisses = 16;
+    // After a deep check found another whole stack under a key extended by where the Python stack stands:
+    // whether the key may take the new stack (stored as a miss's, its history kept), as a caller that
+    // warmed up from one line and runs from another leaves it for good; false at the kMaxChanges-th such
+    // change (the caller then marks it deep: two callers at one height that take turns).
+    bool may_change_whole(uint64_t key);
+    // Whether a key is still worth extending by where the thread's stack stands (an unstable site's by the
+    // C stack's depth, a deep site's by where its Python stack stands: shim/stacks/capture.cpp), and a miss
+    // of such a key, counted against it. Where it moves on one path (alloca or a sanitizer's fake stacks
+    // under C frames; a generator's frame, which lives in the generator, under Python ones) nearly every
+    // allocation would be a new key, unwound in full: after kMaxExtensionMisses the site goes on as if
+    // it had no such key (native frames for the unstable, every Python frame for the deep).
+    bool extensions_help(uint64_t key);
+    void missed_extension(uint64_t key);
+    static constexpr int kMaxExtensionMisses = 16;
     // After a check: `same` says whether the fresh stack is the cached one (shim/stacks/capture.cpp
     // decides, ignoring where exactly in the eval loop the interpreter was). A different one replaces
     // it and restarts the checks; the kMaxChanges-th change makes the site unstable.
@@ -89,16 +100,19 @@ public:
 
 private:
     struct Slot {
-        uint64_t key = 0;    // 0: empty
+        Slot() : extension_misses(0), whole_changes(0) {}  // (C++17: a bit-field has no default member initializer)
+        uint64_t key = 0;                                  // 0: empty
         uint64_t whole = 0;  // the whole Python key under which id was captured (0: key covers it all)
         StackId id = 0;
         uint32_t hits = 0;
         uint32_t used = 0;  // the cache's clock at the last lookup or store: the least recent is evicted
         uint8_t changes = 0;
-        uint8_t depth_misses = 0;  // an unstable site's keys with the stack's depth not found
+        uint8_t extension_misses : 5;  // keys extended by where the stack stands, not found (up to 16)
+        uint8_t whole_changes : 3;     // deep checks that found another whole stack (may_change_whole)
         bool unstable = false;
         bool deep = false;
     };
+    static_assert(sizeof(Slot) == 32, "two slots a cache line");
     Slot slots_[kSets * kWays];
     uint32_t clock_ = 0;
     Slot *set_of(uint64_t key) { return &slots_[set_index(key) * kWays]; }
@@ -108,7 +122,8 @@ private:
 // Process-wide counts, for the report's "capture" section.
 struct Counts {
     // Counted at captures, many a block event: per thread (shim/base/thread_counters.h).
-    enum PerCapture { kReused, kUnwound, kChecks, kDeepChecks, kPerCapture };
+    // kWholeKeys: keys of every Python frame (a miss's, a deep check's, a deep site's), each a walk of them all
+    enum PerCapture { kReused, kUnwound, kChecks, kDeepChecks, kWholeKeys, kPerCapture };
     ThreadCounters<kPerCapture> per_capture;
     void add(PerCapture c) { per_capture.add(c); }
     uint64_t total(PerCapture c) const { return per_capture.total(c); }

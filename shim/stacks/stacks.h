@@ -22,6 +22,7 @@ void configure(int depth, bool python, bool reuse = true);
 struct ReuseCounts {
     uint64_t reused, unwound, checks, changes, unstable_sites, evicted, threads;
     uint64_t deep_checks, deep_sites;  // Python keys of the innermost frames: whole keys compared, and found changed
+    uint64_t whole_keys;               // keys of every Python frame made (each a walk of them all)
 };
 ReuseCounts reuse_counts();
 // What the caching walker (shim/stacks/cfi_walker.h) did, for the report: walks, rules it had to work out from

@@ -53,12 +53,47 @@ def below(levels, size):
     return cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size))
 
 
+def one_frame_higher(levels, size):
+    """A frame between deep() and `below`: the Python stack under below's frames stands higher."""
+    return below(levels, size)
+
+
+def in_a_generator(levels, size):
+    """`below` called from a generator's frame, which lives in the generator object: kept alive (in
+    `generators`), each one's frame stands at an address of its own."""
+    yield below(levels, size)
+
+
+generators = []
+
+
+def through_new_generator(levels, size):
+    generators.append(in_a_generator(levels, size))
+    return next(generators[-1])
+
+
 def deep(n, pattern):
     """N allocations through `below` 16 frames deep, from one of two lines here: 1 MiB from caller A,
-    2 MiB from caller B. PATTERN "ab" alternates; "a-then-b" makes the first half from A."""
+    2 MiB from caller B. PATTERN "ab" alternates; "a-then-b" makes the first half from A; "ab-heights"
+    alternates with B's call made through one_frame_higher, so that the two stand at different heights;
+    "ab-generators" alternates, each call 12 frames below a new generator's frame; "w-then-ah" alternates
+    between a higher caller H (2 MiB) and a caller at deep()'s own height, W (4 MiB) for the first 20
+    allocations and A (1 MiB) after: a warm-up line left for good."""
     for i in range(n):
-        b = i % 2 if pattern == "ab" else i >= n // 2
-        if b:
+        b = i % 2 if pattern.startswith("ab") else i >= n // 2
+        if pattern == "w-then-ah" and i % 2:
+            r = one_frame_higher(16, 2 << 20)  # LINE-OF-WAH-H
+        elif pattern == "w-then-ah" and i < 20:
+            r = below(16, 4 << 20)  # LINE-OF-WAH-W
+        elif pattern == "w-then-ah":
+            r = below(16, 1 << 20)  # LINE-OF-WAH-A
+        elif pattern == "ab-generators" and b:
+            r = through_new_generator(12, 2 << 20)  # LINE-OF-GEN-B
+        elif pattern == "ab-generators":
+            r = through_new_generator(12, 1 << 20)  # LINE-OF-GEN-A
+        elif b and pattern == "ab-heights":
+            r = one_frame_higher(16, 2 << 20)  # LINE-OF-HIGH-B
+        elif b:
             r = below(16, 2 << 20)  # LINE-OF-DEEP-B
         else:
             r = below(16, 1 << 20)  # LINE-OF-DEEP-A

@@ -198,18 +198,61 @@ check "an unstable Python site whose depth moves at every call on one path: keye
 # Blocks by the line of deep() each stack names, as "[(line, bytes, count), ...]".
 BY_CALLER="sorted((next(f['line'] for f in d['stacks'][b['stack']]['frames'] if f['kind'] == 'python' and f['function'] == 'deep'), b['bytes'], b['count']) for b in d['by_stack'] if b['bytes'])"
 
-deep_callers_told_apart() {
+# deep_callers PATTERN MARK-A MARK-B COUNTS EXPECTED WHAT: 200 allocations of py_alloc.py's deep mode,
+# alternating between the callers on the lines marked A (1 MiB) and B (2 MiB); their bytes must be
+# exact, and COUNTS (Python, of `u`, the report's stack_reuse) must equal EXPECTED.
+deep_callers() {
   fresh
-  local r; r=$(py_alloc_report -- deep 200 ab) || { cat "$TMP/err"; return 1; }
-  local a b; a=$(line_of LINE-OF-DEEP-A) b=$(line_of LINE-OF-DEEP-B)
-  # The two callers share the 16 innermost frames (a site key reads 12): the first reuse's deep check
-  # finds the other whole stack, and from then on the site is keyed by every frame.
+  local r; r=$(py_alloc_report -- deep 200 "$1") || { cat "$TMP/err"; return 1; }
+  local a b; a=$(line_of "$2") b=$(line_of "$3")
   expect_eq "$(json "$r" "$BY_CALLER")" "[($b, $((200 * MIB)), 100), ($a, $((100 * MIB)), 100)]" \
     "bytes by caller, exact" &&
-  expect_eq "$(json "$r" "(lambda u: (u['deep_sites'], u['reused'] >= 150))(d['capture']['stack_reuse'])")" "(1, True)" \
-    "the site found deep once, then reused by its whole key"
+  expect_eq "$(json "$r" "(lambda u: $4)(d['capture']['stack_reuse'])")" "$5" "$6"
+}
+
+# The two callers share the 16 innermost frames (a site key reads 12): the first reuse's deep check
+# finds the other whole stack. Both call from one frame, so the Python stack stands at one height under
+# the innermost frames: the key extended by it covers both as well, its first check finds that, and
+# from then on the site is keyed by every frame.
+deep_callers_told_apart() {
+  deep_callers ab LINE-OF-DEEP-A LINE-OF-DEEP-B "(u['deep_sites'], u['reused'] >= 150, u['whole_keys'] >= 150)" \
+    "(2, True, True)" "the site and its extended key found deep, then reused by the whole key"
 }
 check "two callers 16 Python frames out, alternating: each keeps its own stack (the deep check)" deep_callers_told_apart
+
+# As above, but B calls through one frame more: under the 12 innermost frames the Python stack stands
+# at another height for each caller, and the site's key extended by it tells them apart. The whole
+# stack is walked only at misses and at the extended keys' checks (the 1st, 2nd, 4th ... 64th).
+deep_callers_at_two_heights() {
+  deep_callers ab-heights LINE-OF-DEEP-A LINE-OF-HIGH-B "(u['deep_sites'], u['reused'] >= 150, u['whole_keys'] < 40)" \
+    "(1, True, True)" "found deep once, then told apart by where the Python stack stands, few walks of every frame"
+}
+check "two callers 16 Python frames out at two heights, alternating: told apart without a walk of every frame" deep_callers_at_two_heights
+
+# The first frame beyond the 12 innermost is a generator's, which lives in the generator: a new
+# address at every call, so a key extended by it would be new at every allocation and unwound in full.
+# After 16 such keys not found, the site is keyed by every frame.
+deep_callers_below_new_generators() {
+  deep_callers ab-generators LINE-OF-GEN-A LINE-OF-GEN-B "(u['deep_sites'], u['unwound'] < 40, u['reused'] >= 150)" \
+    "(1, True, True)" "the extended keys given up after 16 misses: few unwound"
+}
+check "two callers below a new generator's frame each time: the extended keys given up after a few misses" deep_callers_below_new_generators
+
+deep_warm_up_line_left() {
+  fresh
+  local r; r=$(py_alloc_report -- deep 200 w-then-ah) || { cat "$TMP/err"; return 1; }
+  local w a h; w=$(line_of LINE-OF-WAH-W) a=$(line_of LINE-OF-WAH-A) h=$(line_of LINE-OF-WAH-H)
+  # H stands higher than W and A, which stand at one height: H's first allocation finds the site deep,
+  # and the key extended by the height tells H from W. W's key takes its 9th hit at A's first
+  # allocation; A's allocations up to its 16th hit, the next check, take W's stack (7 of them), and that
+  # check gives the key A's stack for good. Keyed by every frame instead, each of A's allocations would
+  # walk every frame.
+  expect_eq "$(json "$r" "$BY_CALLER")" "[($h, $((200 * MIB)), 100), ($w, $((47 * MIB)), 17), ($a, $((83 * MIB)), 83)]" \
+    "bytes by caller: 7 of A's in W's until the check" &&
+  expect_eq "$(json "$r" "(lambda u: (u['deep_sites'], u['whole_keys'] < 40))(d['capture']['stack_reuse'])")" "(1, True)" \
+    "the extended key not deep: few walks of every frame"
+}
+check "a caller at one height leaves its warm-up line for another: the key extended by the height takes the new stack" deep_warm_up_line_left
 
 deep_change_found_by_the_check() {
   fresh

@@ -121,6 +121,36 @@ TEST_CASE("a site marked deep answers kDeep from then on, and a later store does
     delete c;
 }
 
+TEST_CASE("a key may take another whole stack twice; a store keeps the count, and the third is refused") {
+    auto *c = new SiteCache();
+    uint32_t id = 0;
+    uint64_t whole = 0;
+    c->store(120, 3, 700);
+    CHECK(c->may_change_whole(120));
+    c->store(120, 4, 701);  // the new stack, its schedule started again
+    REQUIRE(c->lookup(120, &id, &whole) == Verdict::kCheck);
+    CHECK((id == 4 && whole == 701));
+    CHECK(c->may_change_whole(120));
+    c->store(120, 5, 702);
+    CHECK_FALSE(c->may_change_whole(120));  // two callers taking turns: the caller marks it deep
+    CHECK_FALSE(c->may_change_whole(121));  // no such key
+    delete c;
+}
+
+TEST_CASE("a key's extensions are given up after kMaxExtensionMisses misses, which a store of its stack keeps") {
+    auto *c = new SiteCache();
+    c->store(130, 3, 800);
+    for (int n = 1; n < SiteCache::kMaxExtensionMisses; n++) {
+        c->missed_extension(130);
+        if (n == 5) c->store(130, 4, 801);
+    }
+    CHECK(c->extensions_help(130));
+    c->missed_extension(130);
+    CHECK_FALSE(c->extensions_help(130));
+    CHECK_FALSE(c->extensions_help(131));  // no such key
+    delete c;
+}
+
 TEST_CASE("the deep check's schedule: powers of two up to 64, then every 64th hit") {
     CHECK(SiteCache::deep_due(1));
     CHECK(SiteCache::deep_due(64));
