@@ -297,8 +297,9 @@ census::Kind look_up_anchored(SiteLookup &site, int skip, int depth, void *retur
     if (!site.beyond || !site.sites->extensions_help(short_key)) return kind;
     site.key = with_python_anchor(short_key, site.beyond);
     kind = look_up(site, skip, depth, return_address, stored_whole);
+    if (kind != census::Kind::kPython) return kind;  // its own extensions' misses were counted against it
     if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_extension(short_key);
-    return kind == census::Kind::kPython ? census::Kind::kPythonAnchored : kind;
+    return census::Kind::kPythonAnchored;
 }
 
 // A key of the innermost frames only (or one extended by where the Python stack stands): a miss stores

@@ -11,16 +11,18 @@
 // shim/python/frames.h, site_key) and the number of frames skipped (not the stack pointer: the C
 // stack's depth under one Python stack changes as CPython specialises calls, shim/stacks/capture.cpp).
 // The whole Python stack's key is stored beside the stack and compared at the 1st, 2nd, 4th ... 64th
-// reuse and every 64th after (deep_due); a site found reached from elsewhere further out is deep (so at
-// most 63 reuses in a row between two of those checks can take an earlier stack). A deep site is keyed
-// next by where its Python stack stands under the innermost frames (the address of the first frame
-// left out, which the frames further out decide), so that its callers are told apart without a walk of
-// every frame; that key is checked against the whole key on the same schedule, and where it too covers
-// two stacks, the site is keyed by its whole Python stack from then on.
+// reuse and then once in every 32, at a place that moves (deep_due); a site found reached from
+// elsewhere further out is deep (so at most 62 reuses in a row between two of those checks can take an
+// earlier stack). A deep site is keyed next by where its Python stack stands under the innermost frames
+// (the address of the first frame left out, which the frames further out decide), so that its callers
+// are told apart without a walk of every frame; that key is checked against the whole key on the same
+// schedule: a check that finds another whole stack gives the key that stack (a caller's line that
+// changed for good), and at the third such change that height of the site is keyed by its whole
+// Python stack from then on.
 // Two native paths under one Python instruction share a key: each reuse at the 1st, 2nd, 4th, 8th ... 1024th hit, then
-// every 1024th, is checked by the native frames between the allocation and the innermost eval loop (the only part that
-// can differ under one key; a walk the walk memo recalls), and only a check that finds other frames unwinds in full
-// (shim/stacks/capture.cpp, confirmed_by_native_frames). A check that finds another stack replaces the cached
+// one in every 512 (due), is checked by the native frames between the allocation and the innermost eval loop (the only
+// part that can differ under one key; a walk the walk memo recalls), and only a check that finds other frames unwinds
+// in full (shim/stacks/capture.cpp, confirmed_by_native_frames). A check that finds another stack replaces the cached
 // one and starts the schedule again (a library takes another path once it has warmed up, and keeps to
 // it); the third time a site's stack changes, the site is unstable (one Python line whose calls take
 // several native paths: a generate() step's first token and the next ones). An unstable site's key
@@ -90,11 +92,18 @@ public:
 
     SiteCache();
 
-    // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then every 1024th.
-    static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : n % 1024 == 0; }
-    // Whether it gets the deep check: powers of two up to 64, then every 64th (a whole Python key
-    // costs a walk of every frame, a few hundred ns, against a native check's unwind).
-    static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : n % 64 == 0; }
+    // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then one hit in each
+    // window of 512 (so never more than 1,022 unchecked in a row).
+    static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : once_a_window(n, 512); }
+    // Whether it gets the deep check: powers of two up to 64, then one hit in each window of 32 (never
+    // more than 62 unchecked in a row; a whole Python key costs a walk of every frame, a few hundred ns,
+    // against a native check's unwind).
+    static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : once_a_window(n, 32); }
+    // One hit in each window of `window` hits (a power of two), at a place that moves from one window to
+    // the next by an odd step: at a fixed place (every 64th hit), callers that take turns in a pattern
+    // whose period divides it (A and B alternating, and A's hits even) kept one of them from every
+    // check, and its allocations took the other's stack for good.
+    static bool once_a_window(uint32_t n, uint32_t window) { return n % window == (n / window * 197u) % window; }
     // The set a key lies in.
     static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 
@@ -112,6 +121,7 @@ private:
         bool unstable = false;
         bool deep = false;
     };
+    static_assert(kMaxExtensionMisses < 32 && kMaxChanges < 8, "the counts fit their bit-fields");
     static_assert(sizeof(Slot) == 32, "two slots a cache line");
     Slot slots_[kSets * kWays];
     uint32_t clock_ = 0;

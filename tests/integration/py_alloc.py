@@ -78,10 +78,17 @@ def deep(n, pattern):
     alternates with B's call made through one_frame_higher, so that the two stand at different heights;
     "ab-generators" alternates, each call 12 frames below a new generator's frame; "w-then-ah" alternates
     between a higher caller H (2 MiB) and a caller at deep()'s own height, W (4 MiB) for the first 20
-    allocations and A (1 MiB) after: a warm-up line left for good."""
+    allocations and A (1 MiB) after: a warm-up line left for good; "h-a-then-ab" makes the first
+    allocation from H, the next 149 from A, then A and B take turns (B's hits all odd, A's even)."""
     for i in range(n):
         b = i % 2 if pattern.startswith("ab") else i >= n // 2
-        if pattern == "w-then-ah" and i % 2:
+        if pattern == "h-a-then-ab" and i == 0:
+            r = one_frame_higher(16, 4 << 20)  # LINE-OF-HAB-H
+        elif pattern == "h-a-then-ab" and (i < 150 or i % 2 == 0):
+            r = below(16, 1 << 20)  # LINE-OF-HAB-A
+        elif pattern == "h-a-then-ab":
+            r = below(16, 2 << 20)  # LINE-OF-HAB-B
+        elif pattern == "w-then-ah" and i % 2:
             r = one_frame_higher(16, 2 << 20)  # LINE-OF-WAH-H
         elif pattern == "w-then-ah" and i < 20:
             r = below(16, 4 << 20)  # LINE-OF-WAH-W

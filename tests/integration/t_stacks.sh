@@ -254,18 +254,33 @@ deep_warm_up_line_left() {
 }
 check "a caller at one height leaves its warm-up line for another: the key extended by the height takes the new stack" deep_warm_up_line_left
 
+deep_callers_in_step_with_the_checks() {
+  fresh
+  local r; r=$(py_alloc_report -- deep 600 h-a-then-ab) || { cat "$TMP/err"; return 1; }
+  local h a b; h=$(line_of LINE-OF-HAB-H) a=$(line_of LINE-OF-HAB-A) b=$(line_of LINE-OF-HAB-B)
+  # H's first allocation makes the site deep at once; A's key (by the height) then serves A alone for 147
+  # hits, and from the 149th A and B take turns, B at every odd hit. A check at every 64th hit would
+  # always land on A's, and all 225 of B's would take A's stack. The checks' places move: the one at
+  # the 185th hit is B's, so 18 of B's take A's stack before it; then A's and B's turns change the key
+  # three times, and from then on the site is keyed by every frame.
+  expect_eq "$(json "$r" "$BY_CALLER")" "[($h, $((4 * MIB)), 1), ($a, $((410 * MIB)), 392), ($b, $((414 * MIB)), 207)]" \
+    "18 of B's in A's until the check at the 185th hit, then exact" &&
+  expect_eq "$(json "$r" "d['capture']['stack_reuse']['deep_sites']")" "2" "the site and A's height found deep"
+}
+check "two callers at one height take turns in step with a fixed check schedule: the moving checks find them" deep_callers_in_step_with_the_checks
+
 deep_change_found_by_the_check() {
   fresh
   local r; r=$(py_alloc_report -- deep 520 a-then-b) || { cat "$TMP/err"; return 1; }
   local a b; a=$(line_of LINE-OF-DEEP-A) b=$(line_of LINE-OF-DEEP-B)
   # 260 from A, then 260 from B. The site is stored at the first allocation, so B's first is its 260th
-  # reuse; the next deep check is the 320th (every 64th past 64, not a power of two: a deep check
-  # alone), so B's 60 allocations before it take A's stack and every later one is B's own.
-  expect_eq "$(json "$r" "[(l, c) for l, _, c in $BY_CALLER]")" "[($b, 200), ($a, 320)]" \
-    "60 of B's taken as A's, then B's own" &&
+  # reuse; the next deep check is the 264th (past 64, one in each 32 hits: in the 256th to 287th, the
+  # 8th of them), so B's 4 allocations before it take A's stack and every later one is B's own.
+  expect_eq "$(json "$r" "[(l, c) for l, _, c in $BY_CALLER]")" "[($b, 256), ($a, 264)]" \
+    "4 of B's taken as A's, then B's own" &&
   expect_eq "$(json "$r" "d['capture']['stack_reuse']['deep_sites']")" "1" "the change found"
 }
-check "a site's callers change 16 Python frames out: found by the next deep check, within 64 reuses" deep_change_found_by_the_check
+check "a site's callers change 16 Python frames out: found by the next deep check, within 63 reuses" deep_change_found_by_the_check
 
 signal_report() {
   fresh

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "shim/stacks/reuse.h"
@@ -24,7 +26,8 @@ TEST_CASE("a site's stack is reused after it was stored, with checks at the 1st,
             CHECK(v == Verdict::kReuse);
         }
     }
-    CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+    // Past 1024, one in each window of 512 (SiteCache::once_a_window): 1024 + 394, 1536 + 79.
+    CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1418, 1615});
     delete c;
 }
 
@@ -75,17 +78,34 @@ TEST_CASE("sites that share a set all stay cached up to its ways; then the least
     delete c;
 }
 
-TEST_CASE("the check schedule: powers of two up to 1024, then every 1024th hit") {
-    CHECK(SiteCache::due(1));
-    CHECK(SiteCache::due(2));
-    CHECK_FALSE(SiteCache::due(3));
-    CHECK(SiteCache::due(512));
-    CHECK_FALSE(SiteCache::due(1500));
-    CHECK(SiteCache::due(3072));
-    CHECK_FALSE(SiteCache::due(3073));
+// The hits a schedule checks from `from` on, up to `to`.
+static std::vector<uint32_t> scheduled(bool (*due)(uint32_t), uint32_t from, uint32_t to) {
+    std::vector<uint32_t> hits;
+    for (uint32_t n = from; n <= to; n++)
+        if (due(n)) hits.push_back(n);
+    return hits;
 }
 
-TEST_CASE("a site keyed by its innermost Python frames gets a deep check at every 64th hit beside the others") {
+// Past the powers of two: one check in each window, never more than 2 * window - 2 hits unchecked in
+// a row, and at places of both parities in turn, so that two callers taking turns (A at even hits, B at
+// odd) are both checked: at every 64th hit, B never was.
+static void check_windows(bool (*due)(uint32_t), uint32_t first, uint32_t window) {
+    std::vector<uint32_t> hits = scheduled(due, first + 1, first + 64 * window);
+    REQUIRE(hits.size() == 64);  // the windows from the one `first` (a power of two) starts
+    for (size_t i = 0; i < hits.size(); i++) {
+        CHECK(hits[i] / window == first / window + i);
+        uint32_t before = i ? hits[i - 1] : first;
+        CHECK(hits[i] - before - 1 <= 2 * window - 2);
+        if (i) CHECK(hits[i] % 2 != hits[i - 1] % 2);
+    }
+}
+
+TEST_CASE("the check schedule: powers of two up to 1024, then one hit in each 512, at a place that moves") {
+    CHECK(scheduled(SiteCache::due, 1, 1024) == std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
+    check_windows(SiteCache::due, 1024, 512);
+}
+
+TEST_CASE("a site keyed by its innermost Python frames gets a deep check in every 32 hits beside the others") {
     auto *c = new SiteCache();
     uint32_t id = 0;
     uint64_t whole = 0;
@@ -98,8 +118,9 @@ TEST_CASE("a site keyed by its innermost Python frames gets a deep check at ever
         if (v == Verdict::kCheckDeep) deep.push_back(n);
         else CHECK((v == Verdict::kReuse || v == Verdict::kCheck));
     }
-    // Powers of two up to 512 are the native checks (kCheck, which carry the deep check too).
-    CHECK(deep == std::vector<int>{192, 320, 384, 448});
+    // Powers of two up to 512 are the native checks (kCheck, which carry the deep check too); past 64,
+    // one in each window of 32, none of them a power of two.
+    CHECK(deep == std::vector<int>{74, 111, 148, 185, 222, 227, 264, 301, 338, 375, 412, 417, 454, 491});
     // A site whose key covers every frame (no whole key stored) never gets one.
     c->store(78, 6);
     for (int n = 1; n <= 512; n++) CHECK(c->lookup(78, &id, &whole) != Verdict::kCheckDeep);
@@ -137,6 +158,27 @@ TEST_CASE("a key may take another whole stack twice; a store keeps the count, an
     delete c;
 }
 
+TEST_CASE("another key stored into a slot starts with none of the counts of the key it pushed out") {
+    auto *c = new SiteCache();
+    std::vector<uint64_t> keys;  // kWays + 1 keys of one set
+    for (uint64_t k = 1000; int(keys.size()) <= SiteCache::kWays; ++k)
+        if (SiteCache::set_index(k) == SiteCache::set_index(1000)) keys.push_back(k);
+    c->store(keys[0], 1, 900);
+    REQUIRE(c->may_change_whole(keys[0]));
+    REQUIRE(c->may_change_whole(keys[0]));
+    for (int n = 0; n < SiteCache::kMaxExtensionMisses; n++) c->missed_extension(keys[0]);
+    REQUIRE_FALSE(c->extensions_help(keys[0]));
+    uint32_t id = 0;
+    for (int i = 1; i < SiteCache::kWays; ++i) c->store(keys[i], 10 + i, 900);
+    for (int i = 1; i < SiteCache::kWays; ++i) c->lookup(keys[i], &id);  // keys[0] the least recent
+    c->store(keys[SiteCache::kWays], 20, 901);                           // pushes keys[0] out
+    REQUIRE(c->lookup(keys[0], &id) == Verdict::kMiss);
+    CHECK(c->extensions_help(keys[SiteCache::kWays]));
+    CHECK(c->may_change_whole(keys[SiteCache::kWays]));
+    CHECK(c->may_change_whole(keys[SiteCache::kWays]));
+    delete c;
+}
+
 TEST_CASE("a key's extensions are given up after kMaxExtensionMisses misses, which a store of its stack keeps") {
     auto *c = new SiteCache();
     c->store(130, 3, 800);
@@ -151,11 +193,7 @@ TEST_CASE("a key's extensions are given up after kMaxExtensionMisses misses, whi
     delete c;
 }
 
-TEST_CASE("the deep check's schedule: powers of two up to 64, then every 64th hit") {
-    CHECK(SiteCache::deep_due(1));
-    CHECK(SiteCache::deep_due(64));
-    CHECK_FALSE(SiteCache::deep_due(96));
-    CHECK(SiteCache::deep_due(128));
-    CHECK(SiteCache::deep_due(192));
-    CHECK_FALSE(SiteCache::deep_due(193));
+TEST_CASE("the deep check's schedule: powers of two up to 64, then one hit in each 32, at a place that moves") {
+    CHECK(scheduled(SiteCache::deep_due, 1, 64) == std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64});
+    check_windows(SiteCache::deep_due, 64, 32);
 }
