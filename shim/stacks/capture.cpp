@@ -233,7 +233,8 @@ bool confirmed_by_native_frames(StackId cached, int skip, int depth, void *retur
 // the next allocation, BENCHMARKS.md), and generate()'s stacks are 60 frames deep; the innermost
 // frames tell almost every site apart. The frames further out are checked now and then, by the whole
 // stack's key stored with the site (SiteCache::deep_due): a site whose whole stack changed under its
-// key is keyed by every frame from then on.
+// key is keyed next by where its Python stack stands, and where that fails too by every frame
+// (settle_deep).
 constexpr int kKeyFrames = 12;
 
 // A Python site's lookup in this thread's site cache (shim/stacks/reuse.h), before anything is

@@ -62,7 +62,8 @@ public:
         kCheck,      // a reuse due for its check: unwind, then checked(); and the deep check below
         kUnstable,   // the site's stack changed kMaxChanges times under this key: extend the key, or unwind
         kCheckDeep,  // a reuse due for its deep check only: the whole Python key against *whole
-        kDeep,       // a key of the innermost Python frames that covered two whole stacks: use the whole key
+        kDeep,       // a key that covered two whole stacks: extend it by where the Python stack stands, or use
+                     // the whole key (shim/stacks/capture.cpp, settle_deep)
     };
     // *whole (when asked): the whole Python stack's key stored with the site's stack, 0 when the site's
     // key already covers every frame; a site with one is due for a deep check on deep_due()'s schedule.
@@ -99,11 +100,22 @@ public:
     // more than 62 unchecked in a row; a whole Python key costs a walk of every frame, a few hundred ns,
     // against a native check's unwind).
     static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : once_a_window(n, 32); }
-    // One hit in each window of `window` hits (a power of two), at a place that moves from one window to
-    // the next by an odd step: at a fixed place (every 64th hit), callers that take turns in a pattern
-    // whose period divides it (A and B alternating, and A's hits even) kept one of them from every
-    // check, and its allocations took the other's stack for good.
-    static bool once_a_window(uint32_t n, uint32_t window) { return n % window == (n / window * 197u) % window; }
+    // One hit in each window of `window` hits (a power of two), at a place drawn from the window's number
+    // (the top bits of MurmurHash3's 32-bit finaliser of it). At a fixed place (every 64th hit), callers
+    // that take turns in a pattern whose period divides it (A and B alternating, A's hits even) kept one
+    // of them from every check, and its allocations took the other's stack for good; a place moving by a
+    // fixed step, or by a multiplicative hash's top bits, still kept some phases of some periods from
+    // every check. Drawn so, every phase of every period up to 128 is checked within 1,000 windows
+    // (tests/unit/test_stacks_reuse.cpp), as a random place would be.
+    static bool once_a_window(uint32_t n, uint32_t window) {
+        uint32_t h = n / window;
+        h ^= h >> 16;
+        h *= 0x85EBCA6Bu;
+        h ^= h >> 13;
+        h *= 0xC2B2AE35u;
+        h ^= h >> 16;
+        return n % window == h >> (32 - __builtin_ctz(window));
+    }
     // The set a key lies in.
     static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 
@@ -141,8 +153,9 @@ struct Counts {
     std::atomic<uint64_t> changes{0}, unstable_sites{0};
     // sites dropped from a full set for a newer one: many means more sites than the cache holds
     std::atomic<uint64_t> evicted{0};
-    // keys of the innermost Python frames whose deep check found another whole stack (then whole keys);
-    // kDeepChecks counts the whole Python keys compared with the one stored
+    // keys marked deep: a key of the innermost Python frames whose deep check found another whole stack,
+    // or one extended by the Python stack's height at its third such change; kDeepChecks counts the whole
+    // Python keys compared with the one stored
     std::atomic<uint64_t> deep_sites{0};
     // caches made: one per thread that captured a stack (a new thread starts with an empty cache)
     std::atomic<uint64_t> threads{0};

@@ -212,8 +212,8 @@ deep_callers() {
 
 # The two callers share the 16 innermost frames (a site key reads 12): the first reuse's deep check
 # finds the other whole stack. Both call from one frame, so the Python stack stands at one height under
-# the innermost frames: the key extended by it covers both as well, its first check finds that, and
-# from then on the site is keyed by every frame.
+# the innermost frames: the key extended by it covers both as well; its checks take the other caller's
+# stack twice, the third change marks it deep, and from then on the site is keyed by every frame.
 deep_callers_told_apart() {
   deep_callers ab LINE-OF-DEEP-A LINE-OF-DEEP-B "(u['deep_sites'], u['reused'] >= 150, u['whole_keys'] >= 150)" \
     "(2, True, True)" "the site and its extended key found deep, then reused by the whole key"
@@ -274,13 +274,13 @@ deep_change_found_by_the_check() {
   local r; r=$(py_alloc_report -- deep 520 a-then-b) || { cat "$TMP/err"; return 1; }
   local a b; a=$(line_of LINE-OF-DEEP-A) b=$(line_of LINE-OF-DEEP-B)
   # 260 from A, then 260 from B. The site is stored at the first allocation, so B's first is its 260th
-  # reuse; the next deep check is the 264th (past 64, one in each 32 hits: in the 256th to 287th, the
-  # 8th of them), so B's 4 allocations before it take A's stack and every later one is B's own.
-  expect_eq "$(json "$r" "[(l, c) for l, _, c in $BY_CALLER]")" "[($b, 256), ($a, 264)]" \
-    "4 of B's taken as A's, then B's own" &&
+  # reuse; the next deep check is the 265th (past 64, one in each 32 hits: in the 256th to 287th, the
+  # 10th of them), so B's 5 allocations before it take A's stack and every later one is B's own.
+  expect_eq "$(json "$r" "[(l, c) for l, _, c in $BY_CALLER]")" "[($b, 255), ($a, 265)]" \
+    "5 of B's taken as A's, then B's own" &&
   expect_eq "$(json "$r" "d['capture']['stack_reuse']['deep_sites']")" "1" "the change found"
 }
-check "a site's callers change 16 Python frames out: found by the next deep check, within 63 reuses" deep_change_found_by_the_check
+check "a site's callers change 16 Python frames out: found by the next deep check, within 62 reuses" deep_change_found_by_the_check
 
 signal_report() {
   fresh

@@ -26,8 +26,8 @@ TEST_CASE("a site's stack is reused after it was stored, with checks at the 1st,
             CHECK(v == Verdict::kReuse);
         }
     }
-    // Past 1024, one in each window of 512 (SiteCache::once_a_window): 1024 + 394, 1536 + 79.
-    CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1418, 1615});
+    // Past 1024, one in each window of 512 (SiteCache::once_a_window): 1024 + 97, 1536 + 267.
+    CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1121, 1803});
     delete c;
 }
 
@@ -86,17 +86,26 @@ static std::vector<uint32_t> scheduled(bool (*due)(uint32_t), uint32_t from, uin
     return hits;
 }
 
-// Past the powers of two: one check in each window, never more than 2 * window - 2 hits unchecked in
-// a row, and at places of both parities in turn, so that two callers taking turns (A at even hits, B at
-// odd) are both checked: at every 64th hit, B never was.
+// Past the powers of two: one check in each of 1,000 windows, never more than 2 * window - 2 hits
+// unchecked in a row, and every phase of a pattern of every period from 2 to 128 checked within them, so
+// that callers taking turns (A at even hits, B at odd; or any cycle of callers) are all checked: at every
+// 64th hit B never was, and at a place moving by a fixed odd step half the phases of a period of 64 were not.
 static void check_windows(bool (*due)(uint32_t), uint32_t first, uint32_t window) {
-    std::vector<uint32_t> hits = scheduled(due, first + 1, first + 64 * window);
-    REQUIRE(hits.size() == 64);  // the windows from the one `first` (a power of two) starts
+    constexpr uint32_t kWindows = 1000;
+    std::vector<uint32_t> hits = scheduled(due, first + 1, first + kWindows * window);
+    REQUIRE(hits.size() == kWindows);  // the windows from the one `first` (a power of two) starts
     for (size_t i = 0; i < hits.size(); i++) {
         CHECK(hits[i] / window == first / window + i);
-        uint32_t before = i ? hits[i - 1] : first;
-        CHECK(hits[i] - before - 1 <= 2 * window - 2);
-        if (i) CHECK(hits[i] % 2 != hits[i - 1] % 2);
+        CHECK(hits[i] - (i ? hits[i - 1] : first) - 1 <= 2 * window - 2);
+    }
+    for (uint32_t period = 2; period <= 128; period++) {
+        std::vector<bool> phase_checked(period);
+        for (uint32_t n : hits) phase_checked[n % period] = true;
+        for (uint32_t phase = 0; phase < period; phase++) {
+            CAPTURE(period);
+            CAPTURE(phase);
+            CHECK(phase_checked[phase]);
+        }
     }
 }
 
@@ -120,7 +129,7 @@ TEST_CASE("a site keyed by its innermost Python frames gets a deep check in ever
     }
     // Powers of two up to 512 are the native checks (kCheck, which carry the deep check too); past 64,
     // one in each window of 32, none of them a power of two.
-    CHECK(deep == std::vector<int>{74, 111, 148, 185, 222, 227, 264, 301, 338, 375, 412, 417, 454, 491});
+    CHECK(deep == std::vector<int>{70, 112, 132, 185, 203, 227, 265, 312, 349, 370, 399, 434, 471, 505});
     // A site whose key covers every frame (no whole key stored) never gets one.
     c->store(78, 6);
     for (int n = 1; n <= 512; n++) CHECK(c->lookup(78, &id, &whole) != Verdict::kCheckDeep);
