@@ -144,19 +144,15 @@ uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth,
     return key ? key : 1;  // 0 marks an empty slot
 }
 
-// `key` extended with where this thread's stack stood (capture's own frame address: the same for
-// the same native path, within one thread, whose site cache this is). A mix of its own, so that it never
-// equals a key extended by native frames.
-uint64_t with_stack_depth(uint64_t key, uintptr_t stack_at) {
-    key = reuse::mix(reuse::mix(key, 0x5354u), stack_at);
-    return key ? key : 1;  // 0 marks an empty slot
-}
-
-// `key` (of the innermost Python frames) extended with where the Python stack stood under them: the
-// address of the first frame the key left out (py::site_key's `beyond`), which the frames further out
-// decide by their number and sizes. A mix of its own, as above.
-uint64_t with_python_anchor(uint64_t key, uintptr_t beyond) {
-    key = reuse::mix(reuse::mix(key, 0x414eu), beyond);
+// `key` extended with where a stack stood, under a tag of its own for each kind of place, so that such a
+// key never equals one extended by native frames or by the other kind of place:
+// - kCStackPlace: capture's own frame address (the same for the same native path, within one thread,
+//   whose site cache this is): an unstable site's;
+// - kPythonStackPlace: the address of the first Python frame a key of the innermost frames left out
+//   (py::site_key's `beyond`), which the frames further out decide by their number and sizes: a deep site's.
+enum PlaceTag : uint64_t { kCStackPlace = 0x5354u, kPythonStackPlace = 0x414eu };
+uint64_t with_place(uint64_t key, PlaceTag tag, uintptr_t place) {
+    key = reuse::mix(reuse::mix(key, tag), place);
     return key ? key : 1;  // 0 marks an empty slot
 }
 
@@ -270,7 +266,7 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     census::note(census::Kind::kPython, census::Outcome::kUnstable);
     uint64_t python_key = site.key;
     if (site.sites->extensions_help(python_key)) {
-        site.key = with_stack_depth(python_key, site.stack_at);
+        site.key = with_place(python_key, kCStackPlace, site.stack_at);
         site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
         if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_extension(python_key);
         if (site.verdict != reuse::SiteCache::Verdict::kUnstable) return census::Kind::kPythonDepth;
@@ -281,7 +277,7 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
     return census::Kind::kPythonExtended;
 }
 
-// A deep site's key extended by where its Python stack stands (with_python_anchor), looked up before any
+// A deep site's key extended by where its Python stack stands (with_place), looked up before any
 // frame further out is read. A site is deep when it is reached from two places beyond its innermost
 // frames, and most such places put the Python stack at different heights: a step called from a warm-up
 // loop and from the loop proper, a model's forward from a training and an evaluation loop. Then each
@@ -296,7 +292,7 @@ census::Kind look_up_anchored(SiteLookup &site, int skip, int depth, void *retur
                               census::Kind kind) {
     uint64_t short_key = site.key;
     if (!site.beyond || !site.sites->extensions_help(short_key)) return kind;
-    site.key = with_python_anchor(short_key, site.beyond);
+    site.key = with_place(short_key, kPythonStackPlace, site.beyond);
     kind = look_up(site, skip, depth, return_address, stored_whole);
     if (kind != census::Kind::kPython) return kind;  // its own extensions' misses were counted against it
     if (site.verdict == reuse::SiteCache::Verdict::kMiss) site.sites->missed_extension(short_key);

@@ -53,11 +53,17 @@ TEST_CASE("a check that finds another stack replaces the cached one; the third c
     delete c;
 }
 
+// kWays + 1 keys of the set `first` lies in, `first` the first of them.
+static std::vector<uint64_t> keys_of_one_set(uint64_t first) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = first; int(keys.size()) <= SiteCache::kWays; ++k)
+        if (SiteCache::set_index(k) == SiteCache::set_index(first)) keys.push_back(k);
+    return keys;
+}
+
 TEST_CASE("sites that share a set all stay cached up to its ways; then the least recently used one goes") {
     auto *c = new SiteCache();
-    std::vector<uint64_t> keys;  // kWays + 1 keys of one set
-    for (uint64_t k = 1; int(keys.size()) <= SiteCache::kWays; ++k)
-        if (SiteCache::set_index(k) == SiteCache::set_index(1)) keys.push_back(k);
+    std::vector<uint64_t> keys = keys_of_one_set(1);
     uint32_t id = 0;
     for (int i = 0; i < SiteCache::kWays; ++i) c->store(keys[i], 100 + i);
     for (int i = 0; i < SiteCache::kWays; ++i) {  // all of them stay: no two evict each other
@@ -169,9 +175,7 @@ TEST_CASE("a key may take another whole stack twice; a store keeps the count, an
 
 TEST_CASE("another key stored into a slot starts with none of the counts of the key it pushed out") {
     auto *c = new SiteCache();
-    std::vector<uint64_t> keys;  // kWays + 1 keys of one set
-    for (uint64_t k = 1000; int(keys.size()) <= SiteCache::kWays; ++k)
-        if (SiteCache::set_index(k) == SiteCache::set_index(1000)) keys.push_back(k);
+    std::vector<uint64_t> keys = keys_of_one_set(1000);
     c->store(keys[0], 1, 900);
     REQUIRE(c->may_change_whole(keys[0]));
     REQUIRE(c->may_change_whole(keys[0]));
