@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -16,6 +17,12 @@
 namespace gg::torch {
 
 namespace {
+
+uint64_t steady_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 // A batch's tables throw nothing but bad_alloc (no host memory: the block goes untracked, as on the
 // program's thread before); the applier must not die of it, nor let it end the process.
@@ -55,19 +62,27 @@ void PendingLog::apply_handed(bool on_applier) {
     }
 }
 
-// The applier's copies of a batch's lines, dropped once applied. Kept, each line of the buffer is
-// shared with the applier's core when the program's thread next writes it, four batches later, and
-// that store waits for the other core to let it go: a request for writing in advance (prefetchw)
-// did not bring such a line on the CPU machine's AMD cores, where the wait was 150 ns an event, most
-// of the append (BENCHMARKS.md, the seventh session). Flushed, the line is in memory alone and the
-// store's request is answered from there, ahead of time (prefetch_for_write then has it in time).
-// Coherent either way: a flush writes back what it drops, and the buffer is not written again until
-// applied_ says so. Only on the applier's own thread: on the program's, it would drop its own lines.
+// The applier's copies of a batch's lines, dropped once applied where that is cheap (FlushJudge).
+// Kept, each line of the buffer is shared with the applier's core when the program's thread next
+// writes it, four batches later, and that store waits for the other core to let it go: a request for
+// writing in advance (prefetchw) did not bring such a line on the CPU machine's AMD cores, where the
+// wait was 150 ns an event, most of the append (BENCHMARKS.md, the seventh session). Flushed, the
+// line is in memory alone and the store's request is answered from there, ahead of time
+// (prefetch_for_write then has it in time). Coherent either way: a flush writes back what it drops,
+// and the buffer is not written again until applied_ says so. Only on the applier's own thread: on
+// the program's, it would drop its own lines.
 void PendingLog::let_go(const BlockEvent *events, int n) {
 #if defined(__x86_64__)
-    // clflush, on every x86-64: a batch's 256 lines in under 1 us here, where clflushopt (unordered)
-    // took a fifth longer.
+    if (!flush_.flushing()) return;
+    // clflush, on every x86-64: a batch's 256 lines in under 1 us on AMD cores, where clflushopt
+    // (unordered) took a fifth longer.
+    bool timing = flush_.timing();
+    uint64_t start = timing ? steady_ns() : 0;
     for (int i = 0; i < n; i++) _mm_clflush(events + i);
+    if (timing) {
+        _mm_mfence();  // the flushes done, so that the time is theirs
+        flush_.timed(steady_ns() - start, n);
+    }
 #else
     (void)events, (void)n;
 #endif

@@ -46,6 +46,34 @@ struct alignas(64) BlockEvent {
 };
 static_assert(sizeof(BlockEvent) == 64, "an event is one cache line");
 
+// Whether the applier flushes a batch's lines once applied (PendingLog::let_go), judged by what the
+// first flushes cost. On the AMD cores of an earlier CPU machine a flush cost under 4 ns a line and
+// spared the program's next store a 150 ns wait. On Intel Xeon cores (this CPU machine's; the GPU
+// hosts are Intel too) each flush of a line the program wrote took about 185 ns, one after another:
+// 47 us a batch, longer than the batch's own work, and the program's stores did not need it there
+// (prefetchw brings the line; BENCHMARKS.md, the thirteenth session). The cheapest of the first
+// kTrials flushes decides, once: a flush slowed by a preemption does not turn flushing off.
+class FlushJudge {
+public:
+    static constexpr int kTrials = 8;
+    static constexpr uint64_t kCheapNsPerLine = 24;
+
+    bool flushing() const { return flushing_; }
+    bool timing() const { return flushing_ && timed_ < kTrials; }
+    // One flush of `lines` lines took `ns`, the flushes' completion included.
+    void timed(uint64_t ns, int lines) {
+        if (!timing() || lines <= 0) return;
+        uint64_t per_line = ns / (uint64_t)lines;
+        if (per_line < cheapest_) cheapest_ = per_line;
+        if (++timed_ == kTrials && cheapest_ > kCheapNsPerLine) flushing_ = false;
+    }
+
+private:
+    bool flushing_ = true;
+    int timed_ = 0;
+    uint64_t cheapest_ = UINT64_MAX;
+};
+
 class PendingLog {
 public:
     static constexpr int kBatch = 256;  // 16 KiB of events; a batch applies in a few tens of microseconds
@@ -117,7 +145,7 @@ private:
     // under apply_mu_: every batch handed off and not yet applied, oldest first; `on_applier`: on the
     // applier thread, which then lets go of the batch's lines (let_go, pending.cpp)
     void apply_handed(bool on_applier = false);
-    static void let_go(const BlockEvent *events, int n);
+    void let_go(const BlockEvent *events, int n);
     void apply_pending();    // under both: the batches handed off, then what is filling
     bool applier_started();  // under mu_
     static void *applier_main(void *log);
@@ -139,6 +167,7 @@ private:
     std::atomic<uint32_t> handed_{0};
     std::atomic<uint32_t> applied_{0};
     int counts_[kBuffers] = {};
+    FlushJudge flush_;  // the applier's own (let_go)
 
     BlockEvent events_[kBuffers][kBatch]{};
     static_assert((kBuffers & (kBuffers - 1)) == 0, "the batch counters wrap at 2^32: a power of two keeps the order");

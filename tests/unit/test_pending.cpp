@@ -198,3 +198,36 @@ TEST_CASE("pending log: events appended from two threads are applied once each, 
         }
     }
 }
+
+TEST_CASE("flush judge: the applier stops flushing when even the cheapest of the first flushes is dear") {
+    using gg::torch::FlushJudge;
+    SUBCASE("Intel Xeon's 185 ns a line: off after the trials, and never timed again") {
+        FlushJudge judge;
+        for (int i = 0; i < FlushJudge::kTrials - 1; i++) {
+            judge.timed(256 * 185, 256);
+            CHECK(judge.flushing());
+        }
+        judge.timed(256 * 185, 256);
+        CHECK_FALSE(judge.flushing());
+        CHECK_FALSE(judge.timing());
+    }
+    SUBCASE("AMD's 4 ns a line: kept, and the judgement is over") {
+        FlushJudge judge;
+        for (int i = 0; i < FlushJudge::kTrials; i++) judge.timed(256 * 4, 256);
+        CHECK(judge.flushing());
+        CHECK_FALSE(judge.timing());
+        judge.timed(256 * 1000, 256);  // later flushes are not timed: one slow batch changes nothing
+        CHECK(judge.flushing());
+    }
+    SUBCASE("one cheap flush among preempted ones: kept") {
+        FlushJudge judge;
+        for (int i = 0; i < FlushJudge::kTrials; i++) judge.timed(i == 3 ? 256 * 4 : 256 * 5000, 256);
+        CHECK(judge.flushing());
+    }
+    SUBCASE("a flush of no lines is not a trial") {
+        FlushJudge judge;
+        for (int i = 0; i < 2 * FlushJudge::kTrials; i++) judge.timed(1000, 0);
+        CHECK(judge.timing());
+        CHECK(judge.flushing());
+    }
+}
