@@ -82,6 +82,9 @@ void PendingLog::let_go(const BlockEvent *events, int n) {
     if (timing) {
         _mm_mfence();  // the flushes done, so that the time is theirs
         flush_.timed(steady_ns() - start, n);
+        if (!flush_.timing())
+            log_debug("tensor view: the applier's flushes cost at least %llu ns a line: %s",
+                      (unsigned long long)flush_.cheapest_ns_per_line(), flush_.flushing() ? "kept" : "stopped");
     }
 #else
     (void)events, (void)n;

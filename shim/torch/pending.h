@@ -60,6 +60,7 @@ public:
 
     bool flushing() const { return flushing_; }
     bool timing() const { return flushing_ && timed_ < kTrials; }
+    uint64_t cheapest_ns_per_line() const { return cheapest_; }
     // One flush of `lines` lines took `ns`, the flushes' completion included.
     void timed(uint64_t ns, int lines) {
         if (!timing() || lines <= 0) return;
