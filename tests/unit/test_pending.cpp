@@ -155,16 +155,16 @@ TEST_CASE("pending log: when every buffer waits on a held log thread, the append
     const int kB = PendingLog::kBatch;
     hold_first_batch(log);
     // The gate opens a little later, from another thread. Until then the log's thread holds the
-    // first batch; two more are handed behind it, and the append that would hand off a fourth finds
-    // no free buffer: it waits until the three handed are applied (by the log's thread, or by itself),
-    // rather than overwrite one.
+    // first batch; the rest but one are handed behind it, and the append that would hand off the
+    // last finds no free buffer: it waits until those handed are applied (by the log's thread, or by
+    // itself), rather than overwrite one.
     std::thread opener([] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         g_gate_closed = false;
     });
     uint64_t appended = kB + 1;
     for (; appended < uint64_t(PendingLog::kBuffers * kB); appended++) log.append(event_at(appended));
-    CHECK(g_applied.count() == 0);  // three batches handed, none applied: appending never waited
+    CHECK(g_applied.count() == 0);  // every buffer but one handed, none applied: appending never waited
     log.append(event_at(appended++));
     CHECK(g_applied.count() >= size_t((PendingLog::kBuffers - 1) * kB));
     opener.join();
