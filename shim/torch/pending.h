@@ -11,7 +11,8 @@
 // Why a thread: applied on the program's thread, a batch still cost 45 to 70 us on the GPU machine,
 // about a quarter of a block event's time, paid by whichever thread filled the log, inside c10's
 // allocator mutex. The applier thread takes full batches off the program's hands (the log has 16
-// buffers: one filling, up to 15 handed off) and sleeps in between. The program's thread waits on it
+// buffers: one filling, up to 15 handed off) and sleeps in between, woken when half of them wait
+// (a wake-up costs the program a system call). The program's thread waits on it
 // only when 15 batches wait (a descheduled applier on a machine with every core busy): it then
 // applies them itself, in order. Why 16 (256 KiB), not the four of before: a sleeping applier's
 // wake-up took longer than the program needs to fill three batches when blocks come back to back
@@ -80,8 +81,9 @@ private:
 
 class PendingLog {
 public:
-    static constexpr int kBatch = 256;   // 16 KiB of events; a batch applies in a few tens of microseconds
-    static constexpr int kBuffers = 16;  // one filling, up to 15 handed off and waiting for the applier
+    static constexpr int kBatch = 256;            // 16 KiB of events; a batch applies in a few tens of microseconds
+    static constexpr int kBuffers = 16;           // one filling, up to 15 handed off and waiting for the applier
+    static constexpr int kWakeAt = kBuffers / 2;  // batches waiting when a sleeping applier is woken
     using Apply = void (*)(const BlockEvent *events, int n);
 
     // `background`: full batches go to the applier thread (started at the first); otherwise they are
@@ -162,7 +164,8 @@ private:
     int n_ = 0;            // events in the filling buffer, filled() = events_[filled_ % kBuffers]
     uint32_t filled_ = 0;  // batches handed off so far
     std::atomic<uint32_t> applier_{kNotStarted};
-    pid_t applier_pid_ = 0;  // the process that started it (fork: a child has none)
+    pid_t applier_pid_ = 0;    // the process that started it (fork: a child has none)
+    bool wake_first_ = false;  // the applier just started: its first batch wakes it, however few wait
 
     // The hand-off: handed_ counts the batches handed off (a release after the batch's count is
     // written; the word the applier sleeps on), applied_ those applied, both only ever growing;

@@ -231,3 +231,22 @@ TEST_CASE("flush judge: the applier stops flushing when even the cheapest of the
         CHECK(judge.flushing());
     }
 }
+
+TEST_CASE("pending log: a sleeping log thread is woken when half the buffers wait, not at every batch") {
+    g_applied.clear();
+    static PendingLog log(record, /*background=*/true);
+    const uint64_t kB = PendingLog::kBatch;
+    // The first batch wakes the thread that it starts; the thread then sleeps.
+    uint64_t appended = 0;
+    for (; appended <= kB; appended++) log.append(event_at(appended));
+    REQUIRE(wait_applied(kB));
+    // Fewer batches than kWakeAt handed behind it: they wait, and nobody pays for a wake-up.
+    for (; appended <= kB * PendingLog::kWakeAt; appended++) log.append(event_at(appended));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(g_applied.count() == size_t(kB));
+    // The batch that makes kWakeAt wait wakes it, and it takes them all.
+    for (; appended <= kB * (PendingLog::kWakeAt + 1); appended++) log.append(event_at(appended));
+    REQUIRE(wait_applied(kB * (PendingLog::kWakeAt + 1)));
+    log.settle();
+    check_in_order(appended);
+}
