@@ -40,23 +40,31 @@ void PendingLog::hand_off() {
         apply_pending();
         return;
     }
-    // Every other buffer handed off and not yet applied (the applier is descheduled, or was not yet
-    // woken): this thread applies them, oldest first, and a buffer is free again.
-    if (filled_ - applied_.load(std::memory_order_acquire) == kBuffers - 1) {
+    // Handed off before this batch and not yet applied. Exact while the applier sleeps (applied_ moves
+    // only while it is awake), and never more than the truth.
+    uint32_t waiting = filled_ - applied_.load(std::memory_order_acquire);
+    // Every other buffer waits (the applier is descheduled, or was not yet woken): this thread applies
+    // them, oldest first, and a buffer is free again.
+    if (waiting == kBuffers - 1) {
         std::lock_guard<FutexLock> applying(apply_mu_);
         apply_handed();
+        waiting = 0;
     }
     counts_[filled_ % kBuffers] = n_;
     filled_++;
     n_ = 0;
     handed_.store(filled_, std::memory_order_release);
-    // A sleeping applier is woken once half the buffers wait, not at every batch: a wake-up is a
-    // system call on this thread, and where the applier's core sleeps, an interrupt to it, about
-    // 10 us on the CPU machine's virtual cores (45 ns an event of a batch; BENCHMARKS.md, the
-    // thirteenth session). An applier that is awake takes every batch handed meanwhile anyway, and
-    // the batches that wait are applied by whoever reads the tables first (settle).
-    if (wake_first_ || filled_ - applied_.load(std::memory_order_acquire) >= kWakeAt) {
+    // A sleeping applier is woken when kWakeAt batches wait, not at every batch: a wake-up is a system
+    // call on this thread, and where the applier's core sleeps, an interrupt to it, about 10 us on the
+    // CPU machine's virtual cores (45 ns an event of a batch; BENCHMARKS.md, the thirteenth session).
+    // An applier sleeps only once it has applied every batch handed, so the batches waiting then grow
+    // one a hand-off and reach kWakeAt exactly; an applier that is awake takes each batch handed
+    // meanwhile without being woken, so the count passing kWakeAt again wakes nobody (one call at most,
+    // when it drops below and comes back). The batches that wait are applied by whoever reads the
+    // tables first (settle).
+    if (wake_first_ || waiting + 1 == kWakeAt) {
         wake_first_ = false;
+        wakes_++;
         futex_wake(handed_, 1);
     }
 }
@@ -72,7 +80,7 @@ void PendingLog::apply_handed(bool on_applier) {
 
 // The applier's copies of a batch's lines, dropped once applied where that is cheap (FlushJudge).
 // Kept, each line of the buffer is shared with the applier's core when the program's thread next
-// writes it, four batches later, and that store waits for the other core to let it go: a request for
+// writes it, kBuffers batches later, and that store waits for the other core to let it go: a request for
 // writing in advance (prefetchw) did not bring such a line on the CPU machine's AMD cores, where the
 // wait was 150 ns an event, most of the append (BENCHMARKS.md, the seventh session). Flushed, the
 // line is in memory alone and the store's request is answered from there, ahead of time
@@ -85,11 +93,14 @@ void PendingLog::let_go(const BlockEvent *events, int n) {
     // clflush, on every x86-64: a batch's 256 lines in under 1 us on AMD cores, where clflushopt
     // (unordered) took a fifth longer.
     bool timing = flush_.timing();
-    uint64_t start = timing ? steady_ns() : 0;
+    // The clock read twice before the flushes: the second read's cost is taken off theirs (a few ns
+    // from the vDSO, microseconds where the clock source needs a system call).
+    uint64_t before = timing ? steady_ns() : 0, start = timing ? steady_ns() : 0;
     for (int i = 0; i < n; i++) _mm_clflush(events + i);
     if (timing) {
         _mm_mfence();  // the flushes done, so that the time is theirs
-        flush_.timed(steady_ns() - start, n);
+        uint64_t took = steady_ns() - start, reading = start - before;
+        flush_.timed(took > reading ? took - reading : 0, n);
         if (!flush_.timing())
             log_debug("tensor view: the applier's flushes cost at least %llu ns a line: %s",
                       (unsigned long long)flush_.cheapest_ns_per_line(), flush_.flushing() ? "kept" : "stopped");
@@ -158,7 +169,8 @@ void PendingLog::clear_after_fork() {
     // Threads do not cross fork: a child starts an applier of its own at its first full batch (a
     // failure to start stays a failure). In the process that started it (the unit tests clear the
     // view between cases), the applier it has keeps going. A child whose pid reads as its parent's
-    // (another PID namespace) keeps none and applies each batch itself at the next hand-off.
+    // (another PID namespace) is taken for the parent: it has no applier, and applies the batches
+    // itself each time every buffer waits, or at a settle.
     if (applier_.load(std::memory_order_relaxed) == kRunning && applier_pid_ != getpid())
         applier_.store(kNotStarted, std::memory_order_relaxed);
 }

@@ -56,7 +56,9 @@ static_assert(sizeof(BlockEvent) == 64, "an event is one cache line");
 // hosts are Intel too) each flush of a line the program wrote took about 185 ns, one after another:
 // 47 us a batch, longer than the batch's own work, and the program's stores did not need it there
 // (prefetchw brings the line; BENCHMARKS.md, the thirteenth session). The cheapest of the first
-// kTrials flushes decides, once: a flush slowed by a preemption does not turn flushing off.
+// kTrials flushes decides, once: a flush slowed by a preemption does not turn flushing off. It times
+// only what a flush costs, not what it saves the program (the seventh session measured that on AMD),
+// so in effect it tells the two kinds of core apart by their flushes.
 class FlushJudge {
 public:
     static constexpr int kTrials = 8;
@@ -98,8 +100,8 @@ public:
         *slot = e;
         // The next slot's line, asked for now for writing, is this core's when the next event comes,
         // and c10's unlock after this call does not wait for it (BENCHMARKS.md, the fifth session).
-        // The applier flushed it after reading it (let_go): a line still shared with the applier's
-        // core was not brought this way on AMD cores (the seventh session).
+        // On AMD cores, where a line still shared with the applier's core was not brought this way
+        // (the seventh session), the applier flushed it after reading it (let_go, FlushJudge).
         prefetch_for_write(n_ < kBatch ? slot + 1 : events_[(filled_ + 1) % kBuffers]);
     }
 
@@ -119,8 +121,9 @@ public:
         f();
     }
 
-    // Whether the applier thread runs (tests).
+    // Whether the applier thread runs, and how often it was woken (tests; wakes() on the appending thread).
     bool applier_running() const { return applier_.load(std::memory_order_relaxed) == kRunning; }
+    uint32_t wakes() const { return wakes_; }
 
     // fork(): taken before, released on both sides; the child drops its parent's events
     // (clear_after_fork, also the unit tests' way to start afresh), and starts an applier of its own at
@@ -166,6 +169,7 @@ private:
     std::atomic<uint32_t> applier_{kNotStarted};
     pid_t applier_pid_ = 0;    // the process that started it (fork: a child has none)
     bool wake_first_ = false;  // the applier just started: its first batch wakes it, however few wait
+    uint32_t wakes_ = 0;       // futex wakes made
 
     // The hand-off: handed_ counts the batches handed off (a release after the batch's count is
     // written; the word the applier sleeps on), applied_ those applied, both only ever growing;
@@ -174,7 +178,7 @@ private:
     std::atomic<uint32_t> handed_{0};
     std::atomic<uint32_t> applied_{0};
     int counts_[kBuffers] = {};
-    FlushJudge flush_;  // the applier's own (let_go)
+    alignas(64) FlushJudge flush_;  // the applier's own (let_go), apart from the lines above
 
     BlockEvent events_[kBuffers][kBatch]{};
     static_assert((kBuffers & (kBuffers - 1)) == 0, "the batch counters wrap at 2^32: a power of two keeps the order");

@@ -232,21 +232,25 @@ TEST_CASE("flush judge: the applier stops flushing when even the cheapest of the
     }
 }
 
-TEST_CASE("pending log: a sleeping log thread is woken when half the buffers wait, not at every batch") {
-    g_applied.clear();
+TEST_CASE("pending log: the log's thread is woken when half the buffers wait, not at every batch") {
     static PendingLog log(record, /*background=*/true);
     const uint64_t kB = PendingLog::kBatch;
-    // The first batch wakes the thread that it starts; the thread then sleeps.
-    uint64_t appended = 0;
-    for (; appended <= kB; appended++) log.append(event_at(appended));
-    REQUIRE(wait_applied(kB));
-    // Fewer batches than kWakeAt handed behind it: they wait, and nobody pays for a wake-up.
-    for (; appended <= kB * PendingLog::kWakeAt; appended++) log.append(event_at(appended));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    CHECK(g_applied.count() == size_t(kB));
-    // The batch that makes kWakeAt wait wakes it, and it takes them all.
+    // The first batch wakes the thread it starts, which is then held inside it: nothing is applied
+    // meanwhile, so the batches waiting are exactly those handed behind it.
+    hold_first_batch(log);
+    CHECK(log.wakes() == 1);
+    uint64_t appended = kB + 1;
+    // Batches handed behind it until kWakeAt - 1 wait (batch k is handed at the append after it fills,
+    // event (k + 1) * kB): no wake-up, no system call.
+    for (; appended < kB * PendingLog::kWakeAt; appended++) log.append(event_at(appended));
+    CHECK(log.wakes() == 1);
+    // The batch that makes kWakeAt wait wakes it; the next ones do not wake it again.
+    log.append(event_at(appended++));
+    CHECK(log.wakes() == 2);
     for (; appended <= kB * (PendingLog::kWakeAt + 1); appended++) log.append(event_at(appended));
-    REQUIRE(wait_applied(kB * (PendingLog::kWakeAt + 1)));
+    CHECK(log.wakes() == 2);
+    g_gate_closed = false;
+    REQUIRE(wait_applied(kB * (PendingLog::kWakeAt + 1)));  // the thread, let go, takes them all
     log.settle();
     check_in_order(appended);
 }
