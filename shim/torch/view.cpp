@@ -46,9 +46,9 @@ struct DeviceTotals {
     std::atomic<bool> seen{false};
 };
 // What apply() writes at every event, on cache lines of its own (aligned, and a whole number of
-// lines long). Beside other globals, it took their line to the applier's core at every event: the
-// program's next read of g_active, at every block and every driver allocation, then waited for it,
-// 70 ns on the CPU machine's Intel cores (BENCHMARKS.md, the thirteenth session).
+// lines long). Beside other globals, it took their line to the applier's core at every event, and
+// the program's next read of g_active, at every block and every driver allocation, missed on it. (The
+// CPU machine's block rows did not move beyond their spread: BENCHMARKS.md, the thirteenth session.)
 struct alignas(64) AppliedTotals {
     DeviceTotals devices[kMaxOrdinals];
     std::atomic<uint64_t> sum_allocated{0}, sum_reserved{0};
