@@ -4,7 +4,8 @@
 
 #include <atomic>
 #include <cstdio>
-#include <ctime>
+
+#include "shim/base/clock.h"
 
 namespace gg::profile {
 namespace {
@@ -95,11 +96,7 @@ __attribute__((destructor)) void print_profile() {
 
 }  // namespace
 
-uint64_t now() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t now() { return steady_ns(); }
 
 void add(Step step, uint64_t ns) {
     Histogram &h = g_hist[step];

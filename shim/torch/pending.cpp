@@ -6,23 +6,17 @@
 
 #include <csignal>
 #include <cstring>
-#include <ctime>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "common/base/log.h"
+#include "shim/base/clock.h"
 #include "shim/base/futex.h"
 
 namespace gg::torch {
 
 namespace {
-
-uint64_t steady_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 // A batch's tables throw nothing but bad_alloc (no host memory: the block goes untracked, as on the
 // program's thread before); the applier must not die of it, nor let it end the process.

@@ -11,14 +11,14 @@
 // Why a thread: applied on the program's thread, a batch still cost 45 to 70 us on the GPU machine,
 // about a quarter of a block event's time, paid by whichever thread filled the log, inside c10's
 // allocator mutex. The applier thread takes full batches off the program's hands (the log has 16
-// buffers: one filling, up to 15 handed off) and sleeps in between, woken when half of them wait
-// (a wake-up costs the program a system call). The program's thread waits on it
-// only when 15 batches wait (a descheduled applier on a machine with every core busy): it then
-// applies them itself, in order. Why 16 (256 KiB), not the four of before: a sleeping applier's
-// wake-up took longer than the program needs to fill three batches when blocks come back to back
-// (on the CPU machine's virtual cores, 3 x 256 events at about 50 ns each), and the program then
-// waited for it and applied the batches itself (BENCHMARKS.md, the thirteenth session). Where the thread cannot start
-// (no memory, a limit on threads), batches are applied as before, on the thread that fills the log.
+// buffers: one filling, up to 15 handed off) and sleeps in between, woken when half of them wait (a
+// wake-up costs the program a system call). The program's thread waits on it only when 15 batches
+// wait (a descheduled applier on a machine with every core busy): it then applies them itself, in
+// order. Why 16 (256 KiB), not the four of before: a sleeping applier's wake-up took longer than the
+// program needs to fill three batches when blocks come back to back (on the CPU machine's virtual
+// cores, 3 x 256 events at about 50 ns each), and the program then waited for it and applied the
+// batches itself (BENCHMARKS.md, the thirteenth session). Where the thread cannot start (no memory, a
+// limit on threads), batches are applied as before, on the thread that fills the log.
 //
 // Ordered: appends take one lock, and batches are applied one at a time in the order they filled,
 // so the events are applied in the order c10 reported them (a block made on the forward thread and
