@@ -3,6 +3,7 @@
 // printer: 100 allocations whose hook takes 3,000 ns, 2,000 of them in the driver; 100 frees of
 // 1,500 ns, 1,000 in the driver; and a nested step, which the benchmark must not add again.
 #define GG_PROFILE
+#include "shim/base/clock.cpp"  // the timers' clock (steady_ns)
 #include "shim/base/profile.cpp"
 
 int main() {
