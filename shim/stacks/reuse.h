@@ -46,6 +46,7 @@
 
 #include "common/base/hash_mix.h"
 #include "shim/base/thread_counters.h"
+#include "shim/stacks/check_window.h"
 
 namespace gg::stacks::reuse {
 
@@ -100,22 +101,8 @@ public:
     // more than 62 unchecked in a row; a whole Python key costs a walk of every frame, a few hundred ns,
     // against a native check's unwind).
     static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : once_a_window(n, 32); }
-    // One hit in each window of `window` hits (a power of two), at a place drawn from the window's number
-    // (the top bits of MurmurHash3's 32-bit finaliser of it). At a fixed place (every 64th hit), callers
-    // that take turns in a pattern whose period divides it (A and B alternating, A's hits even) kept one
-    // of them from every check, and its allocations took the other's stack for good; a place moving by a
-    // fixed step, or by a multiplicative hash's top bits, still kept some phases of some periods from
-    // every check. Drawn so, every phase of every period up to 128 is checked within 1,000 windows
-    // (tests/unit/test_stacks_reuse.cpp), as a random place would be.
-    static bool once_a_window(uint32_t n, uint32_t window) {
-        uint32_t h = n / window;
-        h ^= h >> 16;
-        h *= 0x85EBCA6Bu;
-        h ^= h >> 13;
-        h *= 0xC2B2AE35u;
-        h ^= h >> 16;
-        return n % window == h >> (32 - __builtin_ctz(window));
-    }
+    // One hit in each window of `window` hits (a power of two), at a place that moves (check_window.h).
+    static bool once_a_window(uint32_t n, uint32_t window) { return stacks::once_a_window(n, window); }
     // The set a key lies in.
     static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 
