@@ -169,6 +169,7 @@ constexpr const char context_cost[] = "context_cost";
 constexpr const char self_view[] = "self_view";
 // The tensor view switched at run time (issue 28): tensor_view.coverage.
 constexpr const char recalled[] = "recalled";  // capture.walker: short walks answered by the walk memo
+constexpr const char trusted[] = "trusted";    // capture.walker: of those, answered by the tag, the words not compared
 constexpr const char coverage[] = "coverage";
 constexpr const char complete[] = "complete";
 constexpr const char unlisted_bytes[] = "unlisted_bytes";

@@ -158,11 +158,12 @@ uint64_t with_place(uint64_t key, PlaceTag tag, uintptr_t place) {
 
 // A site without Python frames (PyTorch's autograd threads, C++ programs): its native stack, walked
 // by the caching walker, is recalled from the stack words the walk read before (shim/stacks/walk_memo.h),
-// and the stack id attached to that walk is the answer. Exact: the memo answers only when every word
-// the walk would read is the same, so no check is ever due, and nothing is interned again. Before the
-// memo these sites were keyed by their innermost return addresses, which the autograd thread's
-// backward functions share: such a site's stack changed under its key, it was marked unstable and
-// unwound at every allocation (BENCHMARKS.md).
+// and the stack id attached to that walk is the answer; nothing is interned again. The memo answers
+// when every word the walk would read is the same, or, once it trusts the walk, when the words at its
+// start's forks are, checked in full one recall in 32 (walk_memo.h: a site keyed by its depth and
+// the words where its paths part). Before the memo these sites were keyed by their innermost return
+// addresses, which the autograd thread's backward functions share: such a site's stack changed under
+// its key, it was marked unstable and unwound at every allocation (BENCHMARKS.md).
 // The walk is tagged under a salt of the frames skipped (the id depends on them too). The walker says
 // whether it went to the thread's outermost frame (unwind::last_walk: not cut short, and not
 // stopped at code without unwind information): a whole C stack without Python frames, which says the
@@ -526,7 +527,7 @@ ReuseCounts reuse_counts() {
 
 WalkerCounts walker_counts() {
     cfi::Counts c = cfi::counts();
-    return {c.walks, c.rule_misses, c.fallbacks, c.recalled};
+    return {c.walks, c.rule_misses, c.fallbacks, c.recalled, c.trusted};
 }
 
 const char *unwinder() { return unwind::name(); }

@@ -54,9 +54,14 @@ std::string where(uint32_t stack) {
 std::atomic<uint64_t> g_memo[int(Memo::kCount)];
 
 void print_memo() {
-    const char *names[] = {
-        "recalled",        "words differ", "no walk kept", "evicted (same start)", "evicted (other start)",
-        "compared in full"};
+    const char *names[] = {"recalled",
+                           "words differ",
+                           "no walk kept",
+                           "evicted (same start)",
+                           "evicted (other start)",
+                           "compared in full",
+                           "trusted",
+                           "trusted, words differed (GG_TRUST_AUDIT)"};
     static_assert(sizeof names / sizeof *names == int(Memo::kCount));
     fprintf(stderr, "gpuguard: census walk memo:");
     for (int i = 0; i < int(Memo::kCount); i++)

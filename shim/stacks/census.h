@@ -14,8 +14,19 @@ enum class Outcome { kMiss, kReuse, kCheck, kUnstable };
 // The walk memo's answers (shim/stacks/walk_memo.h): recalled; not recalled though a walk from the same
 // start was kept (its words differed); not recalled, none kept from that start; and, on keeping a
 // walk, whether it pushed out another (from the same start, or from another start of its set); and each
-// kept walk a recall compared word by word (more than the recalls: sets holding several walks of a start).
-enum class Memo { kRecalled, kWordsDiffer, kNoStart, kEvictedSameStart, kEvictedOtherStart, kComparedInFull, kCount };
+// kept walk a recall compared word by word (more than the recalls: sets holding several walks of a start);
+// and the recalls trusted (answered by the tag without comparing: among the recalled).
+enum class Memo {
+    kRecalled,
+    kWordsDiffer,
+    kNoStart,
+    kEvictedSameStart,
+    kEvictedOtherStart,
+    kComparedInFull,
+    kTrusted,
+    kTrustedWrong,  // counted by a build with GG_TRUST_AUDIT only: trusted, and its words differed
+    kCount
+};
 
 #ifdef GG_PROFILE
 void note(Kind kind, Outcome outcome);

@@ -62,7 +62,7 @@ struct LoaderCounts {
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
     RuleTable<Rule> rules;                    // 192 KiB (shim/stacks/cfi_rule_table.h)
-    WalkMemo memo;                            // 674 KiB (shim/stacks/walk_memo.h)
+    WalkMemo memo;                            // 678 KiB (shim/stacks/walk_memo.h)
     uint32_t generation = 0;                  // raised whenever rules are forgotten: memos go with them
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;
@@ -72,7 +72,7 @@ struct ThreadTable {
 
 PerThread<ThreadTable> g_tables;
 // Per thread (shim/base/thread_counters.h): walks and recalls are counted at every capture.
-enum Counter { kWalks, kRuleMisses, kFallbacks, kRecalled, kCounters };
+enum Counter { kWalks, kRuleMisses, kFallbacks, kRecalled, kTrusted, kCounters };
 ThreadCounters<kCounters> g_counts;
 
 // ---- Reading .eh_frame: bounded little-endian reads; a read past the entry's end sets `bad`.
@@ -587,6 +587,10 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, i
     if (n >= 0) {
         g_counts.add(kRecalled);
         census::memo(census::Memo::kRecalled);
+        if (t->memo.trusted()) {
+            g_counts.add(kTrusted);
+            census::memo(census::Memo::kTrusted);
+        }
         return n;
     }
     census::memo(t->memo.missed_with_start() ? census::Memo::kWordsDiffer : census::Memo::kNoStart);
@@ -664,7 +668,8 @@ void tag_last_walk(uint32_t value, uint16_t salt) {
 }
 
 Counts counts() {
-    return {g_counts.total(kWalks), g_counts.total(kRuleMisses), g_counts.total(kFallbacks), g_counts.total(kRecalled)};
+    return {g_counts.total(kWalks), g_counts.total(kRuleMisses), g_counts.total(kFallbacks), g_counts.total(kRecalled),
+            g_counts.total(kTrusted)};
 }
 
 }  // namespace gg::stacks::cfi

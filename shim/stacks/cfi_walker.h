@@ -46,7 +46,9 @@ int walk(void **ips, int max, StopFn stop, int tag_only = -1);
 // This thread's last walk, if it was recalled from the memo or remembered in it: the value a caller
 // attached to it (the capture's stack id: shim/stacks/capture.cpp) with the same salt, 0 otherwise,
 // and whether it went to the thread's outermost frame. A recalled walk's value stands for the same
-// walk: the memo answers only for the same stack words (shim/stacks/walk_memo.h).
+// walk: the memo answers only for the same stack words, or, for a walk it trusts and a caller that
+// asked for the tag alone, for the same words at the start's forks, checked now and then
+// (shim/stacks/walk_memo.h).
 struct LastWalk {
     uint32_t tag = 0;
     bool whole = false;
@@ -72,6 +74,7 @@ struct Counts {
     uint64_t rule_misses;  // rules worked out from .eh_frame (the rest came from the table)
     uint64_t fallbacks;    // walks that met a rule they do not implement: the stack went to the fallback
     uint64_t recalled;     // short walks answered from the memo of the words they read (walk_memo.h)
+    uint64_t trusted;      // of those, answered by their tag without comparing the words (walk_memo.h)
 };
 Counts counts();
 

@@ -30,6 +30,7 @@ ReuseCounts reuse_counts();
 // answered from the stack words they read before (shim/stacks/walk_memo.h).
 struct WalkerCounts {
     uint64_t walks, rules_learned, fallbacks, recalled;  // recalled: short walks answered by the walk memo
+    uint64_t trusted;  // recalled walks answered by their tag without comparing the words (walk_memo.h)
 };
 WalkerCounts walker_counts();
 // Loads the unwinder and looks for Python once, after configure(), outside any lock or C++ static

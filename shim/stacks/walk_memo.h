@@ -25,12 +25,25 @@
 // each path has its set. (With one fork, the walks of every operator through at::empty shared one set
 // and pushed each other out: an H100 census counted 3,166 walks anew in 40 llama steps, BENCHMARKS.md.)
 // The choice of set only says where to look: a walk is still recalled only when every word matches.
+//
+// Trusted recalls: even so, a recall waits on the words it compares (on the GPU machine, half of an
+// autograd allocation's stack: BENCHMARKS.md), and a thread without Python frames asks for nothing but
+// the walk's tag (its stack id). A walk recalled kComparedHits times with every word compared is
+// trusted: a recall that wants only its tag, where it is the one walk of its start in the set its
+// words at the forks choose, gives the tag without comparing, except at one hit in each window of
+// kCheckWindow (shim/stacks/check_window.h), compared as before. This is the site cache's bargain
+// (shim/stacks/reuse.h), keyed by the start and the fork words: a new path at a trusted walk's start
+// that agrees with it at every known fork takes its stack until a check lands on one of its own
+// allocations; that check walks it anew, teaches the start a fork, and both walks are compared again
+// until trusted. The set's heads (start, tag, hits) lie apart from the walks' words, on two cache
+// lines a set, so a trusted recall reads those and the fork words only.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "shim/base/profile.h"
 #include "shim/stacks/census.h"
+#include "shim/stacks/check_window.h"
 
 namespace gg::stacks::cfi {
 
@@ -41,12 +54,18 @@ public:
     // address (Ubuntu 24.04's and Fedora's packages, programs built for profilers). At 72, a stack of
     // such frames was never kept and was walked anew at every allocation.
     static constexpr int kMaxLoads = 128;
-    static constexpr int kSets = 128;  // 512 walks of 1,336 bytes: 668 KiB (674 with the forks) a thread that walks
+    static constexpr int kSets =
+        128;  // 512 walks of 32 + 1,312 bytes: 672 KiB (678 with the forks) a thread that walks
     static_assert(kMaxLoads % 64 == 0 && kMaxLoads <= 255, "loads: bits of is_return_address, a uint8_t count");
     static constexpr int kWays = 4;
     static constexpr int kForks = 256;    // starts whose forks are known (6 KiB)
     static constexpr int kForkWays = 4;   // in sets of 4: two busy starts of one slot took it from each other
     static constexpr int kForkWords = 4;  // forks a start learns at most
+    // Trusted recalls (see the header): a walk's first kComparedHits recalls compare every word, and
+    // one in each window of kCheckWindow after them.
+    static constexpr uint32_t kComparedHits = 64;
+    static constexpr uint32_t kCheckWindow = 32;
+    static bool compares(uint32_t hit) { return hit <= kComparedHits || once_a_window(hit, kCheckWindow); }
 
     // What a walk read, recorded as it goes (a walk that reads more than kMaxLoads words is not kept).
     struct Recording {
@@ -92,6 +111,8 @@ public:
     // For the profiling build's census: whether the last recall that failed had a walk from the same
     // start, and whether the last walk kept pushed one out (and from the same start).
     bool missed_with_start() const { return missed_with_start_; }
+    // Whether the last recall was trusted (answered without comparing the words).
+    bool trusted() const { return trusted_; }
     // How many forks the start has learned (tests).
     int forks(const Start &s) {
         const Fork *f = find_fork(hash_of(s));
@@ -107,38 +128,51 @@ public:
     int recall(const Start &s, uint32_t generation, void **ips, Load load, int tag_only = -1) {
         GG_PROFILE_STEP(kMemoRecall);
         last_ = nullptr;
+        trusted_ = false;
         if (generation != generation_) return forget(generation), -1;
-        Entry *set;
+        Set set;
         {
             GG_PROFILE_STEP(kMemoSet);
             set = set_of(s, load);
         }
         missed_with_start_ = false;
-        Entry *found = nullptr;
-        {
-            GG_PROFILE_STEP(kMemoCompare);
-            for (int w = 0; w < kWays && !found; w++) {
-                Entry &e = set[w];
-                if (!same_start(e, s)) continue;
-                missed_with_start_ = true;
-                if (e.read_fp && e.fp != s.fp) continue;
-                census::memo(census::Memo::kComparedInFull);
-                if (same_words(e, s.sp, load)) found = &e;
+        if (tag_only >= 0 && !s.stop) {
+            Head *h = trusted_way(set, s, tag_only);
+            if (h) {
+                h->used = ++clock_;
+                last_ = &h->tag;
+                trusted_ = true;
+#ifdef GG_TRUST_AUDIT  // a profiling build's audit of the bargain (BENCHMARKS.md): how often trust answered wrong
+                if (!same_words(bodies_[h - heads_], h->loads, s.sp, load)) census::memo(census::Memo::kTrustedWrong);
+#endif
+                return 0;
             }
         }
-        if (Entry *hit = found) {
-            Entry &e = *hit;
-            e.used = ++clock_;
-            last_ = &e.tag;
-            if (e.tag.value && e.tag.salt == tag_only) return 0;
-            GG_PROFILE_STEP(kMemoCopy);
-            int n = 0;
-            for (int i = 0; i < e.loads; i++)  // a zero return address ended the walk without being one of its
-                if ((e.is_return_address[i / 64] >> (i % 64) & 1) && e.word[i])
-                    ips[n++] = reinterpret_cast<void *>(e.word[i]);
-            return n;
+        int found = -1;
+        {
+            GG_PROFILE_STEP(kMemoCompare);
+            for (int w = 0; w < kWays && found < 0; w++) {
+                int i = set.first + w;
+                if (!same_start(i, s)) continue;
+                missed_with_start_ = true;
+                if (heads_[i].read_fp() && bodies_[i].fp != s.fp) continue;
+                census::memo(census::Memo::kComparedInFull);
+                if (same_words(bodies_[i], heads_[i].loads, s.sp, load)) found = i;
+            }
         }
-        return -1;
+        if (found < 0) return -1;
+        Head &h = heads_[found];
+        const Body &b = bodies_[found];
+        h.used = ++clock_;
+        h.hits++;
+        last_ = &h.tag;
+        if (h.tag.value && h.tag.salt == tag_only) return 0;
+        GG_PROFILE_STEP(kMemoCopy);
+        int n = 0;
+        for (int i = 0; i < h.loads; i++)  // a zero return address ended the walk without being one of its
+            if ((b.is_return_address[i / 64] >> (i % 64) & 1) && b.word[i])
+                ips[n++] = reinterpret_cast<void *>(b.word[i]);
+        return n;
     }
 
     // Keeps a walk from `s` that returned n >= 0 addresses, in place of the least recent of its set.
@@ -146,45 +180,65 @@ public:
     void remember(const Start &s, uint32_t generation, const Recording &r, Load load) {
         last_ = nullptr;
         if (r.overflow || r.loads == 0 || generation != generation_) return;
-        Entry *set = set_of(s, load);
+        Set set = set_of(s, load);
         if (learn_fork(s, set, r)) set = set_of(s, load);
-        Entry *victim = least_recent(set);
-        last_eviction_ = !victim->loads           ? Evicted::kNone
-                         : same_start(*victim, s) ? Evicted::kSameStart
-                                                  : Evicted::kOtherStart;
-        victim->depth = s.depth;
-        victim->max = s.max;
-        victim->stop = s.stop;
-        victim->read_fp = r.read_fp;
-        victim->fp = s.fp;
-        victim->loads = uint8_t(r.loads);
-        memcpy(victim->is_return_address, r.is_return_address, sizeof r.is_return_address);
-        memcpy(victim->offset, r.offset, sizeof(uint16_t) * r.loads);
-        memcpy(victim->word, r.word, sizeof(uintptr_t) * r.loads);
-        victim->used = ++clock_;
-        victim->tag = Tag();
-        victim->tag.whole = r.whole;
-        last_ = &victim->tag;
+        int victim = least_recent(set.first);
+        last_eviction_ = !heads_[victim].loads   ? Evicted::kNone
+                         : same_start(victim, s) ? Evicted::kSameStart
+                                                 : Evicted::kOtherStart;
+        Head &h = heads_[victim];
+        Body &b = bodies_[victim];
+        h = Head();
+        h.depth = s.depth;
+        h.max = int16_t(s.max);
+        h.flags = uint8_t((r.read_fp ? kReadFp : 0) | (s.stop ? kHasStop : 0));
+        h.fp_low = uint32_t(s.fp);
+        h.set_check = set.check;
+        h.loads = uint8_t(r.loads);
+        h.used = ++clock_;
+        h.tag.whole = r.whole;
+        b.stop = s.stop;
+        b.fp = s.fp;
+        memcpy(b.is_return_address, r.is_return_address, sizeof r.is_return_address);
+        memcpy(b.offset, r.offset, sizeof(uint16_t) * r.loads);
+        memcpy(b.word, r.word, sizeof(uintptr_t) * r.loads);
+        last_ = &h.tag;
     }
 
 private:
-    struct Entry {
+    // What a recall looks at first, for each way of a set: which start the walk is from, and its tag.
+    // Four to a set on two cache lines, apart from the walks' words (Body).
+    enum : uint8_t { kReadFp = 1, kHasStop = 2 };
+    struct Head {
         uint32_t depth = 0;
         int16_t max = 0;
-        uint8_t loads = 0;  // 0: empty
-        bool read_fp = false;
+        uint8_t loads = 0;       // 0: empty
+        uint8_t flags = 0;       // kReadFp: a rule read the start's frame pointer; kHasStop: a stop function (in Body)
+        uint32_t fp_low = 0;     // the start's frame pointer's low half (the whole one is in Body)
+        uint32_t set_check = 0;  // the set's hash by the start and its fork words, as Set::check
+        uint32_t used = 0;       // the memo's clock at its last recall: the least recent gives way
+        uint32_t hits = 0;       // recalls of this walk (compares() says which compare its words)
+        Tag tag;
+        bool read_fp() const { return flags & kReadFp; }
+    };
+    static_assert(sizeof(Head) == 32, "a set's heads on two cache lines");
+    struct Body {
         const void *stop = nullptr;
         uintptr_t fp = 0;
         uint64_t is_return_address[kMaxLoads / 64] = {};
-        uint32_t used = 0;
-        Tag tag;
         uint16_t offset[kMaxLoads];  // in words from the start (a walk within 512 KiB of stack)
         uintptr_t word[kMaxLoads];
     };
-    Entry entries_[kSets * kWays];
+    // A set: its first way's index, and a check of the hash that chose it (set_at: many hashes, one set).
+    struct Set {
+        int first;
+        uint32_t check;
+    };
+    alignas(128) Head heads_[kSets * kWays];
+    Body bodies_[kSets * kWays];
     Tag *last_ = nullptr;
     uint32_t generation_ = 0, clock_ = 0;
-    bool missed_with_start_ = false;
+    bool missed_with_start_ = false, trusted_ = false;
     Evicted last_eviction_ = Evicted::kNone;
 
     // Where the walks from one start part (see the header): the offsets, in words from the start, of the
@@ -222,13 +276,13 @@ private:
         return *victim;
     }
     static uint64_t with_fork_word(uint64_t h, uintptr_t word) { return (h ^ word) * 0xC2B2AE3D27D4EB4Full; }
-    Entry *set_at(uint64_t h) { return &entries_[(h >> 40) % kSets * kWays]; }
+    static Set set_at(uint64_t h) { return {int((h >> 40) % kSets * kWays), uint32_t(h ^ h >> 32)}; }
 
     // The start's set: by the start alone until a fork is known, then by the start and the stack's words
     // at its forks (they lie within the caller's frames, which no walk's own frames overwrite). The words
     // are independent loads, in flight at once.
     template <class Load>
-    Entry *set_of(const Start &s, Load load) {
+    Set set_of(const Start &s, Load load) {
         uint64_t h = hash_of(s);
         const Fork *f = find_fork(h);
         if (!f) return set_at(h);
@@ -239,28 +293,52 @@ private:
         }
         return set_at(h);
     }
-    // The set a kept walk belongs in, by the words it read at the forks; null when it read none at one
+    // The set a kept walk belongs in, by the words it read at the forks; false when it read none at one
     // (it ended before), and no set can be told from its own words.
-    Entry *set_of_entry(const Entry &e, uint64_t h, const Fork &f) {
-        for (int i = 0; i < f.count; i++) {
+    bool set_of_kept(int i, uint64_t h, const Fork &f, Set *set) const {
+        const Body &b = bodies_[i];
+        for (int k = 0; k < f.count; k++) {
             int at = 0;
-            while (at < e.loads && e.offset[at] != f.offset[i]) at++;
-            if (at == e.loads) return nullptr;
-            h = with_fork_word(h, e.word[at]);
+            while (at < heads_[i].loads && b.offset[at] != f.offset[k]) at++;
+            if (at == heads_[i].loads) return false;
+            h = with_fork_word(h, b.word[at]);
         }
-        return set_at(h);
+        *set = set_at(h);
+        return true;
     }
     // An empty way first (one a move emptied keeps its clock), else the least recently used.
-    Entry *least_recent(Entry *set) {
-        Entry *victim = &set[0];
-        for (int w = 0; w < kWays; w++) {
-            if (!set[w].loads) return &set[w];
-            if (set[w].used < victim->used) victim = &set[w];
+    int least_recent(int first) const {
+        int victim = first;
+        for (int i = first; i < first + kWays; i++) {
+            if (!heads_[i].loads) return i;
+            if (heads_[i].used < heads_[victim].used) victim = i;
         }
         return victim;
     }
-    static bool same_start(const Entry &e, const Start &s) {
-        return e.loads && e.depth == s.depth && e.max == s.max && e.stop == s.stop;
+    // The head's start is s's, up to the stop function, which only the body keeps.
+    static bool same_start_by_head(const Head &h, const Start &s) {
+        return h.loads && h.depth == s.depth && h.max == s.max && bool(h.flags & kHasStop) == bool(s.stop);
+    }
+    bool same_start(int i, const Start &s) const {
+        return same_start_by_head(heads_[i], s) && (!s.stop || bodies_[i].stop == s.stop);
+    }
+    // The way a recall may answer without comparing its words (see the header): the one walk of the
+    // start (s.stop null) with s's frame pointer and these very fork words (the set's hash: other words
+    // can choose the same set), with a tag under the salt asked for, past its compared hits and not at
+    // its window's check. Counts the hit. Null when the words must be compared.
+    Head *trusted_way(const Set &set, const Start &s, int salt) {
+        Head *only = nullptr;
+        for (int i = set.first; i < set.first + kWays; i++) {
+            Head &h = heads_[i];
+            if (!same_start_by_head(h, s) || h.set_check != set.check) continue;
+            if (h.read_fp() && h.fp_low != uint32_t(s.fp)) continue;
+            if (only) return nullptr;  // two walks of the start agree at its forks: only their words tell
+            only = &h;
+        }
+        if (!only || !only->tag.value || only->tag.salt != salt) return nullptr;
+        if (compares(only->hits + 1)) return nullptr;
+        only->hits++;
+        return only;
     }
 
     // When the new walk meets a walk of its start in its set, the first word where the two differ (the
@@ -269,16 +347,17 @@ private:
     // hash of their words (the set's LRU decides between those). Autograd's paths part at one frame,
     // then again further out, each part with more paths than a set has ways. True when a fork was
     // learned, and the set must be chosen again.
-    bool learn_fork(const Start &s, Entry *set, const Recording &r) {
+    bool learn_fork(const Start &s, const Set &set, const Recording &r) {
         uint64_t h = hash_of(s);
         const Fork *known = find_fork(h);
         if (known && known->count == kForkWords) return false;  // as told apart as it gets: the set's LRU decides
-        for (int w = 0; w < kWays; w++) {
-            const Entry &e = set[w];
-            if (!same_start(e, s)) continue;
+        for (int w = set.first; w < set.first + kWays; w++) {
+            if (!same_start(w, s)) continue;
+            const Body &e = bodies_[w];
+            const int loads = heads_[w].loads;
             int i = 0;
-            while (i < e.loads && i < r.loads && e.offset[i] == r.offset[i] && e.word[i] == r.word[i]) i++;
-            if (i == e.loads || i == r.loads || e.offset[i] != r.offset[i] || is_fork(known, r.offset[i])) continue;
+            while (i < loads && i < r.loads && e.offset[i] == r.offset[i] && e.word[i] == r.word[i]) i++;
+            if (i == loads || i == r.loads || e.offset[i] != r.offset[i] || is_fork(known, r.offset[i])) continue;
             Fork &f = fork_to_learn(h);
             f.offset[f.count++] = r.offset[i];
             f.learned = ++clock_;
@@ -293,28 +372,35 @@ private:
         return false;
     }
     // Every walk of the start kept so far, to the set its words at the forks now choose, as recall()
-    // will look for it (a walk that ended before a fork is let go). Rare: at most kForkWords times a
-    // start while it keeps its fork slot, so a pass over the whole memo is affordable.
+    // will look for it (a walk that ended before a fork is let go). Each is compared again until trusted
+    // anew: the fork was learned because a path at the start was not told apart before. Rare: at most
+    // kForkWords times a start while it keeps its fork slot, so a pass over the whole memo is affordable.
     void move_to_forked_sets(const Start &s, uint64_t h, const Fork &f) {
-        for (Entry &e : entries_) {
-            if (!same_start(e, s)) continue;
-            Entry *to = set_of_entry(e, h, f);
-            Entry *from = &entries_[(&e - entries_) / kWays * kWays];
-            if (to == from) continue;
-            if (to) *least_recent(to) = e;
-            e.loads = 0;
+        for (int i = 0; i < kSets * kWays; i++) {
+            if (!same_start(i, s)) continue;
+            heads_[i].hits = 0;
+            Set to;
+            bool kept = set_of_kept(i, h, f, &to);
+            if (kept) heads_[i].set_check = to.check;
+            if (kept && to.first == i / kWays * kWays) continue;
+            if (kept) {
+                int j = least_recent(to.first);
+                heads_[j] = heads_[i];
+                bodies_[j] = bodies_[i];
+            }
+            heads_[i].loads = 0;
         }
     }
     // Every word compared, with no early exit between the loads: they are independent, so the processor
     // has them all in flight at once.
     template <class Load>
-    static bool same_words(const Entry &e, uintptr_t sp, Load load) {
+    static bool same_words(const Body &e, int loads, uintptr_t sp, Load load) {
         uintptr_t differ = 0;
-        for (int i = 0; i < e.loads; i++) differ |= load(sp + sizeof(uintptr_t) * e.offset[i]) ^ e.word[i];
+        for (int i = 0; i < loads; i++) differ |= load(sp + sizeof(uintptr_t) * e.offset[i]) ^ e.word[i];
         return differ == 0;
     }
     int forget(uint32_t generation) {
-        for (Entry &e : entries_) e.loads = 0;
+        for (Head &h : heads_) h.loads = 0;
         for (Fork &f : forks_) f = Fork();
         last_ = nullptr;
         generation_ = generation;

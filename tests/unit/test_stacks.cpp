@@ -99,6 +99,31 @@ TEST_SUITE("stacks") {
         CHECK(gg::stacks::frames_json(id[5])[0].value("symbol", "").find("gg_test_beta") != std::string::npos);
     }
 
+    TEST_CASE("two sites of one depth taking turns keep their own stacks once their walks are trusted") {
+        // The walk memo trusts a walk after 64 recalls with its words compared (shim/stacks/walk_memo.h):
+        // alpha and beta part at a fork the memo learned, so each is the one walk of its set, and its
+        // tag is given without the words compared but at one recall in 32. Each must still get its own.
+        // On a thread of its own: an empty memo, where no walk of another case shares their sets.
+        gg::stacks::configure(48, false);
+        constexpr int kTurns = 600;
+        static StackId id[kTurns];
+        gg::stacks::WalkerCounts before, after;
+        std::thread([&] {
+            gg_test_alpha(0);  // the first capture sizes the walks after it (see the case above)
+            before = gg::stacks::walker_counts();
+            gg_test_repeat([](int i) { return i % 2 ? gg_test_beta(i) : gg_test_alpha(i); }, id, kTurns);
+            after = gg::stacks::walker_counts();
+        }).join();
+        REQUIRE(id[0] != 0);
+        REQUIRE(id[1] != id[0]);
+        int own = 0;
+        for (int i = 0; i < kTurns; i++) own += id[i] == id[i % 2];
+        CHECK(own == kTurns);
+        // 300 recalls each (less the first walks): the first 64 compared, then one in 32.
+        CHECK(after.trusted - before.trusted >= uint64_t(2 * (kTurns / 2 - 64 - 16)));
+        CHECK(after.trusted - before.trusted <= uint64_t(2 * (kTurns / 2 - 64)));
+    }
+
     TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
         StackId id[3];
         gg_test_repeat([](int i) { return gg_test_recurse(i == 1 ? 5 : 3); }, id, 3);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -622,6 +623,155 @@ TEST_SUITE("stacks: walk memo") {
         size_t again = 0;
         for (uintptr_t b = 0; b <= 6; b++) again += walk(1 << 12, 7 + b);
         CHECK(again == 7);
+    }
+
+    // A memo's walk from `start` that reads `words` words of `stack`, one a frame, tagged 42 under salt 7
+    // as capture_native tags its walks.
+    struct TrustedStack {
+        std::vector<uintptr_t> stack = std::vector<uintptr_t>(64, 0);
+        uintptr_t base = reinterpret_cast<uintptr_t>(stack.data());
+        cfi::WalkMemo::Start start{base, 0, 64 * 8, 16, nullptr};
+        int loads = 0;  // stack words the memo read since the last reset
+        std::function<uintptr_t(uintptr_t)> word = [this](uintptr_t at) {
+            loads++;
+            return *reinterpret_cast<const uintptr_t *>(at);
+        };
+        void remember(cfi::WalkMemo &memo, std::initializer_list<int> at) {
+            cfi::WalkMemo::Recording r;
+            for (int i : at) r.load(base, base + 8 * i, stack[i], true);
+            memo.remember(start, 0, r, word);
+            cfi::WalkMemo::Tag *tag = memo.last();
+            REQUIRE(tag);
+            tag->value = 42, tag->salt = 7;
+        }
+        // A walk of six frames, a word every other word, as a walk of frames with locals reads.
+        void remember_six(cfi::WalkMemo &memo) {
+            for (int i = 0; i < 6; i++) stack[i * 2] = 0x7f3a12000000ull + 0x40 * i;
+            remember(memo, {0, 2, 4, 6, 8, 10});
+        }
+        // A recall that wants only the tag under salt 7: 0 when recalled, and whether the words were read.
+        int recall(cfi::WalkMemo &memo, bool *compared) {
+            void *ips[16];
+            loads = 0;
+            int n = memo.recall(start, 0, ips, word, 7);
+            *compared = loads > 0;
+            return n;
+        }
+    };
+
+    TEST_CASE("a walk's tag is trusted after its compared recalls: the words read at one recall in 32") {
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        t.remember_six(memo);
+        bool compared;
+        int trusted = 0, checks = 0;
+        for (uint32_t hit = 1; hit <= cfi::WalkMemo::kComparedHits; hit++) {
+            REQUIRE(t.recall(memo, &compared) == 0);
+            checks += compared && !memo.trusted();
+        }
+        CHECK(checks == int(cfi::WalkMemo::kComparedHits));  // the first 64: every word compared
+        checks = 0;
+        for (uint32_t hit = 0; hit < 10 * cfi::WalkMemo::kCheckWindow; hit++) {
+            REQUIRE(t.recall(memo, &compared) == 0);
+            CHECK(compared != memo.trusted());  // a trusted recall reads no stack word (this start has no fork)
+            trusted += memo.trusted(), checks += compared;
+        }
+        CHECK(checks == 10);  // one in each window
+        CHECK(trusted == 10 * int(cfi::WalkMemo::kCheckWindow) - 10);
+        // A caller that wants the return addresses is never answered from trust.
+        void *ips[16];
+        t.loads = 0;
+        CHECK(memo.recall(t.start, 0, ips, t.word) == 6);
+        CHECK(t.loads == 6);
+        CHECK_FALSE(memo.trusted());
+    }
+
+    TEST_CASE("a trusted walk's changed word is found at its next check, which teaches the start a fork") {
+        // The bargain of trust: another path at the start that agrees at its forks takes the walk's tag
+        // until a check lands on it, at most two windows later; walked anew there, it parts from the walk
+        // at a new fork, and each is compared again at its next 64 recalls.
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        t.remember_six(memo);
+        bool compared;
+        for (uint32_t hit = 0; hit < 200; hit++) REQUIRE(t.recall(memo, &compared) == 0);
+        const uintptr_t was = t.stack[6];
+        t.stack[6] = 0x55d0c4001234ull;  // another path: its word 6 differs
+        int taken = 0, n;
+        while ((n = t.recall(memo, &compared)) == 0) {
+            REQUIRE(memo.trusted());
+            taken++;
+        }
+        CHECK(n == -1);
+        CHECK(compared);
+        CHECK(taken < 2 * int(cfi::WalkMemo::kCheckWindow));
+        CHECK(memo.forks(t.start) == 0);
+        t.remember(memo, {0, 2, 4, 6, 8, 10});  // walked anew, as the walker does after a miss
+        CHECK(memo.forks(t.start) == 1);        // word 6, where the two part
+        for (uintptr_t w6 : {was, uintptr_t(0x55d0c4001234ull)}) {
+            t.stack[6] = w6;
+            for (uint32_t hit = 1; hit <= cfi::WalkMemo::kComparedHits; hit++) {
+                REQUIRE(t.recall(memo, &compared) == 0);
+                CHECK_FALSE(memo.trusted());
+            }
+        }
+        for (uintptr_t w6 : {was, uintptr_t(0x55d0c4001234ull)}) {
+            t.stack[6] = w6;
+            int trusted = 0;
+            for (uint32_t hit = 0; hit < 2 * cfi::WalkMemo::kCheckWindow; hit++) {
+                REQUIRE(t.recall(memo, &compared) == 0);
+                trusted += memo.trusted();
+            }
+            CHECK(trusted == 2 * int(cfi::WalkMemo::kCheckWindow) - 2);
+        }
+    }
+
+    TEST_CASE("a stack whose words at the forks are another's is never answered from trust, whatever set they choose") {
+        // The sets are few: other words at a fork choose a trusted walk's set one time in 128. Its head
+        // keeps a check of the hash that chose it, so such a stack is compared, and misses.
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        auto at_fork = [&](uintptr_t w1) {
+            for (int i = 0; i < 4; i++) t.stack[i] = 0x7f3a12000000ull + 0x40 * i;
+            t.stack[1] = w1;
+        };
+        for (uintptr_t w1 : {0x1000u, 0x2000u}) {  // two paths that part at word 1: the start's fork
+            at_fork(w1);
+            t.remember(memo, {0, 1, 2, 3});
+        }
+        REQUIRE(memo.forks(t.start) == 1);
+        at_fork(0x1000);
+        bool compared;
+        for (int hit = 0; hit < 200; hit++) REQUIRE(t.recall(memo, &compared) == 0);
+        REQUIRE(memo.trusted());
+        int answered = 0;
+        for (uintptr_t w1 = 0x3000; w1 < 0x3000 + 0x1000 * 2000; w1 += 0x1000) {
+            at_fork(w1);
+            answered += t.recall(memo, &compared) == 0;
+        }
+        CHECK(answered == 0);
+    }
+
+    TEST_CASE("two walks of a start that agree at every fork it can learn are never trusted") {
+        // A start learns at most kForkWords forks; paths that part further out then share one set, with
+        // nothing but their words to tell them apart: those are always compared.
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        auto walk = [&](int differ_at) {  // a path reading words 0..5 that differs from the first at one
+            for (int i = 0; i < 6; i++) t.stack[i] = 0x7f3a12000000ull + 0x40 * i + (i == differ_at ? 8 : 0);
+            bool compared;
+            if (t.recall(memo, &compared) == 0) return;
+            t.remember(memo, {0, 1, 2, 3, 4, 5});
+        };
+        for (int differ_at : {-1, 1, 2, 3, 4}) walk(differ_at);
+        REQUIRE(memo.forks(t.start) == cfi::WalkMemo::kForkWords);
+        walk(5);  // agrees with the first at all four forks
+        for (int round = 0; round < 200; round++) {
+            for (int differ_at : {-1, 5}) {
+                walk(differ_at);
+                CHECK_FALSE(memo.trusted());
+            }
+        }
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
