@@ -370,19 +370,23 @@ bool has_python_key(SiteLookup &site, int skip) {
     return site.key != 0;
 }
 
-// A thread without Python frames has its native walk for a key, and the stack it was interned as for
-// an answer. A thread whose last capture had none walks before asking CPython: PyTorch's autograd
-// threads keep a thread state, so they were asked for a frame at every allocation, CPython's calls and
-// cold lines, about 90 ns on the GPU machine (BENCHMARKS.md). A walk recalled with a tag, and which
-// went to the outermost frame (whole), is the answer at once: the memo recalls only a walk whose every
-// word is as it was, so this C stack is, to its outermost frame, one that had no Python frame when the
-// tag was attached. Python code runs on a thread only inside CPython's eval loop, which would be on
-// this stack. (This assumes the walk's end is the thread's own start: a fiber whose stack lies within
-// the thread's and whose entry marks its return address undefined, as Boost.Context's does, would end
-// a walk too; the walker declines stacks outside the thread's.) A walk that stopped at code without
-// unwind information says nothing of the frames outside it, so it is not whole. Anything else (no
-// tag, a walk cut short, a new walk) asks CPython as before. One call walks, so that a site's walks
-// all start at one depth and share one memo entry.
+// A thread without Python frames has its native walk for a key, and the stack it was interned as for an
+// answer. A thread whose last capture had none walks before asking CPython: PyTorch's autograd threads
+// keep a thread state, so they were asked for a frame at every allocation, CPython's calls and cold lines,
+// about 90 ns on the GPU machine (BENCHMARKS.md). A walk recalled with a tag, and which went to the
+// outermost frame (whole), is the answer at once: the memo recalls a walk whose every word is as it was,
+// so this C stack is, to its outermost frame, one that had no Python frame when the tag was attached
+// (Python code runs on a thread only inside CPython's eval loop, which would be on this stack); or, once
+// it trusts the walk, one whose words at the start's forks are (walk_memo.h): a path through Python at the
+// very same depth that agrees there (a backward hook written in Python, on the autograd thread) would take
+// the walk's stack, Python frames and all missing, until a check lands on it, as any new path at a trusted
+// start would. Such a path is deeper than the paths without Python it runs beside (the eval loop's frames
+// come on top), so it almost always starts at a depth of its own. (This assumes the walk's end is the
+// thread's own start: a fiber whose stack lies within the thread's and whose entry marks its return
+// address undefined, as Boost.Context's does, would end a walk too; the walker declines stacks outside the
+// thread's.) A walk that stopped at code without unwind information says nothing of the frames outside it,
+// so it is not whole. Anything else (no tag, a walk cut short, a new walk) asks CPython as before. One
+// call walks, so that a site's walks all start at one depth and share one memo entry.
 bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
     bool asked = !t_no_python;
     if (asked && has_python_key(site, skip)) return false;
