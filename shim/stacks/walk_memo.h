@@ -34,9 +34,12 @@
 // kCheckWindow (shim/stacks/check_window.h), compared as before. This is the site cache's bargain
 // (shim/stacks/reuse.h), keyed by the start and the fork words: a new path at a trusted walk's start
 // that agrees with it at every known fork takes its stack until a check lands on one of its own
-// allocations; that check walks it anew, teaches the start a fork, and both walks are compared again
-// until trusted. The set's heads (start, tag, hits) lie apart from the walks' words, on two cache
-// lines a set, so a trusted recall reads those and the fork words only.
+// allocations. That check's miss contests the walk (no longer trusted); the walker keeps the new walk,
+// and where the start can learn one more fork the two part there, the contest is lifted, and both are
+// compared again until trusted. Where no fork can tell them apart (the start has all its forks, or
+// the new walk is not kept), the walk stays contested, compared at every recall as before. The set's
+// heads (start, tag, hits) lie apart from the walks' words, on two cache lines a set, so a trusted
+// recall reads those and the fork words only.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -142,7 +145,7 @@ public:
                 h->used = ++clock_;
                 last_ = &h->tag;
                 trusted_ = true;
-#ifdef GG_TRUST_AUDIT  // a profiling build's audit of the bargain (BENCHMARKS.md): how often trust answered wrong
+#ifdef GG_TRUST_AUDIT  // a profiling build's audit of the bargain: how often trust answered wrong (BENCHMARKS.md)
                 if (!same_words(bodies_[h - heads_], h->loads, s.sp, load)) census::memo(census::Memo::kTrustedWrong);
 #endif
                 return 0;
@@ -160,7 +163,7 @@ public:
                 if (same_words(bodies_[i], heads_[i].loads, s.sp, load)) found = i;
             }
         }
-        if (found < 0) return -1;
+        if (found < 0) return contest(set, s), -1;
         Head &h = heads_[found];
         const Body &b = bodies_[found];
         h.used = ++clock_;
@@ -208,12 +211,14 @@ public:
 private:
     // What a recall looks at first, for each way of a set: which start the walk is from, and its tag.
     // Four to a set on two cache lines, apart from the walks' words (Body).
-    enum : uint8_t { kReadFp = 1, kHasStop = 2 };
+    // kContested: a compared recall under the walk's key (its start and fork words) found another path
+    // there, which no fork told apart (see trusted_way): the walk is not trusted while it is kept.
+    enum : uint8_t { kReadFp = 1, kHasStop = 2, kContested = 4 };
     struct Head {
         uint32_t depth = 0;
         int16_t max = 0;
         uint8_t loads = 0;       // 0: empty
-        uint8_t flags = 0;       // kReadFp: a rule read the start's frame pointer; kHasStop: a stop function (in Body)
+        uint8_t flags = 0;       // kReadFp, kHasStop (a stop function: in Body), kContested
         uint32_t fp_low = 0;     // the start's frame pointer's low half (the whole one is in Body)
         uint32_t set_check = 0;  // the set's hash by the start and its fork words, as Set::check
         uint32_t used = 0;       // the memo's clock at its last recall: the least recent gives way
@@ -322,25 +327,38 @@ private:
     bool same_start(int i, const Start &s) const {
         return same_start_by_head(heads_[i], s) && (!s.stop || bodies_[i].stop == s.stop);
     }
-    // The way a recall may answer without comparing its words (see the header): the one walk of the
-    // start (s.stop null) with s's frame pointer and these very fork words (the set's hash: other words
-    // can choose the same set), with a tag under the salt asked for, past its compared hits and not at
-    // its window's check. Counts the hit. Null when the words must be compared.
+    // The walks a recall of `s` under `set` could trust: of its start, its fork words (the set's hash:
+    // other words can choose the same set; a 32-bit check, so two hashes in 2^32 pass it) and its frame
+    // pointer where a rule read it (its low half, which within one thread's stack, under 4 GiB, decides it).
+    static bool under_key(const Head &h, const Set &set, const Start &s) {
+        return same_start_by_head(h, s) && h.set_check == set.check && (!h.read_fp() || h.fp_low == uint32_t(s.fp));
+    }
+    // The way a recall may answer without comparing its words (see the header): the one walk under the
+    // key (s.stop null), not contested, with a tag under the salt asked for, past its compared hits and not
+    // at its window's check. Counts the hit. Null when the words must be compared.
     Head *trusted_way(const Set &set, const Start &s, int salt) {
         Head *only = nullptr;
         for (int i = set.first; i < set.first + kWays; i++) {
             Head &h = heads_[i];
-            if (!same_start_by_head(h, s) || h.set_check != set.check) continue;
-            if (h.read_fp() && h.fp_low != uint32_t(s.fp)) continue;
-            if (only) return nullptr;  // two walks of the start agree at its forks: only their words tell
+            if (!under_key(h, set, s)) continue;
+            if (only) return nullptr;  // two walks under one key: only their words tell
             only = &h;
         }
-        if (!only || !only->tag.value || only->tag.salt != salt) return nullptr;
+        if (!only || (only->flags & kContested) || !only->tag.value || only->tag.salt != salt) return nullptr;
         if (compares(only->hits + 1)) return nullptr;
         only->hits++;
         return only;
     }
-
+    // A compared recall found no walk with the stack's words: every walk under the key is contested. The
+    // walker keeps the new walk next (remember), and where the start can learn one more fork, the word
+    // where the two part becomes one and the start's walks are sorted again (move_to_forked_sets, which
+    // lifts the mark). Where it cannot (the start has all its forks, or the walk is not kept: a rule
+    // handed to the fallback, more words than kMaxLoads), the walk stays contested: trusted, it would give
+    // its tag to the other path at every recall but the checks, for as long as both run.
+    void contest(const Set &set, const Start &s) {
+        for (int i = set.first; i < set.first + kWays; i++)
+            if (under_key(heads_[i], set, s)) heads_[i].flags |= kContested;
+    }
     // When the new walk meets a walk of its start in its set, the first word where the two differ (the
     // same start and the same words before it put both loads at one offset) is a new fork, unless it
     // is a fork already known: the sets are few, and walks told apart by a fork still meet in one by the
@@ -373,12 +391,14 @@ private:
     }
     // Every walk of the start kept so far, to the set its words at the forks now choose, as recall()
     // will look for it (a walk that ended before a fork is let go). Each is compared again until trusted
-    // anew: the fork was learned because a path at the start was not told apart before. Rare: at most
+    // anew, its contest lifted: the fork was learned because a path at the start was not told apart
+    // before, and now is. Rare: at most
     // kForkWords times a start while it keeps its fork slot, so a pass over the whole memo is affordable.
     void move_to_forked_sets(const Start &s, uint64_t h, const Fork &f) {
         for (int i = 0; i < kSets * kWays; i++) {
             if (!same_start(i, s)) continue;
             heads_[i].hits = 0;
+            heads_[i].flags &= uint8_t(~kContested);
             Set to;
             bool kept = set_of_kept(i, h, f, &to);
             if (kept) heads_[i].set_check = to.check;

@@ -688,8 +688,8 @@ TEST_SUITE("stacks: walk memo") {
 
     TEST_CASE("a trusted walk's changed word is found at its next check, which teaches the start a fork") {
         // The bargain of trust: another path at the start that agrees at its forks takes the walk's tag
-        // until a check lands on it, at most two windows later; walked anew there, it parts from the walk
-        // at a new fork, and each is compared again at its next 64 recalls.
+        // until a check lands on it (here, the path alone: at most two windows later); walked anew there,
+        // it parts from the walk at a new fork, and each is compared again at its next 64 recalls.
         static cfi::WalkMemo memo;  // 678 KiB
         TrustedStack t;
         t.remember_six(memo);
@@ -726,9 +726,10 @@ TEST_SUITE("stacks: walk memo") {
         }
     }
 
-    TEST_CASE("a stack whose words at the forks are another's is never answered from trust, whatever set they choose") {
+    TEST_CASE("a stack whose words at the forks are another's is compared where they choose a trusted walk's set") {
         // The sets are few: other words at a fork choose a trusted walk's set one time in 128. Its head
-        // keeps a check of the hash that chose it, so such a stack is compared, and misses.
+        // keeps a 32-bit check of the hash that chose it, so such a stack is compared, and misses (but
+        // for words whose hash passes the check too: about one in 2^32, or words chosen to).
         static cfi::WalkMemo memo;  // 678 KiB
         TrustedStack t;
         auto at_fork = [&](uintptr_t w1) {
@@ -752,7 +753,7 @@ TEST_SUITE("stacks: walk memo") {
         CHECK(answered == 0);
     }
 
-    TEST_CASE("two walks of a start that agree at every fork it can learn are never trusted") {
+    TEST_CASE("two walks of a start that agree at every fork it can learn are never trusted while both are kept") {
         // A start learns at most kForkWords forks; paths that part further out then share one set, with
         // nothing but their words to tell them apart: those are always compared.
         static cfi::WalkMemo memo;  // 678 KiB
@@ -772,6 +773,114 @@ TEST_SUITE("stacks: walk memo") {
                 CHECK_FALSE(memo.trusted());
             }
         }
+    }
+
+    TEST_CASE("a trusted walk whose check finds another path that is not kept is not trusted again") {
+        // Found by the review of the first version: the walker keeps no walk after a miss when its walk
+        // fails (a rule handed to the fallback) or reads more than kMaxLoads words; the check that missed
+        // then changed nothing, and the other path, taking turns with the walk, took its tag at every
+        // recall but the checks (917 wrong of 1,000) for as long as both ran.
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        t.remember_six(memo);  // A, tagged 42
+        bool compared;
+        for (int hit = 0; hit < 200; hit++) REQUIRE(t.recall(memo, &compared) == 0);
+        const uintptr_t a6 = t.stack[6], b6 = 0x55d0c4001234ull;
+        int misses = 0, wrong_after_a_miss = 0, a_recalled = 0;
+        for (int round = 0; round < 1000; round++) {
+            t.stack[6] = a6;
+            a_recalled += t.recall(memo, &compared) == 0;  // A: its own walk, compared now
+            t.stack[6] = b6;                               // B: another path at the start
+            if (t.recall(memo, &compared) == 0) {
+                wrong_after_a_miss += misses > 0;  // B answered with A's tag
+            } else {
+                misses++;
+                cfi::WalkMemo::Recording r;  // the walker's walk of B: too long to keep
+                r.overflow = true;
+                memo.remember(t.start, 0, r, t.word);
+            }
+        }
+        CHECK(misses > 0);
+        CHECK(wrong_after_a_miss == 0);
+        CHECK(a_recalled == 1000);
+        CHECK_FALSE(memo.trusted());
+    }
+
+    TEST_CASE("a path a start's full forks cannot tell from a trusted walk never takes its tag on coming back") {
+        // Found by the review of the first version: with kForkWords forks learned, a path that agrees with
+        // a trusted walk at all of them was kept beside it (both compared), but once other starts' walks
+        // pushed it out of the set, the walk was trusted again and the path's next visit took its tag
+        // until a check: wrong in each of 20 such cycles.
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        auto set_words = [&](int differ_at) {
+            for (int i = 0; i < 6; i++) t.stack[i] = 0x7f3a12000000ull + 0x40 * i + (i == differ_at ? 8 : 0);
+        };
+        bool compared;
+        for (int differ_at : {-1, 1, 2, 3, 4}) {  // the first walk (A) and four that teach the start its forks
+            set_words(differ_at);
+            if (t.recall(memo, &compared) < 0) t.remember(memo, {0, 1, 2, 3, 4, 5});
+        }
+        REQUIRE(memo.forks(t.start) == cfi::WalkMemo::kForkWords);
+        set_words(-1);
+        for (int hit = 0; hit < 200; hit++) REQUIRE(t.recall(memo, &compared) == 0);
+        REQUIRE(memo.trusted());
+        set_words(5);  // B: agrees with A at all four forks; its first visits take A's tag (the bargain)
+        while (t.recall(memo, &compared) == 0) REQUIRE(memo.last()->value == 42);
+        int wrong = 0, b_kept = 0;
+        uint32_t other_depth = 1000;
+        for (int cycle = 0; cycle < 20; cycle++) {
+            set_words(5);
+            int n = t.recall(memo, &compared);
+            if (n == 0 && memo.last()->value == 42) wrong++;
+            if (n < 0) {  // walked anew, as the walker does: B is kept beside A (no fork left), tagged 43
+                t.remember(memo, {0, 1, 2, 3, 4, 5});
+                memo.last()->value = 43;
+                b_kept++;
+            }
+            // Other starts' walks, A recalled after each so that it stays and B is pushed out (16 a set on
+            // average, where 2 push B out).
+            for (int i = 0; i < 16 * cfi::WalkMemo::kSets; i++) {
+                cfi::WalkMemo::Start other{t.base, 0, other_depth++, 16, nullptr};
+                cfi::WalkMemo::Recording r;
+                r.load(t.base, t.base + 8 * 20, t.stack[20], true);
+                memo.remember(other, 0, r, t.word);
+                set_words(-1);
+                REQUIRE(t.recall(memo, &compared) == 0);
+                REQUIRE(memo.last()->value == 42);
+            }
+        }
+        CHECK(wrong == 0);
+        CHECK(b_kept == 20);  // B was pushed out each time, and came back
+    }
+
+    TEST_CASE("a walk that read the frame pointer is trusted only for its frame pointer; a start with a stop never") {
+        static cfi::WalkMemo memo;  // 678 KiB
+        TrustedStack t;
+        t.start.fp = t.base + 64;
+        cfi::WalkMemo::Recording r;
+        r.read_fp = true;
+        for (int i : {0, 2, 4}) r.load(t.base, t.base + 8 * i, t.stack[i] = 0x7f3a12000000ull + i, true);
+        memo.remember(t.start, 0, r, t.word);
+        memo.last()->value = 42, memo.last()->salt = 7;
+        bool compared;
+        for (int hit = 0; hit < 200; hit++) REQUIRE(t.recall(memo, &compared) == 0);
+        REQUIRE(memo.trusted());
+        t.start.fp = t.base + 72;  // another frame pointer: another walk, whatever the words
+        int recalled = 0;
+        for (int hit = 0; hit < 200; hit++) recalled += t.recall(memo, &compared) >= 0;
+        CHECK(recalled == 0);
+        // A start with a stop function (the walks that end at the eval loop) is compared every time.
+        static cfi::WalkMemo memo2;  // 678 KiB
+        TrustedStack u;
+        u.start.stop = reinterpret_cast<const void *>(&cfi::walk);
+        u.remember_six(memo2);
+        int trusted = 0;
+        for (int hit = 0; hit < 200; hit++) {
+            REQUIRE(u.recall(memo2, &compared) == 0);
+            trusted += memo2.trusted();
+        }
+        CHECK(trusted == 0);
     }
 
     TEST_CASE("a walk the walker declines (a fiber's stack) leaves no tag of the walk before it") {
