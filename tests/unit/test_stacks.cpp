@@ -124,6 +124,35 @@ TEST_SUITE("stacks") {
         CHECK(after.trusted - before.trusted <= uint64_t(2 * (kTurns / 2 - 64)));
     }
 
+    TEST_CASE("a new call site at a trusted site's depth takes its stack until a check; without reuse never") {
+        // The bargain of the walk memo's trusted recalls (shim/stacks/walk_memo.h), as a C++ program
+        // meets it: one function called in a loop from one place, then from another at the same depth.
+        // The second place's first captures take the first's stack, until a check (one recall in 32)
+        // lands on one of them; from then on each has its own. GPUGUARD_STACK_REUSE=0 turns it off.
+        for (bool reuse : {true, false}) {
+            gg::stacks::configure(48, false, reuse);
+            constexpr int kFirst = 300, kSecond = 300;
+            static StackId first[kFirst], second[kSecond];
+            std::thread([&] {
+                gg_test_repeat(gg_test_alpha, first, kFirst);
+                asm volatile("" ::: "memory");
+                gg_test_repeat(gg_test_alpha, second, kSecond);
+            }).join();
+            REQUIRE(first[0] != 0);
+            int wrong = 0;
+            for (StackId id : second) wrong += id == first[0];
+            const StackId own = second[kSecond - 1];
+            CHECK(own != first[0]);
+            int own_after = 0;
+            for (int i = wrong; i < kSecond; i++) own_after += second[i] == own;
+            CAPTURE(reuse);
+            CHECK(own_after == kSecond - wrong);  // the wrong ones came first, and then none
+            if (reuse) CHECK(wrong < 2 * 32);
+            else CHECK(wrong == 0);
+        }
+        gg::stacks::configure(48, false);
+    }
+
     TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
         StackId id[3];
         gg_test_repeat([](int i) { return gg_test_recurse(i == 1 ? 5 : 3); }, id, 3);
@@ -169,6 +198,10 @@ TEST_SUITE("stacks") {
     }
 
     TEST_CASE("threads capturing at once agree on ids") {
+        // Without reuse: every capture unwinds and interns (reuse's own bargains aside: beta, at alpha's
+        // depth after 2,000 of alpha's captures, would take alpha's stack until a check lands on one of
+        // its own, as the walk memo's trusted recalls have it: shim/stacks/walk_memo.h).
+        gg::stacks::configure(48, false, false);
         constexpr int kThreads = 8, kRounds = 2000;
         std::vector<std::vector<StackId>> alpha(kThreads), beta(kThreads);
         std::vector<std::thread> threads;
@@ -190,6 +223,7 @@ TEST_SUITE("stacks") {
             for (int i = 0; i < kRounds; ++i) mismatches += (alpha[t][i] != a0) + (beta[t][i] != b0);
             CHECK(mismatches == 0);
         }
+        gg::stacks::configure(48, false);
     }
 
     TEST_CASE("the libgcc fallback unwinder captures the same stacks") {
