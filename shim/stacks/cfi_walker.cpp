@@ -62,7 +62,7 @@ struct LoaderCounts {
 // One thread's rules and what it knows of its own stack.
 struct ThreadTable {
     RuleTable<Rule> rules;                    // 192 KiB (shim/stacks/cfi_rule_table.h)
-    WalkMemo memo;                            // 678 KiB (shim/stacks/walk_memo.h)
+    WalkMemo memo;                            // 680 KiB (shim/stacks/walk_memo.h)
     uint32_t generation = 0;                  // raised whenever rules are forgotten: memos go with them
     uintptr_t stack_low = 0, stack_high = 0;  // [low, high): this thread's stack; high 0 = unknown
     bool bounds_tried = false;

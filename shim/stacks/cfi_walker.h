@@ -34,7 +34,8 @@ bool available();
 
 // Fills ips with return addresses, innermost first, starting with one inside walk() itself; a short
 // walk (max at most WalkMemo::kMaxLoads) from a depth walked before is recalled from the stack words
-// it read then, when they are all the same (shim/stacks/walk_memo.h);
+// it read then, when they are all the same (or, for a caller that wants only its tag, `tag_only`, and
+// a walk the memo trusts, when those at its start's forks are: shim/stacks/walk_memo.h);
 // stops after max, at the end of the stack, or after the first frame for which stop() answers
 // true. Returns how many, or -1 when some frame needs a rule this walker does not implement (see
 // above): the caller then unwinds with a general unwinder.

@@ -12,8 +12,8 @@
 // the walker forgets rules). So a walk is remembered as the list of (offset from its start, word) it
 // loaded, and a later walk from the same depth first compares those words: they can all be loaded at
 // once, from the thread's own stack, where the walk would have waited on each in turn. A word that
-// differs makes it walk anew and remember that walk. Exact: a memo answers only for stacks whose
-// every word the walk would read is the one it read.
+// differs makes it walk anew and remember that walk. A recall that compares is exact: it answers only
+// for stacks whose every word the walk would read is the one it read (a trusted recall, below, is not).
 //
 // One start, many walks: autograd's thread allocates from many call paths at one stack depth (the
 // H200's census counted more walks at one depth than a set's ways, each keeping pushed out the next;
@@ -24,20 +24,21 @@
 // two walks that meet in a set chosen by the forks known teach the start one more, up to kForkWords:
 // each path has its set. (With one fork, the walks of every operator through at::empty shared one set
 // and pushed each other out: an H100 census counted 3,166 walks anew in 40 llama steps, BENCHMARKS.md.)
-// The choice of set only says where to look: a walk is still recalled only when every word matches.
+// The choice of set only says where to look: a compared recall still answers only when every word matches.
 //
 // Trusted recalls: even so, a recall waits on the words it compares (on the GPU machine, half of an
 // autograd allocation's stack: BENCHMARKS.md), and a thread without Python frames asks for nothing but
 // the walk's tag (its stack id). A walk recalled kComparedHits times with every word compared is
-// trusted: a recall that wants only its tag, where it is the one walk of its start in the set its
-// words at the forks choose, gives the tag without comparing, except at one hit in each window of
+// trusted: a recall that wants only its tag, where it is the one walk under its key (its start and
+// its words at the forks) and not contested, gives the tag without comparing, except at one hit in each window of
 // kCheckWindow (shim/stacks/check_window.h), compared as before. This is the site cache's bargain
 // (shim/stacks/reuse.h), keyed by the start and the fork words: a new path at a trusted walk's start
 // that agrees with it at every known fork takes its stack until a check lands on one of its own
-// allocations. That check's miss contests the walk (no longer trusted); the walker keeps the new walk,
-// and where the start can learn one more fork the two part there, the contest is lifted, and both are
-// compared again until trusted. Where no fork can tell them apart (the start has all its forks, or
-// the new walk is not kept), the walk stays contested, compared at every recall as before. The set's
+// allocations. That check's miss contests the key and the walk (no longer trusted); the walker keeps
+// the new walk, contested too, and where the start can learn one more fork the two part there, their
+// new keys are not contested, and both are compared again until trusted. Where no fork can tell them
+// apart (the start has all its forks, or the new walk is not kept), the key stays contested, and so
+// does any walk kept under it later: compared at every recall, as before. The set's
 // heads (start, tag, hits) lie apart from the walks' words, on two cache lines a set, so a trusted
 // recall reads those and the fork words only.
 #pragma once
@@ -57,8 +58,8 @@ public:
     // address (Ubuntu 24.04's and Fedora's packages, programs built for profilers). At 72, a stack of
     // such frames was never kept and was walked anew at every allocation.
     static constexpr int kMaxLoads = 128;
-    static constexpr int kSets =
-        128;  // 512 walks of 32 + 1,312 bytes: 672 KiB (678 with the forks) a thread that walks
+    // 512 walks of 32 + 1,312 bytes: 672 KiB a thread that walks (680 with the forks and contested keys)
+    static constexpr int kSets = 128;
     static_assert(kMaxLoads % 64 == 0 && kMaxLoads <= 255, "loads: bits of is_return_address, a uint8_t count");
     static constexpr int kWays = 4;
     static constexpr int kForks = 256;    // starts whose forks are known (6 KiB)
@@ -126,7 +127,8 @@ public:
 
     // The return addresses of a remembered walk from `s` whose every word is as it was, into ips;
     // -1 when none is. `load(at)` reads a stack word. None are copied (0) when the walk has a value
-    // under the salt `tag_only` (>= 0): its caller wants only that (last()).
+    // under the salt `tag_only` (>= 0): its caller wants only that (last()); such a recall of a trusted
+    // walk compares no word but at its checks (see the header).
     template <class Load>
     int recall(const Start &s, uint32_t generation, void **ips, Load load, int tag_only = -1) {
         GG_PROFILE_STEP(kMemoRecall);
@@ -194,7 +196,8 @@ public:
         h = Head();
         h.depth = s.depth;
         h.max = int16_t(s.max);
-        h.flags = uint8_t((r.read_fp ? kReadFp : 0) | (s.stop ? kHasStop : 0));
+        h.flags =
+            uint8_t((r.read_fp ? kReadFp : 0) | (s.stop ? kHasStop : 0) | (key_contested(set.hash) ? kContested : 0));
         h.fp_low = uint32_t(s.fp);
         h.set_check = set.check;
         h.loads = uint8_t(r.loads);
@@ -238,6 +241,7 @@ private:
     struct Set {
         int first;
         uint32_t check;
+        uint64_t hash;  // the start's and its fork words' (set_at)
     };
     alignas(128) Head heads_[kSets * kWays];
     Body bodies_[kSets * kWays];
@@ -256,6 +260,15 @@ private:
         uint16_t offset[kForkWords] = {};
     };
     Fork forks_[kForks];
+
+    // Keys (Set::hash) a compared recall found another path under (contest): a walk kept under one, or
+    // moved to one, starts contested, so that the contest outlives the walks it marked (one pushed out
+    // of its set while the other path's walk stays). Direct-mapped: a key that loses its slot to another
+    // only lets a walk kept under it later start uncontested (2 KiB).
+    static constexpr int kContestedKeys = 256;
+    uint64_t contested_[kContestedKeys] = {};
+    uint64_t &contested_slot(uint64_t hash) { return contested_[(hash >> 24) % kContestedKeys]; }
+    bool key_contested(uint64_t hash) { return contested_slot(hash) == (hash | 1); }
 
     static uint64_t hash_of(const Start &s) {
         uint64_t h =
@@ -281,7 +294,7 @@ private:
         return *victim;
     }
     static uint64_t with_fork_word(uint64_t h, uintptr_t word) { return (h ^ word) * 0xC2B2AE3D27D4EB4Full; }
-    static Set set_at(uint64_t h) { return {int((h >> 40) % kSets * kWays), uint32_t(h ^ h >> 32)}; }
+    static Set set_at(uint64_t h) { return {int((h >> 40) % kSets * kWays), uint32_t(h ^ h >> 32), h}; }
 
     // The start's set: by the start alone until a fork is known, then by the start and the stack's words
     // at its forks (they lie within the caller's frames, which no walk's own frames overwrite). The words
@@ -349,15 +362,19 @@ private:
         only->hits++;
         return only;
     }
-    // A compared recall found no walk with the stack's words: every walk under the key is contested. The
-    // walker keeps the new walk next (remember), and where the start can learn one more fork, the word
-    // where the two part becomes one and the start's walks are sorted again (move_to_forked_sets, which
-    // lifts the mark). Where it cannot (the start has all its forks, or the walk is not kept: a rule
-    // handed to the fallback, more words than kMaxLoads), the walk stays contested: trusted, it would give
-    // its tag to the other path at every recall but the checks, for as long as both run.
+    // A compared recall found no walk with the stack's words: the key is contested, and every walk under
+    // it. The walker keeps the new walk next (remember), contested too, and where the start can learn one
+    // more fork, the word where the two part becomes one and the start's walks are sorted again
+    // (move_to_forked_sets: a walk whose new key is not contested is no longer). Where it cannot (the
+    // start has all its forks, or the walk is not kept: a rule handed to the fallback, more words than
+    // kMaxLoads), the walks under the key stay contested: trusted, either would give its tag to the
+    // other path at every recall but the checks, for as long as both run.
     void contest(const Set &set, const Start &s) {
-        for (int i = set.first; i < set.first + kWays; i++)
-            if (under_key(heads_[i], set, s)) heads_[i].flags |= kContested;
+        for (int i = set.first; i < set.first + kWays; i++) {
+            if (!under_key(heads_[i], set, s)) continue;
+            heads_[i].flags |= kContested;
+            contested_slot(set.hash) = set.hash | 1;  // a key with a walk under it: a first sight contests nothing
+        }
     }
     // When the new walk meets a walk of its start in its set, the first word where the two differ (the
     // same start and the same words before it put both loads at one offset) is a new fork, unless it
@@ -391,8 +408,9 @@ private:
     }
     // Every walk of the start kept so far, to the set its words at the forks now choose, as recall()
     // will look for it (a walk that ended before a fork is let go). Each is compared again until trusted
-    // anew, its contest lifted: the fork was learned because a path at the start was not told apart
-    // before, and now is. Rare: at most
+    // anew, and contested only where its new key is: the fork was learned because two paths at the start
+    // were not told apart before. (A fork learned from another pair may leave a contested walk's other
+    // path under its new key, uncontested: that path's next miss contests it again.) Rare: at most
     // kForkWords times a start while it keeps its fork slot, so a pass over the whole memo is affordable.
     void move_to_forked_sets(const Start &s, uint64_t h, const Fork &f) {
         for (int i = 0; i < kSets * kWays; i++) {
@@ -402,6 +420,7 @@ private:
             Set to;
             bool kept = set_of_kept(i, h, f, &to);
             if (kept) heads_[i].set_check = to.check;
+            if (kept && key_contested(to.hash)) heads_[i].flags |= kContested;
             if (kept && to.first == i / kWays * kWays) continue;
             if (kept) {
                 int j = least_recent(to.first);
@@ -422,6 +441,7 @@ private:
     int forget(uint32_t generation) {
         for (Head &h : heads_) h.loads = 0;
         for (Fork &f : forks_) f = Fork();
+        for (uint64_t &k : contested_) k = 0;
         last_ = nullptr;
         generation_ = generation;
         return -1;

@@ -17,6 +17,12 @@
 
 using gg::stacks::StackId;
 
+// Sets the stacks module's reuse for one case, and back to the default when it ends, however it ends.
+struct ReuseFor {
+    explicit ReuseFor(bool reuse) { gg::stacks::configure(48, false, reuse); }
+    ~ReuseFor() { gg::stacks::configure(48, false); }
+};
+
 // Call sites under test. Exported (the build hides symbols by default; -rdynamic on the test binary
 // then lets dladdr name them) and never inlined; the empty asm after each call keeps the compiler
 // from turning it into a tail call, which would take the function's own frame off the stack.
@@ -130,13 +136,16 @@ TEST_SUITE("stacks") {
         // The second place's first captures take the first's stack, until a check (one recall in 32)
         // lands on one of them; from then on each has its own. GPUGUARD_STACK_REUSE=0 turns it off.
         for (bool reuse : {true, false}) {
-            gg::stacks::configure(48, false, reuse);
+            ReuseFor mode(reuse);
             constexpr int kFirst = 300, kSecond = 300;
             static StackId first[kFirst], second[kSecond];
+            gg::stacks::WalkerCounts before, after;
             std::thread([&] {
                 gg_test_repeat(gg_test_alpha, first, kFirst);
                 asm volatile("" ::: "memory");
+                before = gg::stacks::walker_counts();
                 gg_test_repeat(gg_test_alpha, second, kSecond);
+                after = gg::stacks::walker_counts();
             }).join();
             REQUIRE(first[0] != 0);
             int wrong = 0;
@@ -149,8 +158,11 @@ TEST_SUITE("stacks") {
             CHECK(own_after == kSecond - wrong);  // the wrong ones came first, and then none
             if (reuse) CHECK(wrong < 2 * 32);
             else CHECK(wrong == 0);
+            // The second place's walk is trusted in its turn (whether its first captures met the first's
+            // trusted walk depends on where the compiler put the two calls: how many were wrong).
+            if (reuse) CHECK(after.trusted - before.trusted >= uint64_t(kSecond - 64 - 2 * 32 - 16));
+            else CHECK(after.trusted == before.trusted);
         }
-        gg::stacks::configure(48, false);
     }
 
     TEST_CASE("the same function reached through recursions of different depth gives different stacks") {
@@ -201,7 +213,7 @@ TEST_SUITE("stacks") {
         // Without reuse: every capture unwinds and interns (reuse's own bargains aside: beta, at alpha's
         // depth after 2,000 of alpha's captures, would take alpha's stack until a check lands on one of
         // its own, as the walk memo's trusted recalls have it: shim/stacks/walk_memo.h).
-        gg::stacks::configure(48, false, false);
+        ReuseFor mode(false);
         constexpr int kThreads = 8, kRounds = 2000;
         std::vector<std::vector<StackId>> alpha(kThreads), beta(kThreads);
         std::vector<std::thread> threads;
@@ -223,7 +235,6 @@ TEST_SUITE("stacks") {
             for (int i = 0; i < kRounds; ++i) mismatches += (alpha[t][i] != a0) + (beta[t][i] != b0);
             CHECK(mismatches == 0);
         }
-        gg::stacks::configure(48, false);
     }
 
     TEST_CASE("the libgcc fallback unwinder captures the same stacks") {
