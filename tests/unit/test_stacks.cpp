@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <link.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -235,6 +236,40 @@ TEST_SUITE("stacks") {
             for (int i = 0; i < kRounds; ++i) mismatches += (alpha[t][i] != a0) + (beta[t][i] != b0);
             CHECK(mismatches == 0);
         }
+    }
+
+    TEST_CASE("while a fork is being prepared a capture gets no native frames, and returns; after it, they come back") {
+        // The unwinders' fork gate (shim/stacks/unwind.h): libunwind and libgcc take locks of their own,
+        // so from before_fork() to after_fork() new unwinds are skipped rather than risk a child forked
+        // holding one. The prepare handler calls before_fork() on the forking thread itself, which may
+        // allocate in between (a capture there must not wait for itself).
+        StackId during = 0, after = 0;
+        std::thread([&] {
+            ReuseFor mode(false);  // every capture walks: nothing recalled from before
+            gg::stacks::unwind::before_fork();
+            during = gg_test_recurse(2);
+            gg::stacks::unwind::after_fork(false);
+            after = gg_test_recurse(2);
+        }).join();
+        CHECK(gg::stacks::native_frames(during).empty());
+        CHECK_FALSE(gg::stacks::native_frames(after).empty());
+    }
+
+    TEST_CASE("a child forked between before_fork() and after_fork(true) unwinds") {
+        gg::stacks::configure(48, false);
+        REQUIRE_FALSE(gg::stacks::native_frames(gg_test_beta(0)).empty());
+        gg::stacks::unwind::before_fork();
+        pid_t child = fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {
+            gg::stacks::unwind::after_fork(true);
+            _exit(gg::stacks::native_frames(gg_test_recurse(3)).empty() ? 1 : 0);
+        }
+        gg::stacks::unwind::after_fork(false);
+        int status = 0;
+        REQUIRE(waitpid(child, &status, 0) == child);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
     }
 
     TEST_CASE("the libgcc fallback unwinder captures the same stacks") {
