@@ -95,14 +95,12 @@ public:
     SiteCache();
 
     // Whether the hit number `n` (1-based) is checked: powers of two up to 1024, then one hit in each
-    // window of 512 (so never more than 1,022 unchecked in a row).
+    // window of 512, at a place that moves (check_window.h; so never more than 1,022 unchecked in a row).
     static bool due(uint32_t n) { return n <= 1024 ? (n & (n - 1)) == 0 : once_a_window(n, 512); }
     // Whether it gets the deep check: powers of two up to 64, then one hit in each window of 32 (never
     // more than 62 unchecked in a row; a whole Python key costs a walk of every frame, a few hundred ns,
     // against a native check's unwind).
     static bool deep_due(uint32_t n) { return n <= 64 ? (n & (n - 1)) == 0 : once_a_window(n, 32); }
-    // One hit in each window of `window` hits (a power of two), at a place that moves (check_window.h).
-    static bool once_a_window(uint32_t n, uint32_t window) { return stacks::once_a_window(n, window); }
     // The set a key lies in.
     static int set_index(uint64_t key) { return int((key ^ key >> 29) % kSets); }
 

@@ -26,7 +26,7 @@ TEST_CASE("a site's stack is reused after it was stored, with checks at the 1st,
             CHECK(v == Verdict::kReuse);
         }
     }
-    // Past 1024, one in each window of 512 (SiteCache::once_a_window): 1024 + 97, 1536 + 267.
+    // Past 1024, one in each window of 512 (once_a_window, shim/stacks/check_window.h): 1024 + 97, 1536 + 267.
     CHECK(checked == std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1121, 1803});
     delete c;
 }
