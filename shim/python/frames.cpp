@@ -294,17 +294,18 @@ int capture(Frame *out, int max) {
 
 namespace {
 
-// One frame's part of a site key: its code object, its instruction and how deep it stands (the same
-// frames in another order are another stack), mixed on their own. The key is the sum of the parts.
-// Folded frame after frame (hash_mix of the key so far), every frame waited for the one before it, a
-// chain of about 16 cycles a frame: 300 ns on generate()'s 60-frame stacks, more than the walk. Parts
-// that depend on nothing but their frame overlap in the CPU, and only the chase of `previous`
-// pointers is left in series (BENCHMARKS.md, issue 28).
+// One frame's part of a site key: its code object, its instruction and how deep it stands (`depth`, in the
+// bits above any address: the same frames in another order are another stack), mixed on their own. The
+// key is the sum of the parts. Folded frame after frame (hash_mix of the key so far), every frame waited
+// for the one before it, a chain of about 16 cycles a frame: 300 ns on generate()'s 60-frame stacks, more
+// than the walk. Parts that depend on nothing but their frame overlap in the CPU, and only the chase of
+// `previous` pointers is left in series (BENCHMARKS.md, issue 28). Two multiplies with an xor between
+// them, not a full mix per part: the xor keeps two frames' differences from cancelling in the sum (the
+// parts are not linear in the instruction), the final hash_mix of the sum spreads the bits, and every
+// instruction here runs for each of a key's frames (a full mix, three multiplies and two shifts, was a
+// third of the walk's instructions).
 inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
-    uint64_t x = code * 0x9E3779B97F4A7C15ull ^ (instr + depth) * 0xC2B2AE3D27D4EB4Full;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 29);
+    return ((instr + depth) * 0xC2B2AE3D27D4EB4Full ^ code) * 0x9E3779B97F4A7C15ull;
 }
 
 }  // namespace
@@ -315,23 +316,29 @@ uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
     if (!r.layout) return 0;
     uintptr_t frame = innermost_frame(r);
     if (!frame) return 0;
+    // The layout's offsets and tag mask held in registers for the walk. A tagged executable is hashed as
+    // its bits untagged: the key only has to tell stacks apart, nothing here reads through it.
     const Layout &l = *r.layout;
-    uint64_t sum = 0;
-    uint64_t n = 0;
-    for (int steps = 0; frame && steps < kMaxSteps && plausible(frame); ++steps) {
-        if (n == uint64_t(max_frames)) {  // a frame further out: not read (its line is likely cold)
-            *beyond = frame;
+    const int previous_at = l.frame_previous, code_at = l.frame_code, instr_at = l.frame_instr;
+    const uintptr_t untagged = ~l.code_tags;
+    const int limit = max_frames < kMaxSteps ? max_frames : kMaxSteps;
+    uint64_t sum = 0, depth = 0;
+    int n = 0;
+    while (plausible(frame)) {
+        if (n == limit) {  // a frame further out: not read (its line is likely cold)
+            if (max_frames < kMaxSteps) *beyond = frame;
             break;
         }
-        uintptr_t previous = at<uintptr_t>(frame, l.frame_previous);
+        uintptr_t previous = at<uintptr_t>(frame, previous_at);
         if (previous == frame) break;
         // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
-        sum += frame_part(frame_executable(l, frame), at<uintptr_t>(frame, l.frame_instr), n << 48);
+        sum += frame_part(at<uintptr_t>(frame, code_at) & untagged, at<uintptr_t>(frame, instr_at), depth);
+        depth += uint64_t(1) << 48;
         ++n;
         frame = previous;
     }
     if (!n) return 0;
-    uint64_t h = hash_mix(hash_mix(seed, sum), n | (*beyond ? uint64_t(1) << 63 : 0));
+    uint64_t h = hash_mix(hash_mix(seed, sum), uint64_t(n) | (*beyond ? uint64_t(1) << 63 : 0));
     return h ? h : 1;
 }
 
