@@ -13,9 +13,9 @@
 
 using namespace gg;
 
-GG_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size,
-                                                                     size_t total_allocated, size_t total_reserved,
-                                                                     C10Device device) {
+GG_EXPORT GG_HOT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size,
+                                                                            size_t total_allocated,
+                                                                            size_t total_reserved, C10Device device) {
     auto real = real_torch()._ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE.get(real_torch_fn);
     if (real) real(ptr, alloc_size, total_allocated, total_reserved, device);
     if (device.type != kC10DeviceCuda) return;

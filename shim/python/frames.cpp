@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/base/hash_mix.h"
+#include "common/base/hot.h"
 #include "common/base/log.h"
 #include "common/settings/settings.h"
 #include "shim/base/race_once.h"
@@ -112,7 +113,7 @@ Runtime detect() {
 }
 
 // Not a C++ static: detect() takes the loader's lock (dlsym), see shim/base/race_once.h.
-const Runtime &runtime() {
+GG_HOT const Runtime &runtime() {
     static std::atomic<const Runtime *> r{nullptr};
     return race_once(r, detect);
 }
@@ -228,7 +229,7 @@ void describe(const Runtime &r, uintptr_t code, long lasti, Frame *f) {
 }
 
 // The innermost _PyInterpreterFrame of the calling thread, or 0.
-uintptr_t innermost_frame(const Runtime &r) {
+GG_HOT uintptr_t innermost_frame(const Runtime &r) {
     if (!r.is_initialized() || r.is_finalizing()) return 0;
     auto ts = reinterpret_cast<uintptr_t>(r.this_thread_state());
     if (!plausible(ts)) return 0;  // a thread that never ran Python has no thread state
@@ -240,7 +241,7 @@ uintptr_t innermost_frame(const Runtime &r) {
 
 }  // namespace
 
-bool available() { return runtime().layout != nullptr; }
+GG_HOT bool available() { return runtime().layout != nullptr; }
 
 const char *version() { return runtime().version; }
 
@@ -310,7 +311,7 @@ inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
 
 }  // namespace
 
-uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
+GG_HOT uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
     *beyond = 0;
     const Runtime &r = runtime();
     if (!r.layout) return 0;
@@ -342,7 +343,7 @@ uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
     return h ? h : 1;
 }
 
-uint64_t site_key(uint64_t seed) {
+GG_HOT uint64_t site_key(uint64_t seed) {
     uintptr_t beyond;
     return site_key(seed, kMaxSteps, &beyond);
 }

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/base/hot.h"
 #include "common/base/log.h"
 #include "common/base/saturating.h"
 #include "common/units/human.h"
@@ -216,7 +217,7 @@ void allocator_out_of_memory(int ordinal, uint64_t requested) {
     if (!path.empty() && id == g_id) g_written = {id, path, message, report::Reason::kAllocatorOom, f};
 }
 
-bool allocator_recovered() {
+GG_HOT bool allocator_recovered() {
     if (!g_has_pending.load(std::memory_order_acquire)) return false;  // the common case: one load
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_has_pending.load(std::memory_order_relaxed)) return false;

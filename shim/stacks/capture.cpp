@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/hot.h"
 #include "common/base/log.h"
 #include "shim/base/per_thread.h"
 #include "shim/base/profile.h"
@@ -75,7 +76,7 @@ int native_kept(const uintptr_t *frames, int n, bool cut) {
 
 // Where capture()'s caller stands in a walk: found by its return address, robust to inlining and tail
 // calls inside the shim and to each unwinder's idea of where the walk starts. -1 when not found.
-int caller_index(void *const *raw, int n, void *return_address) {
+GG_HOT int caller_index(void *const *raw, int n, void *return_address) {
     for (int i = 0; i < n && i < kSlack; ++i)
         if (raw[i] == return_address) return i;
     return -1;
@@ -86,13 +87,13 @@ int caller_index(void *const *raw, int n, void *return_address) {
 // that a walk asks for only the frames it keeps.
 std::atomic<int> g_caller_at{-1};
 
-int frames_above_caller() {
+GG_HOT int frames_above_caller() {
     int at = g_caller_at.load(std::memory_order_relaxed);
     return at < 0 ? kSlack : at + 1;
 }
 
 // Where the caller stands in this walk (0 when not found), remembered for the next walks.
-int locate_caller(void *const *raw, int n, void *return_address) {
+GG_HOT int locate_caller(void *const *raw, int n, void *return_address) {
     int at = caller_index(raw, n, return_address);
     if (at < 0) return 0;
     if (at > g_caller_at.load(std::memory_order_relaxed)) g_caller_at.store(at, std::memory_order_relaxed);
@@ -103,8 +104,8 @@ int locate_caller(void *const *raw, int n, void *return_address) {
 // `depth`: walked (cut at the innermost eval loop when `stop` says so), then the shim's own frames
 // and the unwinder's passed over by the caller's return address. Returns how many are in frames[]
 // (none where `tag_only` is a salt the caching walker recalled the walk's tag under: unwind::backtrace).
-int caller_frames(uintptr_t *frames, int skip, int depth, void *return_address, unwind::StopFn stop,
-                  int tag_only = -1) {
+GG_HOT int caller_frames(uintptr_t *frames, int skip, int depth, void *return_address, unwind::StopFn stop,
+                         int tag_only = -1) {
     void *raw[kSlack + 2 * kMaxDepth];
     int want = frames_above_caller() + skip + depth;
     int n = unwind::backtrace(raw, want < int(std::size(raw)) ? want : int(std::size(raw)), stop, tag_only);
@@ -151,7 +152,7 @@ uint64_t with_native_frames(uint64_t key, uint64_t *native, int skip, int depth,
 // - kPythonStackPlace: the address of the first Python frame a key of the innermost frames left out
 //   (py::site_key's `beyond`), which the frames further out decide by their number and sizes: a deep site's.
 enum PlaceTag : uint64_t { kCStackPlace = 0x5354u, kPythonStackPlace = 0x414eu };
-uint64_t with_place(uint64_t key, PlaceTag tag, uintptr_t place) {
+GG_HOT uint64_t with_place(uint64_t key, PlaceTag tag, uintptr_t place) {
     key = reuse::mix(reuse::mix(key, tag), place);
     return key ? key : 1;  // 0 marks an empty slot
 }
@@ -176,7 +177,7 @@ struct NativeWalk {
     uint16_t salt = 0;
 };
 
-void walk_native(NativeWalk &w, int skip, int depth, void *return_address) {
+GG_HOT void walk_native(NativeWalk &w, int skip, int depth, void *return_address) {
     GG_PROFILE_STEP(kCaptureNative);
     w.salt = uint16_t(skip);
     // A walk recalled with its id gives no frames: the id is all this needs.
@@ -186,7 +187,7 @@ void walk_native(NativeWalk &w, int skip, int depth, void *return_address) {
     w.whole = last.whole;
 }
 
-StackId native_answer(const NativeWalk &w) {
+GG_HOT StackId native_answer(const NativeWalk &w) {
     if (w.id) {
         census::note(census::Kind::kNative, census::Outcome::kReuse);
         reuse::counts().add(reuse::Counts::kReused);
@@ -199,7 +200,7 @@ StackId native_answer(const NativeWalk &w) {
     return id;
 }
 
-StackId capture_native(int skip, int depth, void *return_address) {
+GG_HOT StackId capture_native(int skip, int depth, void *return_address) {
     NativeWalk w;
     walk_native(w, skip, depth, return_address);
     return native_answer(w);
@@ -258,7 +259,7 @@ struct SiteLookup {
 // captures, and only for unstable sites; a site whose depth keeps moving on one path (alloca) stops
 // trying it after SiteCache::kMaxExtensionMisses keys not found. `stored_whole` is set from the slot found.
 // Returns the census's kind of key.
-census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
+GG_HOT census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole) {
     {
         GG_PROFILE_STEP(kCaptureLookup);
         site.verdict = site.sites->lookup(site.key, &site.cached, stored_whole);
@@ -289,8 +290,8 @@ census::Kind look_up(SiteLookup &site, int skip, int depth, void *return_address
 // marks it deep in turn (two callers that take turns), after which the whole key decides, as before. A site whose
 // extended keys keep missing (a generator's frame lives in the generator, at a new address for each one) gives them up
 // (kMaxExtensionMisses).
-census::Kind look_up_anchored(SiteLookup &site, int skip, int depth, void *return_address, uint64_t *stored_whole,
-                              census::Kind kind) {
+GG_HOT census::Kind look_up_anchored(SiteLookup &site, int skip, int depth, void *return_address,
+                                     uint64_t *stored_whole, census::Kind kind) {
     uint64_t short_key = site.key;
     if (!site.beyond || !site.sites->extensions_help(short_key)) return kind;
     site.key = with_place(short_key, kPythonStackPlace, site.beyond);
@@ -350,7 +351,7 @@ census::Kind settle_deep(SiteLookup &site, int skip, int depth, void *return_add
 
 // A verdict the flow above settles (a deep check, a deep site) left over only where a whole or extended
 // key equals a short key of another site: unwound and kept nowhere, not counted as a census outcome.
-bool settled(SiteLookup &site) {
+GG_HOT bool settled(SiteLookup &site) {
     using Verdict = reuse::SiteCache::Verdict;
     if (site.verdict != Verdict::kCheckDeep && site.verdict != Verdict::kDeep) return true;
     site.verdict = Verdict::kMiss;
@@ -363,7 +364,7 @@ bool settled(SiteLookup &site) {
 __attribute__((tls_model("initial-exec"))) thread_local bool t_no_python = false;
 
 // Asks CPython for the thread's Python site key (0: no Python frame), remembered for the next capture.
-bool has_python_key(SiteLookup &site, int skip) {
+GG_HOT bool has_python_key(SiteLookup &site, int skip) {
     GG_PROFILE_STEP(kCapturePythonKey);
     site.key = py::site_key(site_seed(skip), kKeyFrames, &site.beyond);
     t_no_python = !site.key;
@@ -387,7 +388,7 @@ bool has_python_key(SiteLookup &site, int skip) {
 // thread's.) A walk that stopped at code without unwind information says nothing of the frames outside it,
 // so it is not whole. Anything else (no tag, a walk cut short, a new walk) asks CPython as before. One
 // call walks, so that a site's walks all start at one depth and share one memo entry.
-bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
+GG_HOT bool answered_without_python(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
     bool asked = !t_no_python;
     if (asked && has_python_key(site, skip)) return false;
     NativeWalk w;
@@ -397,7 +398,7 @@ bool answered_without_python(SiteLookup &site, int skip, int depth, void *return
     return true;
 }
 
-bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
+GG_HOT bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_address, StackId *answer) {
     if (answered_without_python(site, skip, depth, return_address, answer)) return true;
     uint64_t stored_whole = 0;
     census::Kind kind = look_up(site, skip, depth, return_address, &stored_whole);
@@ -418,7 +419,7 @@ bool answered_by_site(SiteLookup &site, int skip, int depth, void *return_addres
     return false;
 }
 
-StackId capture_unguarded(int skip, void *return_address) {
+GG_HOT StackId capture_unguarded(int skip, void *return_address) {
     int depth = g_depth.load(std::memory_order_relaxed);
     skip = skip < 0 ? 0 : skip > kMaxDepth ? kMaxDepth : skip;
     bool python = g_python.load(std::memory_order_relaxed) && py::available();
@@ -504,7 +505,7 @@ void warm_up() {
 
 // noinline: __builtin_return_address(0) must be the return address into our caller's frame, the one
 // the unwinder reports for it.
-__attribute__((noinline)) StackId capture(int skip) {
+GG_HOT __attribute__((noinline)) StackId capture(int skip) {
     if (t_busy) return 0;
     t_busy = true;
     StackId id = capture_unguarded(skip, __builtin_return_address(0));

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "common/base/hot.h"
 #include "shim/base/per_thread.h"
 #include "shim/base/thread_counters.h"
 #include "shim/stacks/census.h"
@@ -450,7 +451,7 @@ int loader_counts(dl_phdr_info *info, size_t, void *out) {
 // (kNoUnwindInfo) go. PyTorch keeps loading libraries after its first steps (cuDNN 9 and cuBLAS open their
 // sub-libraries on first use); forgetting every rule at each load would have each thread learn its
 // thousands of rules again.
-void refresh(ThreadTable *t) {
+GG_HOT void refresh(ThreadTable *t) {
     if (--t->walks_to_loader_check <= 0) {
         t->walks_to_loader_check = kLoaderCheckEvery;
         LoaderCounts now;
@@ -570,7 +571,7 @@ bool on_own_stack(const ThreadTable *t, uintptr_t sp) {
     return t->stack_high && sp >= t->stack_low && sp < t->stack_high;
 }
 
-__attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, int tag_only) {
+GG_HOT __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, int tag_only) {
     Here h;
     ThreadTable *t = start_here(&h);
     if (!t) return -1;
@@ -607,7 +608,7 @@ __attribute__((noinline)) int walk_from_here(void **ips, int max, StopFn stop, i
 
 bool available() { return kArchSupported && &_Unwind_Find_FDE != nullptr; }
 
-int walk(void **ips, int max, StopFn stop, int tag_only) {
+GG_HOT int walk(void **ips, int max, StopFn stop, int tag_only) {
     int n = walk_from_here(ips, max, stop, tag_only);
     if (n < 0) g_counts.add(kFallbacks);
     return n;
@@ -652,7 +653,7 @@ int rule_kind_of_entry(const uint8_t *fde, uintptr_t start, uintptr_t pc) {
     }
 }
 
-LastWalk last_walk(uint16_t salt) {
+GG_HOT LastWalk last_walk(uint16_t salt) {
     ThreadTable *t = g_tables.peek();
     const WalkMemo::Tag *tag = t ? t->memo.last() : nullptr;
     if (!tag) return {};

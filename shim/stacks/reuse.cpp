@@ -1,17 +1,19 @@
 #include "shim/stacks/reuse.h"
 
+#include "common/base/hot.h"
+
 namespace gg::stacks::reuse {
 
 SiteCache::SiteCache() { counts().threads.fetch_add(1, std::memory_order_relaxed); }
 
-SiteCache::Slot *SiteCache::find(uint64_t key) {
+GG_HOT SiteCache::Slot *SiteCache::find(uint64_t key) {
     Slot *set = set_of(key);
     for (int w = 0; w < kWays; ++w)
         if (set[w].key == key) return &set[w];
     return nullptr;
 }
 
-SiteCache::Verdict SiteCache::lookup(uint64_t key, StackId *id, uint64_t *whole) {
+GG_HOT SiteCache::Verdict SiteCache::lookup(uint64_t key, StackId *id, uint64_t *whole) {
     Slot *s = find(key);
     if (!s) return Verdict::kMiss;
     s->used = ++clock_;
@@ -88,6 +90,6 @@ namespace {
 Counts g_counts;  // constant-initialised atomics: nothing runs at load or exit
 }  // namespace
 
-Counts &counts() { return g_counts; }
+GG_HOT Counts &counts() { return g_counts; }
 
 }  // namespace gg::stacks::reuse

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/base/hot.h"
 #include "common/base/log.h"
 #include "common/settings/settings.h"
 #include "shim/base/thread_counters.h"
@@ -152,7 +153,7 @@ constexpr bool kPreferLibgcc = false;
 // The caching walker (shim/stacks/cfi_walker.h), and the general unwinder it hands the stacks it cannot walk.
 std::atomic<BacktraceFn> g_cfi_fallback{nullptr};
 
-int cfi_backtrace(void **ips, int max) {
+GG_HOT int cfi_backtrace(void **ips, int max) {
     int n = cfi::walk(ips, max, t_stop, t_tag_only);
     if (n >= 0) return n;  // a fallback's walk below is no walk of the memo: its tag stays 0
     BacktraceFn fallback = g_cfi_fallback.load(std::memory_order_relaxed);
@@ -203,7 +204,7 @@ const Backend *load(const char *which) {
     return nullptr;
 }
 
-const Backend *active() {
+GG_HOT const Backend *active() {
     const Backend *b = g_active.load(std::memory_order_acquire);
     if (b) return b;
     // Read here, on first use, through the table of settings (not from the shim's Config: the tests
@@ -239,7 +240,7 @@ bool g_busy_at_fork = false;                // written by the forking thread onl
 std::atomic<bool> g_off_after_fork{false};  // this process was forked mid-unwind: no native stacks
 
 // By the thread's counter slot (shim/base/thread_counters.h): its number among the threads that capture.
-Stripe &my_stripe() { return g_stripes[counter_slot() % kStripes]; }
+GG_HOT Stripe &my_stripe() { return g_stripes[counter_slot() % kStripes]; }
 
 int inside_total() {
     int n = 0;
@@ -249,7 +250,7 @@ int inside_total() {
 
 }  // namespace
 
-int backtrace(void **ips, int max, StopFn stop, int tag_only) {
+GG_HOT int backtrace(void **ips, int max, StopFn stop, int tag_only) {
     const Backend *b = active();
     t_by_walker = false;  // before any return: a tag of the walker's last walk is not this one's
     if (!b->fn || max <= 0) return 0;
@@ -272,7 +273,7 @@ int backtrace(void **ips, int max, StopFn stop, int tag_only) {
 
 // Only a backtrace() the caching walker made has a tag: one skipped for a fork, or made by another
 // unwinder, leaves the walker's last walk as it was, which is not this one.
-cfi::LastWalk last_walk(uint16_t salt) { return t_by_walker ? cfi::last_walk(salt) : cfi::LastWalk(); }
+GG_HOT cfi::LastWalk last_walk(uint16_t salt) { return t_by_walker ? cfi::last_walk(salt) : cfi::LastWalk(); }
 void tag_last_walk(uint32_t value, uint16_t salt) {
     if (t_by_walker) cfi::tag_last_walk(value, salt);
 }

@@ -240,7 +240,8 @@ Tracker &blocks() {
 }
 
 // noinline: the captured stack is counted from this frame (kSkipFrames).
-__attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved, int device) {
+GG_HOT __attribute__((noinline)) void on_block(uint64_t ptr, int64_t size, uint64_t allocated, uint64_t reserved,
+                                               int device) {
     State &s = state();  // the first hooked call of a process may be this one
     if (!enabled() || ptr == 0 || size == 0) return;
     // Stored once: the driver hooks read it on every allocation, and a store at every block would take
