@@ -16,7 +16,8 @@ Usage: pyframes_driver.py MODE, one of:
             then the median ns of one capture
   keys      site keys (gg::py::site_key): whether one stack gives one key and stacks that differ inside,
             30 frames out or in depth give others
-  keybench [DEPTH EVICT_KIB]  median ns of one site key at DEPTH (60) Python frames, each after reading
+  keybench [DEPTH EVICT_KIB [FRAMES]]  median ns of one site key at DEPTH (60) Python frames (of the FRAMES
+            innermost: a capture's first key reads 12), each after reading
             EVICT_KIB (0) KiB of other memory
 """
 import ctypes
@@ -153,13 +154,13 @@ def bench_mode():
     recurse(30 - 2)  # with bench_mode and <module>, 30 Python frames
 
 
-lib.pyprobe_site_key_bench.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong)]
+lib.pyprobe_site_key_bench.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong)]
 lib.pyprobe_site_key_bench.restype = ctypes.c_double
 
 
-def site_key(rounds=1, evict_kib=0):
+def site_key(rounds=1, evict_kib=0, frames=-1):
     key = ctypes.c_ulonglong(0)
-    ns = lib.pyprobe_site_key_bench(rounds, evict_kib, ctypes.byref(key))
+    ns = lib.pyprobe_site_key_bench(rounds, evict_kib, frames, ctypes.byref(key))
     return key.value, ns
 
 
@@ -191,13 +192,14 @@ def keys_mode():
           f"depth={depth[0] != depth[1]}")
 
 
-def keybench_mode(depth="60", evict_kib="0"):
-    """Median ns of one site key at `depth` Python frames, each after reading evict_kib KiB."""
+def keybench_mode(depth="60", evict_kib="0", frames="-1"):
+    """Median ns of one site key at `depth` Python frames, each after reading evict_kib KiB: the whole
+    stack's key, or that of its `frames` innermost frames (a capture's first key reads 12)."""
     def down(n):
         if n > 1:
             return down(n - 1)
-        return site_key(20000, int(evict_kib))[1]
-    print(f"frames={depth} evict_kib={evict_kib} median_ns={down(int(depth) - 2):.0f}")
+        return site_key(20000, int(evict_kib), int(frames))[1]
+    print(f"frames={depth} evict_kib={evict_kib} median_ns={down(int(depth) - 2):.0f} key_frames={frames}")
 
 
 def long_function(calls):
