@@ -295,19 +295,25 @@ int capture(Frame *out, int max) {
 
 namespace {
 
-// One frame's part of a site key: its code object, its instruction and how deep it stands (`depth`, in the
-// bits above any address: the same frames in another order are another stack), mixed on their own. The
-// key is the sum of the parts. Folded frame after frame (hash_mix of the key so far), every frame waited
-// for the one before it, a chain of about 16 cycles a frame: 300 ns on generate()'s 60-frame stacks, more
-// than the walk. Parts that depend on nothing but their frame overlap in the CPU, and only the chase of
-// `previous` pointers is left in series (BENCHMARKS.md, issue 28). Two multiplies with an xor between
-// them, not a full mix per part: the xor keeps two frames' differences from cancelling in the sum (the
-// parts are not linear in the instruction), the final hash_mix of the sum spreads the bits, and every
-// instruction here runs for each of a key's frames (a full mix, three multiplies and two shifts, was a
-// third of the walk's instructions).
+// One frame's part of a site key: its code object, its instruction and how deep it stands, mixed on their
+// own. The key is the sum of the parts. Folded frame after frame (hash_mix of the key so far), every frame
+// waited for the one before it, a chain of about 16 cycles a frame: 300 ns on generate()'s 60-frame
+// stacks, more than the walk. Parts that depend on nothing but their frame overlap in the CPU, and only
+// the chase of `previous` pointers is left in series (BENCHMARKS.md, issue 28). A part is two multiplies
+// with an xor and one shift between them (a full mix, three multiplies and two shifts, was a third of
+// the walk's instructions), and each step is there for a reason: the depth enters with the instruction
+// (`depth` is the frame's number times an odd constant, reaching every bit), the code object by an xor,
+// which carries nothing, and the shift folds the high half into the low. Without it the last multiply
+// distributes over the sum, and a depth that only added to the high bits came out of it as a constant of
+// the frame count: the same frames in another order gave the same key (a review's catch; t_pyframes
+// tests the order now).
 inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
-    return ((instr + depth) * 0xC2B2AE3D27D4EB4Full ^ code) * 0x9E3779B97F4A7C15ull;
+    uint64_t x = (instr + depth) * 0xC2B2AE3D27D4EB4Full ^ code;
+    x ^= x >> 32;
+    return x * 0x9E3779B97F4A7C15ull;
 }
+// The depth's step: odd, with bits everywhere.
+constexpr uint64_t kDepthStep = 0xD6E8FEB86659FD93ull;
 
 }  // namespace
 
@@ -322,19 +328,22 @@ GG_HOT uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
     const Layout &l = *r.layout;
     const int previous_at = l.frame_previous, code_at = l.frame_code, instr_at = l.frame_instr;
     const uintptr_t untagged = ~l.code_tags;
-    const int limit = max_frames < kMaxSteps ? max_frames : kMaxSteps;
+    // A key of the innermost max_frames (0 <= max_frames < kMaxSteps) says where it stopped; any other
+    // count asks for every frame, at most kMaxSteps of them.
+    const bool innermost_only = max_frames >= 0 && max_frames < kMaxSteps;
+    const int limit = innermost_only ? max_frames : kMaxSteps;
     uint64_t sum = 0, depth = 0;
     int n = 0;
     while (plausible(frame)) {
         if (n == limit) {  // a frame further out: not read (its line is likely cold)
-            if (max_frames < kMaxSteps) *beyond = frame;
+            if (innermost_only) *beyond = frame;
             break;
         }
         uintptr_t previous = at<uintptr_t>(frame, previous_at);
         if (previous == frame) break;
         // Every frame counts, shim frames and skipped ones too: the key only has to tell stacks apart.
         sum += frame_part(at<uintptr_t>(frame, code_at) & untagged, at<uintptr_t>(frame, instr_at), depth);
-        depth += uint64_t(1) << 48;
+        depth += kDepthStep;
         ++n;
         frame = previous;
     }

@@ -180,16 +180,35 @@ def key_from(caller, depth):
     return key_at_depth(depth, "a")
 
 
+def key_by_path(path):
+    """The site key at the end of `path`: each "x" a call through step_x, each "y" through step_y, so
+    that "xy" and "yx" give the very same frames (function and line) in another order."""
+    if not path:
+        return site_key()[0]
+    if path[0] == "x":
+        return step_x(path[1:])
+    return step_y(path[1:])
+
+
+def step_x(path):
+    return key_by_path(path)
+
+
+def step_y(path):
+    return key_by_path(path)
+
+
 def keys_mode():
     """Site keys: the same stack twice gives one key; a stack that differs only in the instruction of
-    the innermost frame, or of a frame 30 calls out, or in its depth, gives another. (Each list below
-    makes its calls from one instruction of this frame.)"""
+    the innermost frame, or of a frame 30 calls out, or in its depth, or only in the order of its
+    frames, gives another. (Each list below makes its calls from one instruction of this frame.)"""
     same = [key_from("a", 30) for _ in range(2)]
     inner = [key_at_depth(30, line) for line in "ab"]
     outer = [key_from(caller, 30) for caller in "ab"]
     depth = [key_from("a", d) for d in (30, 31)]
+    order = [key_by_path(path) for path in ("xy", "yx")]
     print(f"same={same[0] == same[1]} inner_line={inner[0] != inner[1]} outer_line={outer[0] != outer[1]} "
-          f"depth={depth[0] != depth[1]}")
+          f"depth={depth[0] != depth[1]} order={order[0] != order[1]}")
 
 
 def keybench_mode(depth="60", evict_kib="0", frames="-1"):

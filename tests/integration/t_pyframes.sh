@@ -47,9 +47,10 @@ lines_of_a_long_function() {
   expect_eq "$(echo "$out" | tail -1 | cut -d' ' -f1-2)" "SAME 12000" "6000 calls: captures matching the interpreter's view"
 }
 site_keys_tell_stacks_apart() {
-  # A site key is the sum of each frame's own mix (shim/python/frames.cpp, frame_part): it must still
-  # change with the innermost frame's instruction, with a frame's 30 calls out, and with the depth.
-  expect_eq "$(drive "$1" keys | tail -1)" "same=True inner_line=True outer_line=True depth=True" "site keys"
+  # A site key is the sum of each frame's own part (shim/python/frames.cpp, frame_part): it must still
+  # change with the innermost frame's instruction, with a frame's 30 calls out, with the depth, and with
+  # the order of the same frames (a sum of parts that ignored where each frame stood would not).
+  expect_eq "$(drive "$1" keys | tail -1)" "same=True inner_line=True outer_line=True depth=True order=True" "site keys"
 }
 # Under the shim, a refused allocation's stack as the report gives it: the native frames from the hook out to
 # the eval loop, the Python frames, then the eval loop's own frame, before which the merge placed them (the
@@ -134,7 +135,7 @@ else
       threads_see_their_own_frames "$py"
     check "tells the eval loop's native frames from the others ($ver)" finds_the_eval_loop "$py"
     check "names the line of each of 8 calls in a long function, every time ($ver)" lines_of_a_long_function "$py"
-    check "site keys: one stack one key; another instruction inside or 30 frames out, or depth, another ($ver)" \
+    check "site keys: one stack one key; another instruction inside or 30 frames out, depth or order, another ($ver)" \
       site_keys_tell_stacks_apart "$py"
     check "GPUGUARD_PYTHON_STACKS=0 turns Python frames off ($ver)" off_by_environment "$py"
     check "under the shim, a stack's Python frames stand at the eval loop's native frame ($ver)" merges_at_the_eval_loop "$py"
