@@ -34,9 +34,9 @@ int capture(Frame *out, int max);
 // `seed` and every frame's code object, instruction address and depth, or 0 when there are no Python
 // frames (as capture() would find none). Reads only the frames themselves: no line
 // table, no name, no lock, so a reused site costs a walk of pointers. Two different stacks give
-// the same key only if every frame ran the same instruction of a code object at the same address
-// (a freed code object's address reused by another one, at the very same places): reuse's checks
-// find that.
+// the same key where every frame ran the same instruction of a code object at the same address
+// (a freed code object's address reused by another one, at the very same places: reuse's checks
+// find that), or by a 64-bit hash's chance (the sum of each frame's own mix: frames.cpp, frame_part).
 uint64_t site_key(uint64_t seed);
 // The same of at most the `max_frames` innermost frames. `*beyond` is the address of the first frame
 // left out (0 when the key covers every frame; the key then differs from any key of a stack of only
