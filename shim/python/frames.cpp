@@ -299,17 +299,15 @@ namespace {
 // own. The key is the sum of the parts. Folded frame after frame (hash_mix of the key so far), every frame
 // waited for the one before it, a chain of about 16 cycles a frame: 300 ns on generate()'s 60-frame
 // stacks, more than the walk. Parts that depend on nothing but their frame overlap in the CPU, and only
-// the chase of `previous` pointers is left in series (BENCHMARKS.md, issue 28). A part is two multiplies
-// with an xor and one shift between them (a full mix, three multiplies and two shifts, was a third of
-// the walk's instructions), and each step is there for a reason: the depth enters with the instruction
-// (`depth` is the frame's number times an odd constant, reaching every bit), the code object by an xor,
-// which carries nothing, and a shift folds the high half into the low before the second multiply and
-// after it. Without the first the last multiply distributes over the sum, and a depth that only added to
-// the high bits came out of it as a constant of the frame count: the same frames in another order gave
-// the same key. Without the second a part's differences stay nearly additive: two frames of one code
-// object swapped, or two instructions moved by +2 and -2 bytes, gave one key about once in 2^25 to 2^34
-// such pairs (reviews' catches and simulations; with both, none in 2^26 and 2^32; t_pyframes tests the
-// order).
+// the chase of `previous` pointers is left in series (BENCHMARKS.md, issue 28). A part is two multiplies,
+// each followed by a shift that folds the high half into the low (one multiply fewer than the mix it
+// replaced). The depth enters with the instruction (`depth` is the frame's number times an odd constant,
+// reaching every bit), the code object by an xor, which carries nothing. Without the first shift the last
+// multiply distributes over the sum, and a depth that only added to the high bits came out of it as a
+// constant of the frame count: the same frames in another order gave the same key. Without the second a
+// part's differences stay nearly additive: two frames of one code object swapped, or two instructions
+// moved by +2 and -2 bytes, gave one key about once in 2^25 to 2^34 such pairs (reviews' catches and
+// simulations; with both, none in 2^26 and 2^32; t_pyframes tests the order).
 inline uint64_t frame_part(uint64_t code, uint64_t instr, uint64_t depth) {
     uint64_t x = (instr + depth) * 0xC2B2AE3D27D4EB4Full ^ code;
     x ^= x >> 32;
