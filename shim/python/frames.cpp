@@ -354,7 +354,7 @@ GG_HOT uint64_t site_key(uint64_t seed, int max_frames, uintptr_t *beyond) {
     return h ? h : 1;
 }
 
-GG_HOT uint64_t site_key(uint64_t seed) {
+uint64_t site_key(uint64_t seed) {
     uintptr_t beyond;
     return site_key(seed, kMaxSteps, &beyond);
 }

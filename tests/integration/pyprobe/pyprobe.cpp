@@ -96,7 +96,8 @@ PROBE double pyprobe_bench(int rounds, int *frames_seen) {
 // keys, each after reading `evict_kib` KiB of other memory (0: none), as PyTorch's and the driver's
 // work pushes the frames out of the nearer caches between two allocations on the GPU. *key is the
 // last key.
-// max_frames < 0: the whole stack's key; otherwise the key of the innermost max_frames, as a capture takes it.
+// max_frames < 0: the whole stack's key (site_key's own reading of such a count); otherwise the key of the
+// innermost max_frames, as a capture takes it.
 PROBE double pyprobe_site_key_bench(int rounds, int evict_kib, int max_frames, unsigned long long *key) {
     std::vector<double> ns(size_t(std::max(rounds, 1)));
     std::vector<char> other(size_t(std::max(evict_kib, 0)) * 1024 + 64);
@@ -105,7 +106,7 @@ PROBE double pyprobe_site_key_bench(int rounds, int evict_kib, int max_frames, u
         for (size_t i = 0; i + 64 <= other.size(); i += 64) sink = char(sink + other[i]++);
         auto t0 = std::chrono::steady_clock::now();
         uintptr_t beyond;
-        *key = max_frames < 0 ? gg::py::site_key(1) : gg::py::site_key(1, max_frames, &beyond);
+        *key = gg::py::site_key(1, max_frames, &beyond);
         v = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     }
     std::nth_element(ns.begin(), ns.begin() + long(ns.size() / 2), ns.end());
